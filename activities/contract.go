@@ -1,0 +1,199 @@
+// Package activities holds tpdeploy's side effects, grouped by what they touch: the node
+// (netlink, sysfs), reachability (TCP), containers (Docker Engine API), Ray and vLLM. Every
+// node-bound activity runs on that node's own task queue, served by the node's agent.
+package activities
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// WorkflowQueue is the task queue the workflows run on.
+const WorkflowQueue = "tpdeploy"
+
+// NodeQueue is the task queue served by the named node's agent.
+func NodeQueue(node string) string { return "tpdeploy.node." + node }
+
+// Error types of non-retryable application errors. Workflows branch on them and the
+// starter prints them; they are part of the contract with operators' scripts.
+const (
+	ErrWrongNode          = "WrongNode"            // a task reached another node's agent
+	ErrBadRequest         = "BadRequest"           // a request the activity cannot act on
+	ErrNotImplemented     = "NotImplemented"       // this agent build lacks the capability
+	ErrNodeAgentDown      = "NodeAgentUnreachable" // no agent picked the task up in time
+	ErrDockerUnreachable  = "DockerUnreachable"    // retryable: the node's engine did not answer
+	ErrImageMissing       = "ImageMissing"
+	ErrImageMismatch      = "ImageMismatch"
+	ErrNoViableSubnet     = "NoViableSubnet"
+	ErrInsufficientGPUs   = "InsufficientGPUs"
+	ErrPlacementMismatch  = "PlacementMismatch"
+	ErrDuplicateAddress   = "DuplicateAddress"
+	ErrNodeNotRegistered  = "NodeNotRegistered"
+	ErrPlacementPending   = "PlacementGroupPending"
+	ErrC10dUnreachable    = "C10dUnreachable"
+	ErrNCCLNoInterface    = "NCCLNoInterface"
+	ErrNCCL               = "NCCLError"
+	ErrGlooLoopback       = "GlooLoopback"
+	ErrCUDAOutOfMemory    = "CUDAOutOfMemory"
+	ErrEngineDead         = "EngineDead"
+	ErrContainerExited    = "ContainerExited"
+	ErrStepTimeout        = "StepTimeout"
+	ErrRetriesExhausted   = "RetriesExhausted" // a retryable failure outlived its retry policy
+	ErrCanceled           = "Canceled"
+	ErrCompensationFailed = "CompensationFailed"
+)
+
+// Container roles, also the role label on containers.
+const (
+	RoleRayHead   = "ray-head"
+	RoleRayWorker = "ray-worker"
+	RoleVLLM      = "vllm"
+)
+
+// ProbeRequest asks a node agent to describe its node.
+type ProbeRequest struct {
+	Node string `json:"node"`
+	// SpecGPUs is the spec's count, used when detection finds none.
+	SpecGPUs   int    `json:"spec_gpus"`
+	DockerHost string `json:"docker_host"`
+}
+
+// ListenRequest asks a node to open short-lived reachability listeners.
+type ListenRequest struct {
+	Node string `json:"node"`
+	// Addrs are the node's candidate addresses with their prefix length (the subnet).
+	Addrs []netip.Prefix `json:"addrs"`
+	// TTL closes the listeners by itself if the close never arrives.
+	TTL time.Duration `json:"ttl"`
+}
+
+// ListenResult is the listeners a node opened, and the token that closes them.
+type ListenResult struct {
+	Token   string           `json:"token"`
+	Targets []netplan.Target `json:"targets"`
+}
+
+// DialRequest asks a node to dial every target from its own network namespace.
+type DialRequest struct {
+	Node    string           `json:"node"`
+	Targets []netplan.Target `json:"targets"`
+	Timeout time.Duration    `json:"timeout"`
+}
+
+// CloseRequest closes listeners opened by OpenProbeListeners.
+type CloseRequest struct {
+	Node  string `json:"node"`
+	Token string `json:"token"`
+}
+
+// Deployment identifies what containers belong to.
+type Deployment struct {
+	Cluster string `json:"cluster"`
+	ID      string `json:"id"`
+	// SpecHash lets an identical container be adopted instead of replaced.
+	SpecHash string `json:"spec_hash"`
+}
+
+// PreflightRequest checks a node before anything starts on it.
+type PreflightRequest struct {
+	Node       string `json:"node"`
+	DockerHost string `json:"docker_host"`
+	Image      string `json:"image"`
+}
+
+// PreflightResult reports the image as the node holds it.
+type PreflightResult struct {
+	Node    string `json:"node"`
+	ImageID string `json:"image_id"`
+}
+
+// StartRayRequest starts Ray (head or worker) on a node.
+type StartRayRequest struct {
+	Node       string           `json:"node"`
+	Deployment Deployment       `json:"deployment"`
+	Spec       spec.Cluster     `json:"spec"`
+	Plan       netplan.NodePlan `json:"plan"`
+	RayAddress string           `json:"ray_address"`
+}
+
+// ContainerRef names a container an activity started or adopted.
+type ContainerRef struct {
+	Node    string `json:"node"`
+	Role    string `json:"role"`
+	Name    string `json:"name"`
+	ID      string `json:"id"`
+	Adopted bool   `json:"adopted,omitempty"`
+}
+
+// PlacementRequest asks the head to prove Ray's view matches the plan.
+type PlacementRequest struct {
+	Node          string       `json:"node"`
+	Plan          netplan.Plan `json:"plan"`
+	NeedGPUs      int          `json:"need_gpus"`
+	DashboardPort int          `json:"dashboard_port"`
+}
+
+// RegisteredNode is one Ray node as Ray reports it.
+type RegisteredNode struct {
+	NodeID string     `json:"node_id"`
+	IP     netip.Addr `json:"ip"`
+	Alive  bool       `json:"alive"`
+	GPUs   float64    `json:"gpus"`
+	Head   bool       `json:"head"`
+}
+
+// PlacementReport is the proven placement.
+type PlacementReport struct {
+	Nodes []RegisteredNode `json:"nodes"`
+	GPUs  float64          `json:"gpus"`
+}
+
+// LaunchRequest starts vLLM on the head.
+type LaunchRequest struct {
+	Node       string       `json:"node"`
+	Deployment Deployment   `json:"deployment"`
+	Spec       spec.Cluster `json:"spec"`
+	Plan       netplan.Plan `json:"plan"`
+}
+
+// WatchRequest follows vLLM until it serves, returning early with progress.
+type WatchRequest struct {
+	Node      string          `json:"node"`
+	Container ContainerRef    `json:"container"`
+	Spec      spec.Cluster    `json:"spec"`
+	Endpoint  string          `json:"endpoint"`
+	Cursor    ServingProgress `json:"cursor"`
+	// ReportWithin bounds how long one call runs before it returns its progress, so the
+	// workflow's queries stay current without an event per log line.
+	ReportWithin time.Duration `json:"report_within"`
+}
+
+// ServingProgress is what the workflow knows of vLLM's way to serving.
+type ServingProgress struct {
+	Phase        string        `json:"phase"` // starting, placement, rendezvous, loading, warming, serving
+	ShardsLoaded int           `json:"shards_loaded"`
+	ShardsTotal  int           `json:"shards_total"`
+	Percent      int           `json:"percent"`
+	Elapsed      time.Duration `json:"elapsed"`
+	ETA          time.Duration `json:"eta,omitempty"`
+	Serving      bool          `json:"serving"`
+	// Since is the log timestamp to resume from; lines at or before it were seen.
+	Since time.Time `json:"since,omitzero"`
+}
+
+// RemoveRequest removes a cluster's containers on one node, optionally only some roles.
+type RemoveRequest struct {
+	Node       string   `json:"node"`
+	DockerHost string   `json:"docker_host"`
+	Cluster    string   `json:"cluster"`
+	Roles      []string `json:"roles,omitempty"` // empty: every role
+}
+
+// RemoveResult lists what was removed.
+type RemoveResult struct {
+	Node    string   `json:"node"`
+	Removed []string `json:"removed"`
+}

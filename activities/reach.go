@@ -1,0 +1,206 @@
+package activities
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tpdeploy/tpdeploy/netplan"
+)
+
+// maxListenTTL caps how long reachability listeners may live, whatever a request asks.
+const maxListenTTL = 5 * time.Minute
+
+// dialParallelism bounds concurrent dials from one node (16 nodes x a few subnets).
+const dialParallelism = 32
+
+// listenerSet holds the open reachability listeners of one agent, by token.
+type listenerSet struct {
+	mu   sync.Mutex
+	sets map[string]*openListeners
+}
+
+type openListeners struct {
+	listeners []net.Listener
+	timer     *time.Timer
+	once      sync.Once
+}
+
+func (o *openListeners) close() {
+	o.once.Do(func() {
+		o.timer.Stop()
+		for _, l := range o.listeners {
+			_ = l.Close()
+		}
+	})
+}
+
+// openSets reports how many listener sets are open, for tests and leak checks.
+func (a *Node) openSets() int {
+	a.listeners.mu.Lock()
+	defer a.listeners.mu.Unlock()
+	return len(a.listeners.sets)
+}
+
+// OpenProbeListeners opens a TCP listener on an ephemeral port of each candidate address.
+// They accept and close connections until CloseProbeListeners or the TTL, whichever first.
+func (a *Node) OpenProbeListeners(ctx context.Context, req ListenRequest) (ListenResult, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return ListenResult{}, err
+	}
+	ttl := req.TTL
+	if ttl <= 0 || ttl > maxListenTTL {
+		ttl = maxListenTTL
+	}
+	var res ListenResult
+	var opened []net.Listener
+	err := a.inNetNS(func() error {
+		for _, addr := range req.Addrs {
+			l, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), 0).String())
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", addr, err)
+			}
+			opened = append(opened, l)
+			ap := l.Addr().(*net.TCPAddr).AddrPort()
+			res.Targets = append(res.Targets, netplan.Target{
+				Node: a.Name, Addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), Subnet: addr.Masked(),
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		for _, l := range opened {
+			_ = l.Close()
+		}
+		return ListenResult{}, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return ListenResult{}, err
+	}
+	set := &openListeners{listeners: opened}
+	set.timer = time.AfterFunc(ttl, func() { a.closeListeners(token) })
+	a.listeners.mu.Lock()
+	if a.listeners.sets == nil {
+		a.listeners.sets = map[string]*openListeners{}
+	}
+	a.listeners.sets[token] = set
+	a.listeners.mu.Unlock()
+	for _, l := range opened {
+		go acceptAndClose(l)
+	}
+	res.Token = token
+	return res, nil
+}
+
+func acceptAndClose(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+	}
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("listener token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func (a *Node) closeListeners(token string) bool {
+	a.listeners.mu.Lock()
+	set, ok := a.listeners.sets[token]
+	delete(a.listeners.sets, token)
+	a.listeners.mu.Unlock()
+	if ok {
+		set.close()
+	}
+	return ok
+}
+
+// CloseProbeListeners closes the listeners of a token; an unknown token (already closed,
+// expired, or lost with an agent restart) is not an error.
+func (a *Node) CloseProbeListeners(ctx context.Context, req CloseRequest) error {
+	if err := a.checkNode(req.Node); err != nil {
+		return err
+	}
+	a.closeListeners(req.Token)
+	return nil
+}
+
+// DialPeers connects to every target from this node's own network namespace and measures
+// the connect time. A failed dial is a result, not an error.
+func (a *Node) DialPeers(ctx context.Context, req DialRequest) ([]netplan.PairResult, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return nil, err
+	}
+	timeout := req.Timeout
+	if timeout <= 0 || timeout > 10*time.Second {
+		timeout = 2 * time.Second
+	}
+	results := make([]netplan.PairResult, len(req.Targets))
+	sem := make(chan struct{}, dialParallelism)
+	var wg sync.WaitGroup
+	var nsErr error
+	var nsOnce sync.Once
+	for i, t := range req.Targets {
+		if t.Node == a.Name {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("target %s is this node's own", t.Addr), ErrBadRequest, nil)
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r := netplan.PairResult{From: a.Name, To: t.Node, Subnet: t.Subnet, Addr: t.Addr}
+			err := a.inNetNS(func() error {
+				start := time.Now()
+				d := net.Dialer{Timeout: timeout}
+				c, err := d.DialContext(ctx, "tcp", t.Addr.String())
+				if err != nil {
+					r.Error = dialError(err)
+					return nil
+				}
+				r.RTT = time.Since(start)
+				r.OK = true
+				return c.Close()
+			})
+			if err != nil {
+				nsOnce.Do(func() { nsErr = err })
+			}
+			results[i] = r
+		}()
+	}
+	wg.Wait()
+	if nsErr != nil {
+		return nil, nsErr
+	}
+	return results, nil
+}
+
+// dialError keeps the part of a dial error an operator acts on: "connection refused",
+// "network is unreachable", "i/o timeout".
+func dialError(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		inner := op.Err
+		var sys interface{ Unwrap() error }
+		if errors.As(inner, &sys) && sys.Unwrap() != nil {
+			return sys.Unwrap().Error()
+		}
+		return inner.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,138 @@
+// Package netplan decides, once for the whole cluster, which subnet every layer (Ray, vLLM,
+// c10d, NCCL, Gloo) uses, from facts measured on every node. It is pure: no I/O, so the
+// decision can be table-tested and recorded in workflow history.
+package netplan
+
+import (
+	"net/netip"
+	"time"
+)
+
+// NodeProbe is what a node agent reports about its node.
+type NodeProbe struct {
+	Node     string `json:"node"`
+	Hostname string `json:"hostname"`
+	BootID   string `json:"boot_id"`
+	Links    []Link `json:"links"`
+	// DefaultRoute is the route Ray's head auto-detection follows (towards 8.8.8.8).
+	DefaultRoute *DefaultRoute `json:"default_route,omitempty"`
+	RDMA         []RDMADevice  `json:"rdma,omitempty"`
+	Docker       DockerInfo    `json:"docker"`
+	GPUs         int           `json:"gpus"`
+	// GPUSource says where GPUs came from: "detected" or "spec".
+	GPUSource string `json:"gpu_source"`
+}
+
+// Link is one network interface.
+type Link struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"` // netlink type: device, veth, bridge, vlan, ...
+	MTU       int    `json:"mtu"`
+	OperState string `json:"oper_state"`
+	Up        bool   `json:"up"` // administratively up and carrier present
+	Loopback  bool   `json:"loopback,omitempty"`
+	MAC       string `json:"mac,omitempty"`
+	// SpeedMbps is from sysfs; 0 when the kernel does not report it (virtual links).
+	SpeedMbps int            `json:"speed_mbps,omitempty"`
+	Addrs     []netip.Prefix `json:"addrs,omitempty"`
+}
+
+// DefaultRoute is the interface and source address of the node's route to the internet.
+type DefaultRoute struct {
+	Interface string     `json:"interface"`
+	Source    netip.Addr `json:"source"`
+	Gateway   netip.Addr `json:"gateway,omitzero"`
+}
+
+// RDMADevice is an InfiniBand/RoCE device port and the netdev it maps to.
+type RDMADevice struct {
+	Name   string `json:"name"` // mlx5_0
+	Port   int    `json:"port"`
+	Netdev string `json:"netdev"`
+	State  string `json:"state"` // ACTIVE, DOWN
+}
+
+// DockerInfo reports whether the node's engine answered.
+type DockerInfo struct {
+	Reachable  bool   `json:"reachable"`
+	Version    string `json:"version,omitempty"`
+	APIVersion string `json:"api_version,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Addr returns the first address of the link inside subnet.
+func (l Link) Addr(subnet netip.Prefix) (netip.Prefix, bool) {
+	for _, a := range l.Addrs {
+		if subnet.Contains(a.Addr()) {
+			return a, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// Target is one address a node listens on for the reachability test.
+type Target struct {
+	Node   string         `json:"node"`
+	Subnet netip.Prefix   `json:"subnet"`
+	Addr   netip.AddrPort `json:"addr"`
+}
+
+// PairResult is one directed dial: From dialled To's address in Subnet.
+type PairResult struct {
+	From   string         `json:"from"`
+	To     string         `json:"to"`
+	Subnet netip.Prefix   `json:"subnet"`
+	Addr   netip.AddrPort `json:"addr"`
+	OK     bool           `json:"ok"`
+	RTT    time.Duration  `json:"rtt,omitempty"`
+	Error  string         `json:"error,omitempty"`
+}
+
+// Plan is the cluster's network decision and every setting derived from it.
+type Plan struct {
+	Subnet netip.Prefix `json:"subnet"`
+	Head   string       `json:"head"`
+	// RayAddress is the head's GCS address, RAY_ADDRESS for every node.
+	RayAddress string     `json:"ray_address"`
+	Nodes      []NodePlan `json:"nodes"`
+	// Decision lists every candidate subnet with its verdict and reason.
+	Decision []Candidate `json:"decision"`
+	// GPUs is the total the probes found (or the spec declared).
+	GPUs int `json:"gpus"`
+}
+
+// NodePlan is one node's share of the plan.
+type NodePlan struct {
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	Address   netip.Addr `json:"address"`
+	Interface string     `json:"interface"`
+	GPUs      int        `json:"gpus"`
+	// Env is the full environment for every container on the node.
+	Env map[string]string `json:"env"`
+}
+
+// Node returns the named node's plan.
+func (p Plan) Node(name string) (NodePlan, bool) {
+	for _, n := range p.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return NodePlan{}, false
+}
+
+// Verdicts.
+const (
+	Chosen   = "chosen"
+	Viable   = "reachable"
+	Rejected = "rejected"
+)
+
+// Candidate is one subnet considered by the planner.
+type Candidate struct {
+	Subnet  netip.Prefix `json:"subnet"`
+	Verdict string       `json:"verdict"`
+	Rank    int          `json:"rank,omitempty"`
+	Reason  string       `json:"reason"`
+}

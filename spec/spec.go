@@ -1,0 +1,306 @@
+// Package spec defines the cluster spec — the operator's one input — with strict parsing,
+// defaults, validation that reports every problem at once, and a stable hash.
+//
+// The same structure is read from YAML (files, the CLI) and JSON (the Temporal UI's Start
+// Workflow form): YAML is converted to JSON and decoded with the json tags, so the two forms
+// cannot drift apart.
+package spec
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Cluster is one model served across a set of GPU nodes.
+type Cluster struct {
+	Name     string   `json:"name"`
+	Image    string   `json:"image"`
+	Model    Model    `json:"model"`
+	Parallel Parallel `json:"parallel"`
+	// Executor is vLLM's distributed executor backend. Only "ray" is implemented; the field
+	// exists so vLLM's native multi-node mode (--nnodes/--node-rank) can be added without a
+	// spec change.
+	Executor string   `json:"executor,omitempty"`
+	Nodes    []Node   `json:"nodes"`
+	Network  Network  `json:"network,omitempty"`
+	Ports    Ports    `json:"ports,omitempty"`
+	HFCache  string   `json:"hf_cache,omitempty"`
+	Secrets  Secrets  `json:"secrets,omitempty"`
+	Timeouts Timeouts `json:"timeouts,omitempty"`
+	// ImageMismatch says what to do when nodes hold different image IDs under the same
+	// reference: "fail" (default) or "warn".
+	ImageMismatch string `json:"image_mismatch,omitempty"`
+	// SmokeTest asks for one completion before the deploy is declared serving.
+	SmokeTest bool `json:"smoke_test,omitempty"`
+}
+
+// Model is what vLLM serves.
+type Model struct {
+	// Path is a path inside the container or a Hugging Face model name.
+	Path       string   `json:"path"`
+	ServedName string   `json:"served_name,omitempty"`
+	ExtraArgs  []string `json:"extra_args,omitempty"`
+}
+
+// Parallel holds vLLM's parallelism sizes; Tensor x Pipeline GPUs are needed in all.
+type Parallel struct {
+	Tensor   int `json:"tensor"`
+	Pipeline int `json:"pipeline,omitempty"`
+}
+
+// Node is one GPU machine with its node agent.
+type Node struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// DockerHost is the node's engine address as seen from its agent:
+	// unix:///var/run/docker.sock (default), tcp://host:2376, ssh://user@host.
+	DockerHost string `json:"docker_host,omitempty"`
+	// GPUs, when set, is the node's GPU count; when zero the agent detects it.
+	GPUs int `json:"gpus,omitempty"`
+	// Interfaces are interface-name globs preferred on this node (names differ per node).
+	Interfaces []string `json:"interfaces,omitempty"`
+	// Env is extra environment for every container on this node.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Network holds the operator's preferences for the subnet choice.
+type Network struct {
+	PreferCIDRs       []string `json:"prefer_cidrs,omitempty"`
+	ExcludeCIDRs      []string `json:"exclude_cidrs,omitempty"`
+	PreferInterfaces  []string `json:"prefer_interfaces,omitempty"`
+	ExcludeInterfaces []string `json:"exclude_interfaces,omitempty"`
+}
+
+// Ports are the TCP ports the deployment listens on (host networking).
+type Ports struct {
+	VLLM      int `json:"vllm,omitempty"`
+	Ray       int `json:"ray,omitempty"`
+	Dashboard int `json:"dashboard,omitempty"`
+}
+
+// Secrets are references resolved on the node, never values.
+type Secrets struct {
+	HFToken *SecretRef `json:"hf_token,omitempty"`
+}
+
+// SecretRef names where a node agent finds a secret: an environment variable of the agent
+// or a file on the node. Exactly one is set.
+type SecretRef struct {
+	Env  string `json:"env,omitempty"`
+	File string `json:"file,omitempty"`
+}
+
+// Timeouts bound each deploy step. Zero means the default.
+type Timeouts struct {
+	// NodeAgent is how long a node's task may wait for its agent to pick it up: it is
+	// what turns "agent down" into an error in seconds.
+	NodeAgent Duration `json:"node_agent,omitempty"`
+	Probe     Duration `json:"probe,omitempty"`
+	Preflight Duration `json:"preflight,omitempty"`
+	RayStart  Duration `json:"ray_start,omitempty"`
+	Placement Duration `json:"placement,omitempty"`
+	Launch    Duration `json:"launch,omitempty"`
+	Serving   Duration `json:"serving,omitempty"`
+	Teardown  Duration `json:"teardown,omitempty"`
+}
+
+// Roles.
+const (
+	RoleHead   = "head"
+	RoleWorker = "worker"
+)
+
+// Defaults.
+const (
+	DefaultExecutor      = "ray"
+	DefaultVLLMPort      = 8000
+	DefaultRayPort       = 6379
+	DefaultDashboardPort = 8265
+	DefaultDockerHost    = "unix:///var/run/docker.sock"
+	DefaultHFCache       = "/root/.cache/huggingface"
+)
+
+// DefaultTimeouts are used for every timeout the spec leaves at zero.
+var DefaultTimeouts = Timeouts{
+	NodeAgent: Duration(10 * time.Second),
+	Probe:     Duration(30 * time.Second),
+	Preflight: Duration(30 * time.Second),
+	RayStart:  Duration(2 * time.Minute),
+	Placement: Duration(2 * time.Minute),
+	Launch:    Duration(2 * time.Minute),
+	Serving:   Duration(30 * time.Minute),
+	Teardown:  Duration(2 * time.Minute),
+}
+
+// Parse decodes a YAML or JSON spec strictly (unknown fields and duplicate keys are errors),
+// applies defaults and validates it.
+func Parse(data []byte) (Cluster, error) {
+	var c Cluster
+	if len(bytes.TrimSpace(data)) == 0 {
+		return c, fmt.Errorf("spec is empty")
+	}
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return Cluster{}, fmt.Errorf("parse spec: %s", cleanDecodeError(err))
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return Cluster{}, err
+	}
+	return c, nil
+}
+
+// cleanDecodeError drops the library's layered prefixes so the operator sees the field.
+func cleanDecodeError(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+		msg = strings.ReplaceAll(msg, p, "")
+	}
+	return msg
+}
+
+// WithDefaults returns a copy with every unset optional field given its default.
+func (c Cluster) WithDefaults() Cluster {
+	if c.Executor == "" {
+		c.Executor = DefaultExecutor
+	}
+	if c.Parallel.Pipeline == 0 {
+		c.Parallel.Pipeline = 1
+	}
+	if c.Model.ServedName == "" {
+		c.Model.ServedName = c.Model.Path
+	}
+	if c.Ports.VLLM == 0 {
+		c.Ports.VLLM = DefaultVLLMPort
+	}
+	if c.Ports.Ray == 0 {
+		c.Ports.Ray = DefaultRayPort
+	}
+	if c.Ports.Dashboard == 0 {
+		c.Ports.Dashboard = DefaultDashboardPort
+	}
+	if c.HFCache == "" {
+		c.HFCache = DefaultHFCache
+	}
+	if c.ImageMismatch == "" {
+		c.ImageMismatch = "fail"
+	}
+	c.Timeouts = c.Timeouts.withDefaults()
+	nodes := make([]Node, len(c.Nodes))
+	for i, n := range c.Nodes {
+		if n.DockerHost == "" {
+			n.DockerHost = DefaultDockerHost
+		}
+		nodes[i] = n
+	}
+	c.Nodes = nodes
+	return c
+}
+
+func (t Timeouts) withDefaults() Timeouts {
+	d := DefaultTimeouts
+	pick := func(v, def Duration) Duration {
+		if v == 0 {
+			return def
+		}
+		return v
+	}
+	return Timeouts{
+		NodeAgent: pick(t.NodeAgent, d.NodeAgent),
+		Probe:     pick(t.Probe, d.Probe),
+		Preflight: pick(t.Preflight, d.Preflight),
+		RayStart:  pick(t.RayStart, d.RayStart),
+		Placement: pick(t.Placement, d.Placement),
+		Launch:    pick(t.Launch, d.Launch),
+		Serving:   pick(t.Serving, d.Serving),
+		Teardown:  pick(t.Teardown, d.Teardown),
+	}
+}
+
+// Head returns the head node. Valid specs have exactly one.
+func (c Cluster) Head() Node {
+	for _, n := range c.Nodes {
+		if n.Role == RoleHead {
+			return n
+		}
+	}
+	return Node{}
+}
+
+// Node returns the named node.
+func (c Cluster) Node(name string) (Node, bool) {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// WorldSize is the number of GPUs vLLM needs: tensor x pipeline.
+func (c Cluster) WorldSize() int { return c.Parallel.Tensor * max(c.Parallel.Pipeline, 1) }
+
+// Hash is a stable digest of the defaulted spec; equal specs have equal hashes, so a
+// container labelled with it can be adopted instead of replaced.
+func (c Cluster) Hash() string {
+	b, err := json.Marshal(c.WithDefaults())
+	if err != nil {
+		// Cluster holds only strings, numbers, slices and maps: Marshal cannot fail.
+		panic(fmt.Sprintf("spec: marshal for hash: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s", "2m") in YAML and JSON.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string such as "90s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"30s\" or \"2m\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: want a form like \"30s\" or \"2m\"", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ParseCIDRs parses the network preferences; Validate has already rejected bad ones.
+func ParseCIDRs(cidrs []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, s := range cidrs {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,165 @@
+package spec
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+const validYAML = `
+name: lab
+image: tpdeploy/sim:dev
+model: {path: /models/tiny, served_name: tiny}
+parallel: {tensor: 2}
+nodes:
+  - {name: node-a, role: head, gpus: 1}
+  - {name: node-b, role: worker, gpus: 1}
+`
+
+func TestParseAppliesDefaults(t *testing.T) {
+	c, err := Parse([]byte(validYAML))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if c.Executor != "ray" || c.Parallel.Pipeline != 1 || c.Ports.VLLM != 8000 || c.Ports.Ray != 6379 {
+		t.Errorf("defaults not applied: executor=%q pipeline=%d ports=%+v", c.Executor, c.Parallel.Pipeline, c.Ports)
+	}
+	if c.Nodes[1].DockerHost != DefaultDockerHost {
+		t.Errorf("docker_host default = %q", c.Nodes[1].DockerHost)
+	}
+	if c.Timeouts.NodeAgent.D() != 10*time.Second || c.Timeouts.Serving.D() != 30*time.Minute {
+		t.Errorf("timeouts default = %+v", c.Timeouts)
+	}
+	if c.Head().Name != "node-a" || c.WorldSize() != 2 {
+		t.Errorf("head=%q world=%d", c.Head().Name, c.WorldSize())
+	}
+}
+
+func TestParseJSONEqualsYAML(t *testing.T) {
+	y, err := Parse([]byte(validYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Parse([]byte(`{"name":"lab","image":"tpdeploy/sim:dev","model":{"path":"/models/tiny","served_name":"tiny"},
+		"parallel":{"tensor":2},"nodes":[{"name":"node-a","role":"head","gpus":1},{"name":"node-b","role":"worker","gpus":1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y.Hash() != j.Hash() {
+		t.Errorf("YAML and JSON forms of one spec hash differently: %s vs %s", y.Hash(), j.Hash())
+	}
+	j.Parallel.Tensor = 1
+	if y.Hash() == j.Hash() {
+		t.Error("a changed spec kept its hash")
+	}
+}
+
+func TestExamplesParse(t *testing.T) {
+	for _, f := range []string{"../examples/seed.yaml", "../examples/lab.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Parse(data); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // every one must appear in the error
+	}{
+		{"empty", ``, []string{"spec is empty"}},
+		{"unknown field", validYAML + "colour: blue\n", []string{`unknown field "colour"`}},
+		{"unknown nested field", strings.Replace(validYAML, "served_name: tiny", "served_name: tiny, tp: 2", 1), []string{`unknown field "tp"`}},
+		{"duplicate key", validYAML + "name: other\n", []string{`"name"`}},
+		{"not yaml", "name: [unclosed", []string{"parse spec"}},
+		{"bad duration", validYAML + "timeouts: {probe: 5}\n", []string{"duration must be a string"}},
+		{"bad duration text", validYAML + "timeouts: {probe: soon}\n", []string{`duration "soon"`}},
+		{"wrong type", strings.Replace(validYAML, "tensor: 2", "tensor: two", 1), []string{"parse spec"}},
+		{"bad cluster name", strings.Replace(validYAML, "name: lab", `name: "bad cluster!"`, 1),
+			[]string{`name: "bad cluster!" must match [a-z0-9-]+`}},
+		{"duplicate node", strings.Replace(validYAML, "name: node-b", "name: node-a", 1),
+			[]string{`nodes[1].name: duplicate "node-a"`}},
+		{"too few gpus", strings.Replace(validYAML, "tensor: 2", "tensor: 8", 1),
+			[]string{"parallel: tensor 8 x pipeline 1 = 8 GPUs, nodes provide 2"}},
+		{"no head", strings.Replace(validYAML, "role: head", "role: worker", 1), []string{"nodes: no node has role head"}},
+		{"two heads", strings.Replace(validYAML, "role: worker", "role: head", 1), []string{"nodes: 2 nodes have role head"}},
+		{"bad role", strings.Replace(validYAML, "role: worker", "role: boss", 1), []string{`nodes[1].role: "boss" must be head or worker`}},
+		{"no nodes", "name: lab\nimage: x\nmodel: {path: m}\nparallel: {tensor: 1}\n", []string{"nodes: at least one node"}},
+		{"missing model and image", "name: lab\nparallel: {tensor: 1}\nnodes: [{name: a, role: head}]\n",
+			[]string{"image: required", "model.path: required"}},
+		{"native executor", validYAML + "executor: mp\n", []string{`executor: "mp" (vLLM's native multi-node mode) is not supported yet`}},
+		{"managed extra arg", strings.Replace(validYAML, "served_name: tiny", "served_name: tiny, extra_args: [--tensor-parallel-size=4]", 1),
+			[]string{"model.extra_args[0]: --tensor-parallel-size is set by tpdeploy from parallel.tensor"}},
+		{"planned env", strings.Replace(validYAML, "gpus: 1}\n  - {name: node-b", "gpus: 1, env: {NCCL_SOCKET_IFNAME: eth0}}\n  - {name: node-b", 1),
+			[]string{"nodes[0].env.NCCL_SOCKET_IFNAME: is set per node"}},
+		{"secret value in env", strings.Replace(validYAML, "gpus: 1}\n  - {name: node-b", "gpus: 1, env: {HF_TOKEN: hf_abc}}\n  - {name: node-b", 1),
+			[]string{"nodes[0].env.HF_TOKEN: secret values do not belong in the spec"}},
+		{"secret ref both", validYAML + "secrets: {hf_token: {env: HF_TOKEN, file: /x}}\n", []string{"secrets.hf_token: set only one"}},
+		{"secret ref token pasted", validYAML + "secrets: {hf_token: {env: hf_ABC-123}}\n", []string{"secrets.hf_token.env"}},
+		{"bad cidr", validYAML + "network: {prefer_cidrs: [192.168.200.0/33]}\n", []string{"network.prefer_cidrs[0]"}},
+		{"prefer and exclude", validYAML + "network: {prefer_cidrs: [10.0.0.0/8], exclude_cidrs: [10.0.0.0/8]}\n", []string{"is also excluded"}},
+		{"bad glob", validYAML + "network: {exclude_interfaces: ['[eth']}\n", []string{"network.exclude_interfaces[0]"}},
+		{"port clash", validYAML + "ports: {vllm: 6379}\n", []string{"ports.ray: 6379 is also ports.vllm"}},
+		{"port range", validYAML + "ports: {vllm: 70000}\n", []string{"ports.vllm: 70000 is not a TCP port"}},
+		{"docker host scheme", strings.Replace(validYAML, "role: worker, gpus: 1", "role: worker, gpus: 1, docker_host: 'http://x'", 1),
+			[]string{"nodes[1].docker_host"}},
+		{"negative timeout", validYAML + "timeouts: {probe: -5s}\n", []string{"timeouts.probe"}},
+		{"bad image", strings.Replace(validYAML, "image: tpdeploy/sim:dev", "image: 'Not An Image'", 1), []string{"image: \"Not An Image\""}},
+		{"several at once", "name: Bad\nimage: x\nmodel: {path: m}\nparallel: {tensor: 0}\nnodes: [{name: a, role: head}, {name: a, role: head}]\n",
+			[]string{"name:", "parallel.tensor", `nodes[1].name: duplicate "a"`, "2 nodes have role head"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("Parse accepted:\n%s", tt.yaml)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestValidationErrorIsTyped(t *testing.T) {
+	_, err := Parse([]byte(strings.Replace(validYAML, "name: lab", "name: LAB", 1)))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != "name" {
+		t.Fatalf("want one ValidationError problem on name, got %#v", err)
+	}
+}
+
+func TestGPUCheckWaitsForDetection(t *testing.T) {
+	// A node without a declared GPU count is detected at probe time, so the spec alone
+	// cannot prove the cluster too small.
+	y := strings.Replace(strings.Replace(validYAML, "tensor: 2", "tensor: 16", 1), "role: worker, gpus: 1", "role: worker", 1)
+	if _, err := Parse([]byte(y)); err != nil {
+		t.Fatalf("undeclared GPU count rejected: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(validYAML))
+	f.Add([]byte(`{"name":"x","nodes":[{"name":"a","role":"head","gpus":-1}],"timeouts":{"probe":"1s"}}`))
+	f.Add([]byte("name: [\n"))
+	f.Add([]byte("parallel: {tensor: 9223372036854775807, pipeline: 9223372036854775807}\nnodes: [{name: a, role: head, gpus: 1}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			return
+		}
+		// Whatever is accepted must be complete enough to deploy.
+		if c.Head().Name == "" || c.Parallel.Tensor < 1 || c.Image == "" || c.Hash() == "" {
+			t.Fatalf("accepted an incomplete spec: %+v", c)
+		}
+	})
+}

@@ -1,0 +1,330 @@
+package spec
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// FieldError is one problem with the spec, at a field path such as "nodes[1].name".
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (e FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// ValidationError lists every problem found in a spec.
+type ValidationError struct {
+	Problems []FieldError `json:"problems"`
+}
+
+func (e *ValidationError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.Error()
+	}
+	if len(lines) == 1 {
+		return "invalid spec: " + lines[0]
+	}
+	return fmt.Sprintf("invalid spec (%d problems):\n  %s", len(lines), strings.Join(lines, "\n  "))
+}
+
+var (
+	clusterNameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
+	// Node names become task-queue and container-name parts; hostnames fit.
+	nodeNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
+	envKeyRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// A pragmatic image reference check: [registry[:port]/]path[:tag][@digest].
+	imageRE = regexp.MustCompile(`^[a-z0-9]+([._-]{1,2}[a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]{1,2}[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
+)
+
+// plannedEnv are the variables the plan derives per node. Letting a node's env override
+// them would bring back the hand-tuning this tool exists to remove.
+var plannedEnv = map[string]string{
+	"VLLM_HOST_IP":       "the plan's address for the node",
+	"NCCL_SOCKET_IFNAME": "the plan's interface (use network.prefer_interfaces or nodes[].interfaces)",
+	"GLOO_SOCKET_IFNAME": "the plan's interface (use network.prefer_interfaces or nodes[].interfaces)",
+	"TP_SOCKET_IFNAME":   "the plan's interface (use network.prefer_interfaces or nodes[].interfaces)",
+	"NCCL_IB_HCA":        "the plan's RDMA devices",
+	"RAY_ADDRESS":        "the plan's head address",
+}
+
+// secretEnv are variables that carry secret values; they belong in secrets as references.
+var secretEnv = map[string]bool{"HF_TOKEN": true, "HUGGING_FACE_HUB_TOKEN": true}
+
+// maxParallel bounds each parallel size far above any real cluster, so products cannot overflow.
+const maxParallel = 4096
+
+// managedArgs are vLLM flags tpdeploy sets from the spec's own fields.
+var managedArgs = map[string]string{
+	"--tensor-parallel-size":         "parallel.tensor",
+	"-tp":                            "parallel.tensor",
+	"--pipeline-parallel-size":       "parallel.pipeline",
+	"-pp":                            "parallel.pipeline",
+	"--distributed-executor-backend": "executor",
+	"--host":                         "the plan (0.0.0.0)",
+	"--port":                         "ports.vllm",
+	"--served-model-name":            "model.served_name",
+}
+
+// Validate reports every problem in a defaulted spec at once, each with its field path.
+func (c Cluster) Validate() error {
+	var v validator
+	v.name(c.Name)
+	if c.Image == "" {
+		v.add("image", "required (the vLLM image present on every node, e.g. vllm/vllm-openai:v0.17.0)")
+	} else if !imageRE.MatchString(c.Image) {
+		v.add("image", fmt.Sprintf("%q is not an image reference", c.Image))
+	}
+	v.model(c.Model)
+	v.parallel(c)
+	switch c.Executor {
+	case "ray":
+	case "mp", "native":
+		v.add("executor", fmt.Sprintf("%q (vLLM's native multi-node mode) is not supported yet; use \"ray\"", c.Executor))
+	default:
+		v.add("executor", fmt.Sprintf("unknown executor %q; supported: ray", c.Executor))
+	}
+	v.nodes(c.Nodes)
+	v.network(c.Network)
+	v.ports(c.Ports)
+	if c.HFCache != "" && !strings.HasPrefix(c.HFCache, "/") {
+		v.add("hf_cache", fmt.Sprintf("%q must be an absolute path on the node", c.HFCache))
+	}
+	if ref := c.Secrets.HFToken; ref != nil {
+		switch {
+		case ref.Env == "" && ref.File == "":
+			v.add("secrets.hf_token", "set exactly one of env (a variable of the node agent) or file (a path on the node)")
+		case ref.Env != "" && ref.File != "":
+			v.add("secrets.hf_token", "set only one of env and file")
+		case ref.Env != "" && !envKeyRE.MatchString(ref.Env):
+			v.add("secrets.hf_token.env", fmt.Sprintf("%q is not an environment variable name (give the name, not the token)", ref.Env))
+		case ref.File != "" && !strings.HasPrefix(ref.File, "/"):
+			v.add("secrets.hf_token.file", fmt.Sprintf("%q must be an absolute path on the node", ref.File))
+		}
+	}
+	switch c.ImageMismatch {
+	case "fail", "warn":
+	default:
+		v.add("image_mismatch", fmt.Sprintf("%q must be \"fail\" or \"warn\"", c.ImageMismatch))
+	}
+	v.timeouts(c.Timeouts)
+	return v.err()
+}
+
+type validator struct{ problems []FieldError }
+
+func (v *validator) add(field, msg string) {
+	v.problems = append(v.problems, FieldError{Field: field, Message: msg})
+}
+
+func (v *validator) err() error {
+	if len(v.problems) == 0 {
+		return nil
+	}
+	return &ValidationError{Problems: v.problems}
+}
+
+func (v *validator) name(name string) {
+	switch {
+	case name == "":
+		v.add("name", "required")
+	case !clusterNameRE.MatchString(name):
+		v.add("name", fmt.Sprintf("%q must match [a-z0-9-]+", name))
+	case len(name) > 40:
+		v.add("name", fmt.Sprintf("%q is longer than 40 characters", name))
+	}
+}
+
+func (v *validator) model(m Model) {
+	if strings.TrimSpace(m.Path) == "" {
+		v.add("model.path", "required (a path in the container or a Hugging Face model name)")
+	}
+	for i, a := range m.ExtraArgs {
+		flag, _, _ := strings.Cut(a, "=")
+		if field, ok := managedArgs[flag]; ok {
+			v.add(fmt.Sprintf("model.extra_args[%d]", i), fmt.Sprintf("%s is set by tpdeploy from %s", flag, field))
+		}
+	}
+}
+
+func (v *validator) parallel(c Cluster) {
+	if c.Parallel.Tensor < 1 {
+		v.add("parallel.tensor", fmt.Sprintf("%d must be at least 1", c.Parallel.Tensor))
+	}
+	if c.Parallel.Pipeline < 1 {
+		v.add("parallel.pipeline", fmt.Sprintf("%d must be at least 1", c.Parallel.Pipeline))
+	}
+	if c.Parallel.Tensor > maxParallel {
+		v.add("parallel.tensor", fmt.Sprintf("%d is more than %d", c.Parallel.Tensor, maxParallel))
+	}
+	if c.Parallel.Pipeline > maxParallel {
+		v.add("parallel.pipeline", fmt.Sprintf("%d is more than %d", c.Parallel.Pipeline, maxParallel))
+	}
+	if c.Parallel.Tensor < 1 || c.Parallel.Pipeline < 1 || c.Parallel.Tensor > maxParallel || c.Parallel.Pipeline > maxParallel {
+		return
+	}
+	// GPU counts left to detection are checked after the probe; here only a declared total.
+	declared := 0
+	for _, n := range c.Nodes {
+		if n.GPUs <= 0 {
+			return
+		}
+		declared += n.GPUs
+	}
+	if need := c.WorldSize(); len(c.Nodes) > 0 && need > declared {
+		v.add("parallel", fmt.Sprintf("tensor %d x pipeline %d = %d GPUs, nodes provide %d",
+			c.Parallel.Tensor, c.Parallel.Pipeline, need, declared))
+	}
+}
+
+func (v *validator) nodes(nodes []Node) {
+	if len(nodes) == 0 {
+		v.add("nodes", "at least one node is required")
+		return
+	}
+	seen := map[string]int{}
+	heads := 0
+	for i, n := range nodes {
+		at := fmt.Sprintf("nodes[%d]", i)
+		switch {
+		case n.Name == "":
+			v.add(at+".name", "required")
+		case !nodeNameRE.MatchString(n.Name):
+			v.add(at+".name", fmt.Sprintf("%q must be lower-case letters, digits, '-' and '.'", n.Name))
+		default:
+			if _, dup := seen[n.Name]; dup {
+				v.add(at+".name", fmt.Sprintf("duplicate %q", n.Name))
+			} else {
+				seen[n.Name] = i
+			}
+		}
+		switch n.Role {
+		case RoleHead:
+			heads++
+		case RoleWorker:
+		case "":
+			v.add(at+".role", "required: head or worker")
+		default:
+			v.add(at+".role", fmt.Sprintf("%q must be head or worker", n.Role))
+		}
+		if n.GPUs < 0 || n.GPUs > maxParallel {
+			v.add(at+".gpus", fmt.Sprintf("%d must be between 0 (detect) and %d", n.GPUs, maxParallel))
+		}
+		if err := checkDockerHost(n.DockerHost); err != nil {
+			v.add(at+".docker_host", err.Error())
+		}
+		for j, g := range n.Interfaces {
+			if _, err := path.Match(g, ""); err != nil || g == "" {
+				v.add(fmt.Sprintf("%s.interfaces[%d]", at, j), fmt.Sprintf("%q is not a valid glob", g))
+			}
+		}
+		for _, k := range sortedKeys(n.Env) {
+			field := fmt.Sprintf("%s.env.%s", at, k)
+			switch {
+			case !envKeyRE.MatchString(k):
+				v.add(field, "not a valid environment variable name")
+			case plannedEnv[k] != "":
+				v.add(field, "is set per node from "+plannedEnv[k])
+			case secretEnv[k]:
+				v.add(field, "secret values do not belong in the spec; use secrets.hf_token with env or file")
+			}
+		}
+	}
+	switch {
+	case heads == 0:
+		v.add("nodes", "no node has role head; exactly one must")
+	case heads > 1:
+		v.add("nodes", fmt.Sprintf("%d nodes have role head; exactly one must", heads))
+	}
+}
+
+func checkDockerHost(h string) error {
+	if h == "" {
+		return nil
+	}
+	u, err := url.Parse(h)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %v", h, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		if u.Path == "" {
+			return fmt.Errorf("%q has no socket path", h)
+		}
+	case "tcp", "ssh":
+		if u.Host == "" {
+			return fmt.Errorf("%q has no host", h)
+		}
+	default:
+		return fmt.Errorf("%q: scheme must be unix, tcp or ssh", h)
+	}
+	return nil
+}
+
+func (v *validator) network(n Network) {
+	cidrs := func(field string, list []string) map[netip.Prefix]bool {
+		set := map[netip.Prefix]bool{}
+		for i, s := range list {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("%q is not a CIDR such as 192.168.200.0/24", s))
+				continue
+			}
+			set[p.Masked()] = true
+		}
+		return set
+	}
+	prefer := cidrs("network.prefer_cidrs", n.PreferCIDRs)
+	exclude := cidrs("network.exclude_cidrs", n.ExcludeCIDRs)
+	for i, s := range n.PreferCIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil && exclude[p.Masked()] && prefer[p.Masked()] {
+			v.add(fmt.Sprintf("network.prefer_cidrs[%d]", i), fmt.Sprintf("%s is also excluded", s))
+		}
+	}
+	globs := func(field string, list []string) {
+		for i, g := range list {
+			if _, err := path.Match(g, ""); err != nil || g == "" {
+				v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("%q is not a valid glob", g))
+			}
+		}
+	}
+	globs("network.prefer_interfaces", n.PreferInterfaces)
+	globs("network.exclude_interfaces", n.ExcludeInterfaces)
+}
+
+func (v *validator) ports(p Ports) {
+	seen := map[int]string{}
+	for _, f := range []struct {
+		name string
+		port int
+	}{{"ports.vllm", p.VLLM}, {"ports.ray", p.Ray}, {"ports.dashboard", p.Dashboard}} {
+		if f.port < 1 || f.port > 65535 {
+			v.add(f.name, fmt.Sprintf("%d is not a TCP port (1-65535)", f.port))
+			continue
+		}
+		if other, dup := seen[f.port]; dup {
+			v.add(f.name, fmt.Sprintf("%d is also %s", f.port, other))
+		}
+		seen[f.port] = f.name
+	}
+}
+
+func (v *validator) timeouts(t Timeouts) {
+	for _, f := range []struct {
+		name string
+		d    Duration
+	}{
+		{"node_agent", t.NodeAgent}, {"probe", t.Probe}, {"preflight", t.Preflight},
+		{"ray_start", t.RayStart}, {"placement", t.Placement}, {"launch", t.Launch},
+		{"serving", t.Serving}, {"teardown", t.Teardown},
+	} {
+		if f.d < 0 {
+			v.add("timeouts."+f.name, fmt.Sprintf("%s must be positive", f.d.D()))
+		}
+	}
+}

@@ -1,0 +1,488 @@
+// Package workflows holds tpdeploy's Temporal workflows. Workflow code is deterministic:
+// every side effect is an activity, every decision is recorded in history.
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// DeployWorkflowID is the one workflow ID a cluster's deploy runs under, whatever started
+// it, so two deploys of one cluster can never run at once.
+func DeployWorkflowID(cluster string) string { return "tpdeploy-deploy-" + cluster }
+
+// PlanWorkflowID is the ID of a cluster's dry-run plan.
+func PlanWorkflowID(cluster string) string { return "tpdeploy-plan-" + cluster }
+
+// TeardownWorkflowID is the ID of a cluster's teardown.
+func TeardownWorkflowID(cluster string) string { return "tpdeploy-teardown-" + cluster }
+
+// DeployRequest is DeployCluster's one input: a JSON object the Temporal UI's Start
+// Workflow form accepts as it is.
+type DeployRequest struct {
+	Spec spec.Cluster `json:"spec"`
+	// Trigger says who started the deploy (cli, ui, schedule, recovery); for the record only.
+	Trigger string `json:"trigger,omitempty"`
+	// ReportEvery is how often the serving watch reports progress to the workflow
+	// (default 10s).
+	ReportEvery spec.Duration `json:"report_every,omitempty"`
+}
+
+// DeployResult is a serving deployment.
+type DeployResult struct {
+	Cluster      string                    `json:"cluster"`
+	DeploymentID string                    `json:"deployment_id"`
+	Endpoint     string                    `json:"endpoint"`
+	Plan         netplan.Plan              `json:"plan"`
+	Containers   []activities.ContainerRef `json:"containers"`
+	Steps        []StepTiming              `json:"steps"`
+	Warnings     []string                  `json:"warnings,omitempty"`
+}
+
+// StepTiming is how long one step took.
+type StepTiming struct {
+	Step     string        `json:"step"`
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration"`
+	Error    string        `json:"error,omitempty"`
+}
+
+// Phases, in order.
+const (
+	PhaseValidating   = "validating"
+	PhaseProbing      = "probing"
+	PhaseReachability = "testing reachability"
+	PhasePlanning     = "planning"
+	PhasePreflight    = "preflight"
+	PhaseRayHead      = "starting ray head"
+	PhaseRayWorkers   = "joining ray workers"
+	PhasePlacement    = "checking placement"
+	PhaseLaunch       = "launching vllm"
+	PhaseServing      = "waiting until serving"
+	PhaseServed       = "serving"
+	PhaseCompensating = "compensating"
+	PhaseFailed       = "failed"
+)
+
+// Query names.
+const (
+	QueryPhase    = "phase"
+	QueryPlan     = "plan"
+	QueryProgress = "progress"
+	QueryState    = "state"
+)
+
+// State is everything the deploy knows, exposed by the "state" query.
+type State struct {
+	Phase         string                     `json:"phase"`
+	Details       string                     `json:"details"`
+	Plan          *netplan.Plan              `json:"plan,omitempty"`
+	Progress      activities.ServingProgress `json:"progress"`
+	Steps         []StepTiming               `json:"steps"`
+	Containers    []activities.ContainerRef  `json:"containers,omitempty"`
+	Compensations []string                   `json:"compensations,omitempty"`
+	Warnings      []string                   `json:"warnings,omitempty"`
+	Error         string                     `json:"error,omitempty"`
+}
+
+// na names the node agent's activities; only its method names and signatures are used.
+var na *activities.Node
+
+// DeployCluster deploys one model across the spec's nodes: probe → reachability → plan →
+// preflight → Ray head → Ray workers → placement → vLLM → serving. A failure or a cancel
+// runs the compensations of the steps taken so far, last first.
+func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error) {
+	d := newDeployment(ctx, req)
+	if err := d.registerQueries(ctx); err != nil {
+		return DeployResult{}, err
+	}
+	err := d.run(ctx)
+	if err == nil {
+		d.setPhase(ctx, PhaseServed, fmt.Sprintf("serving %s at %s", d.spec.Model.ServedName, d.result.Endpoint))
+		d.result.Steps = d.state.Steps
+		d.result.Containers = d.state.Containers
+		d.result.Warnings = d.state.Warnings
+		return d.result, nil
+	}
+	var se *stepError
+	if !errors.As(err, &se) {
+		se = &stepError{Step: d.state.Phase, Type: "Internal", Msg: err.Error()}
+	}
+	d.setPhase(ctx, PhaseCompensating, fmt.Sprintf("%s failed (%s); compensating", se.Step, se.Type))
+	compErr := d.saga.compensate(ctx)
+	d.state.Compensations = d.saga.ran
+	failure := toFailure(se, compErr)
+	d.state.Error = failure.Error()
+	d.setPhase(ctx, PhaseFailed, failure.Error())
+	if se.Type == activities.ErrCanceled && compErr == nil {
+		return DeployResult{}, temporal.NewCanceledError(d.saga.ran)
+	}
+	return DeployResult{}, failure
+}
+
+// deployment is one run of DeployCluster.
+type deployment struct {
+	spec   spec.Cluster
+	req    DeployRequest
+	id     string
+	state  State
+	saga   saga
+	result DeployResult
+	probes []netplan.NodeProbe
+	matrix []netplan.PairResult
+}
+
+func newDeployment(ctx workflow.Context, req DeployRequest) *deployment {
+	c := req.Spec.WithDefaults()
+	return &deployment{
+		spec:  c,
+		req:   req,
+		id:    workflow.GetInfo(ctx).WorkflowExecution.RunID,
+		state: State{Phase: PhaseValidating},
+	}
+}
+
+func (d *deployment) registerQueries(ctx workflow.Context) error {
+	for name, h := range map[string]any{
+		QueryPhase:    func() (string, error) { return d.state.Phase, nil },
+		QueryPlan:     func() (*netplan.Plan, error) { return d.state.Plan, nil },
+		QueryProgress: func() (activities.ServingProgress, error) { return d.state.Progress, nil },
+		QueryState:    func() (State, error) { return d.state, nil },
+	} {
+		if err := workflow.SetQueryHandler(ctx, name, h); err != nil {
+			return fmt.Errorf("register query %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (d *deployment) run(ctx workflow.Context) error {
+	if err := d.spec.Validate(); err != nil {
+		return &stepError{Step: "validate spec", Type: ErrSpecInvalid, Msg: err.Error()}
+	}
+	d.result = DeployResult{Cluster: d.spec.Name, DeploymentID: d.id}
+	plan, err := planCluster(ctx, d.spec, d)
+	if err != nil {
+		return err
+	}
+	d.state.Plan = &plan
+	d.result.Plan = plan
+	for _, step := range []func(workflow.Context) error{
+		d.preflight, d.startHead, d.joinWorkers, d.checkPlacement, d.launch, d.waitServing,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setPhase keeps the phase, the UI's current details and the log in step.
+func (d *deployment) setPhase(ctx workflow.Context, phase, details string) {
+	d.state.Phase = phase
+	d.state.Details = details
+	workflow.SetCurrentDetails(ctx, details)
+	workflow.GetLogger(ctx).Info(details, "phase", phase, "cluster", d.spec.Name)
+}
+
+// step times fn under a phase and records it.
+func (d *deployment) step(ctx workflow.Context, phase, details string, fn func() error) error {
+	d.setPhase(ctx, phase, details)
+	t := StepTiming{Step: phase, Started: workflow.Now(ctx)}
+	err := fn()
+	t.Duration = workflow.Now(ctx).Sub(t.Started)
+	if err != nil {
+		t.Error = err.Error()
+	}
+	d.state.Steps = append(d.state.Steps, t)
+	return err
+}
+
+// stepOptions are the timeouts and retries of one kind of node step.
+type stepOptions struct {
+	startToClose time.Duration
+	heartbeat    time.Duration
+	attempts     int32
+	// agentWait overrides the spec's node_agent wait where an agent restart mid-step is
+	// expected (the long serving watch).
+	agentWait time.Duration
+}
+
+// onNode returns ctx set to run an activity on node's own task queue.
+func (d *deployment) onNode(ctx workflow.Context, node, summary string, o stepOptions) workflow.Context {
+	wait := d.spec.Timeouts.NodeAgent.D()
+	if o.agentWait > 0 {
+		wait = o.agentWait
+	}
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              activities.NodeQueue(node),
+		ScheduleToStartTimeout: wait,
+		StartToCloseTimeout:    o.startToClose,
+		HeartbeatTimeout:       o.heartbeat,
+		// Container steps must finish or acknowledge a cancel before compensations run, or
+		// a teardown could race a container still being created.
+		WaitForCancellation: true,
+		Summary:             summary,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        15 * time.Second,
+			MaximumAttempts:        o.attempts,
+			NonRetryableErrorTypes: nonRetryable,
+		},
+	})
+}
+
+// forEachNode runs one activity per node at once and waits for all of them; every
+// node's failure is reported, not just the first.
+func forEachNode[T any](ctx workflow.Context, step string, nodes []string, start func(node string) workflow.Future, done func(node string, v T)) error {
+	futures := make([]workflow.Future, len(nodes))
+	for i, n := range nodes {
+		futures[i] = start(n)
+	}
+	var errs []*stepError
+	for i, f := range futures {
+		var v T
+		if err := f.Get(ctx, &v); err != nil {
+			errs = append(errs, classify(step, nodes[i], err))
+			continue
+		}
+		done(nodes[i], v)
+	}
+	if len(errs) > 0 {
+		return joinStepErrors(errs)
+	}
+	return nil
+}
+
+func nodeNames(nodes []spec.Node) []string {
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name
+	}
+	return names
+}
+
+func (d *deployment) deploymentRef() activities.Deployment {
+	return activities.Deployment{Cluster: d.spec.Name, ID: d.id, SpecHash: d.spec.Hash()}
+}
+
+func (d *deployment) preflight(ctx workflow.Context) error {
+	return d.step(ctx, PhasePreflight, fmt.Sprintf("preflight: image %s on %d nodes", d.spec.Image, len(d.spec.Nodes)), func() error {
+		o := stepOptions{startToClose: d.spec.Timeouts.Preflight.D(), attempts: 3}
+		ids := map[string]string{}
+		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
+			n, _ := d.spec.Node(node)
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "preflight "+node, o), na.PreflightNode,
+				activities.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image})
+		}, func(node string, r activities.PreflightResult) { ids[node] = r.ImageID })
+		if err != nil {
+			return err
+		}
+		return d.checkImageIDs(ids)
+	})
+}
+
+// checkImageIDs compares the image ID across nodes: one reference can name different
+// builds on different machines, and mixed vLLM builds fail in ways far from the cause.
+func (d *deployment) checkImageIDs(ids map[string]string) error {
+	head := d.spec.Head().Name
+	var differ []string
+	for _, n := range d.spec.Nodes {
+		if ids[n.Name] != ids[head] {
+			differ = append(differ, fmt.Sprintf("%s has %s", n.Name, shortID(ids[n.Name])))
+		}
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("image %s differs across nodes: %s has %s, %s", d.spec.Image, head, shortID(ids[head]), strings.Join(differ, ", "))
+	if d.spec.ImageMismatch == "warn" {
+		d.state.Warnings = append(d.state.Warnings, msg)
+		return nil
+	}
+	return &stepError{Step: "preflight", Type: activities.ErrImageMismatch, Msg: msg + " (set image_mismatch: warn to proceed anyway)"}
+}
+
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func (d *deployment) rayOptions() stepOptions {
+	return stepOptions{startToClose: d.spec.Timeouts.RayStart.D(), attempts: 3}
+}
+
+// removeOnNode registers the compensation that removes role's containers on node. It is
+// registered before the start is attempted, not after it succeeds: a start can create its
+// container and then fail (or time out), and removal by label is a no-op when nothing
+// was created.
+func (d *deployment) removeOnNode(node, role string) {
+	n, _ := d.spec.Node(node)
+	d.saga.add(fmt.Sprintf("remove %s on %s", role, node), func(ctx workflow.Context) error {
+		o := stepOptions{startToClose: d.spec.Timeouts.Teardown.D(), attempts: 5}
+		actx := d.onNode(ctx, node, fmt.Sprintf("remove %s on %s", role, node), o)
+		return workflow.ExecuteActivity(actx, na.RemoveContainers, activities.RemoveRequest{
+			Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name, Roles: []string{role},
+		}).Get(ctx, nil)
+	})
+}
+
+func (d *deployment) startHead(ctx workflow.Context) error {
+	head, _ := d.state.Plan.Node(d.spec.Head().Name)
+	return d.step(ctx, PhaseRayHead, fmt.Sprintf("starting ray head on %s at %s", head.Name, d.state.Plan.RayAddress), func() error {
+		d.removeOnNode(head.Name, activities.RoleRayHead)
+		var ref activities.ContainerRef
+		err := workflow.ExecuteActivity(d.onNode(ctx, head.Name, "ray head on "+head.Name+" "+head.Address.String(), d.rayOptions()),
+			na.StartRayHead, d.startRayRequest(head)).Get(ctx, &ref)
+		if err != nil {
+			return classify("start ray head", head.Name, err)
+		}
+		d.state.Containers = append(d.state.Containers, ref)
+		return nil
+	})
+}
+
+func (d *deployment) startRayRequest(n netplan.NodePlan) activities.StartRayRequest {
+	return activities.StartRayRequest{
+		Node: n.Name, Deployment: d.deploymentRef(), Spec: d.spec, Plan: n, RayAddress: d.state.Plan.RayAddress,
+	}
+}
+
+func (d *deployment) joinWorkers(ctx workflow.Context) error {
+	var workers []string
+	for _, n := range d.spec.Nodes {
+		if n.Role == spec.RoleWorker {
+			workers = append(workers, n.Name)
+		}
+	}
+	if len(workers) == 0 {
+		return nil
+	}
+	return d.step(ctx, PhaseRayWorkers, fmt.Sprintf("joining %d ray workers to %s", len(workers), d.state.Plan.RayAddress), func() error {
+		return forEachNode(ctx, "join ray worker", workers, func(node string) workflow.Future {
+			np, _ := d.state.Plan.Node(node)
+			d.removeOnNode(node, activities.RoleRayWorker)
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "ray worker on "+node+" "+np.Address.String(), d.rayOptions()),
+				na.StartRayWorker, d.startRayRequest(np))
+		}, func(_ string, ref activities.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
+	})
+}
+
+func (d *deployment) checkPlacement(ctx workflow.Context) error {
+	head := d.spec.Head().Name
+	return d.step(ctx, PhasePlacement, fmt.Sprintf("checking that all %d nodes registered with ray under their planned addresses", len(d.spec.Nodes)), func() error {
+		o := stepOptions{startToClose: d.spec.Timeouts.Placement.D(), heartbeat: 20 * time.Second, attempts: 3}
+		var report activities.PlacementReport
+		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), na.CheckPlacement,
+			activities.PlacementRequest{Node: head, Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize(), DashboardPort: d.spec.Ports.Dashboard},
+		).Get(ctx, &report)
+		if err != nil {
+			return classify("check placement", head, err)
+		}
+		return nil
+	})
+}
+
+func (d *deployment) launch(ctx workflow.Context) error {
+	head := d.spec.Head().Name
+	return d.step(ctx, PhaseLaunch, fmt.Sprintf("launching vllm serve %s (tp=%d, pp=%d) on %s", d.spec.Model.Path, d.spec.Parallel.Tensor, d.spec.Parallel.Pipeline, head), func() error {
+		d.removeOnNode(head, activities.RoleVLLM)
+		o := stepOptions{startToClose: d.spec.Timeouts.Launch.D(), attempts: 3}
+		var ref activities.ContainerRef
+		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), na.LaunchVLLM,
+			activities.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan},
+		).Get(ctx, &ref)
+		if err != nil {
+			return classify("launch vllm", head, err)
+		}
+		d.state.Containers = append(d.state.Containers, ref)
+		return nil
+	})
+}
+
+// waitServing follows vLLM in bounded calls, each returning its progress, so the
+// workflow's queries and UI details stay current (a few events per report, not per line).
+func (d *deployment) waitServing(ctx workflow.Context) error {
+	head := d.spec.Head().Name
+	np, _ := d.state.Plan.Node(head)
+	endpoint := fmt.Sprintf("http://%s:%d", np.Address, d.spec.Ports.VLLM)
+	d.result.Endpoint = endpoint
+	vllm := d.state.Containers[len(d.state.Containers)-1]
+	return d.step(ctx, PhaseServing, "waiting for vllm on "+head, func() error {
+		every := d.req.ReportEvery.D()
+		if every <= 0 {
+			every = 10 * time.Second
+		}
+		deadline := workflow.Now(ctx).Add(d.spec.Timeouts.Serving.D())
+		o := stepOptions{
+			startToClose: every + time.Minute,
+			heartbeat:    15 * time.Second,
+			attempts:     10,
+			// An agent restarted mid-load (systemd, a crash) must find the watch waiting.
+			agentWait: max(6*d.spec.Timeouts.NodeAgent.D(), time.Minute),
+		}
+		cursor := activities.ServingProgress{}
+		for {
+			var p activities.ServingProgress
+			err := workflow.ExecuteActivity(d.onNode(ctx, head, "watch vllm on "+head, o), na.WatchServing,
+				activities.WatchRequest{Node: head, Container: vllm, Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every},
+			).Get(ctx, &p)
+			if err != nil {
+				return classify("wait until serving", head, err)
+			}
+			d.state.Progress = p
+			d.setPhase(ctx, PhaseServing, describeProgress(p, head))
+			if p.Serving {
+				return nil
+			}
+			if !workflow.Now(ctx).Before(deadline) {
+				return &stepError{Step: "wait until serving", Node: head, Type: activities.ErrStepTimeout,
+					Msg: fmt.Sprintf("not serving after %s (last: %s)", d.spec.Timeouts.Serving.D(), describeProgress(p, head))}
+			}
+			cursor = p
+		}
+	})
+}
+
+func describeProgress(p activities.ServingProgress, node string) string {
+	switch {
+	case p.Serving:
+		return "serving on " + node
+	case p.ShardsTotal > 0:
+		return fmt.Sprintf("loading weights: %d/%d shards on %s", p.ShardsLoaded, p.ShardsTotal, node)
+	case p.Phase != "":
+		return fmt.Sprintf("vllm %s on %s", p.Phase, node)
+	default:
+		return "waiting for vllm on " + node
+	}
+}
+
+// sortedNodes is the spec's nodes with the head first, the order every multi-node
+// report uses.
+func sortedNodes(c spec.Cluster) []spec.Node {
+	nodes := slices.Clone(c.Nodes)
+	slices.SortStableFunc(nodes, func(a, b spec.Node) int {
+		if (a.Role == spec.RoleHead) != (b.Role == spec.RoleHead) {
+			if a.Role == spec.RoleHead {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return nodes
+}

@@ -1,0 +1,393 @@
+package workflows
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/netplan"
+)
+
+func newEnv(t *testing.T, f *fakeAgents) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(DeployCluster)
+	env.RegisterWorkflow(PlanCluster)
+	env.RegisterWorkflow(TeardownCluster)
+	env.RegisterActivity(f)
+	env.SetTestTimeout(time.Minute)
+	return env
+}
+
+func TestDeployHappyPath(t *testing.T) {
+	f := newFakeAgents()
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec(), Trigger: "test"})
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("deploy failed: %v", err)
+	}
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Plan.Subnet.String() != "192.168.200.0/24" {
+		t.Errorf("plan subnet = %s, want the shared RoCE subnet", res.Plan.Subnet)
+	}
+	if res.Endpoint != "http://192.168.200.12:8000" {
+		t.Errorf("endpoint = %q", res.Endpoint)
+	}
+	wantCalls := []string{
+		"StartRayHead node-a 192.168.200.12",
+		"StartRayWorker node-b 192.168.200.13 -> 192.168.200.12:6379",
+		"CheckPlacement node-a",
+		"LaunchVLLM node-a",
+	}
+	if got := f.callsOf("StartRayHead", "StartRayWorker", "CheckPlacement", "LaunchVLLM"); !slices.Equal(got, wantCalls) {
+		t.Errorf("container steps = %q, want %q", got, wantCalls)
+	}
+	if got := f.callsOf("RemoveContainers"); len(got) != 0 {
+		t.Errorf("a successful deploy removed containers: %q", got)
+	}
+	if got := f.callsOf("CloseProbeListeners"); len(got) != 2 {
+		t.Errorf("reachability listeners closed %d times, want once per node: %q", len(got), got)
+	}
+	if f.watchCalls != 3 {
+		t.Errorf("WatchServing called %d times, want 3 (two progress reports, then serving)", f.watchCalls)
+	}
+	var steps []string
+	for _, s := range res.Steps {
+		steps = append(steps, s.Step)
+	}
+	wantSteps := []string{PhaseProbing, PhaseReachability, PhasePlanning, PhasePreflight, PhaseRayHead, PhaseRayWorkers, PhasePlacement, PhaseLaunch, PhaseServing}
+	if !slices.Equal(steps, wantSteps) {
+		t.Errorf("steps = %q, want %q", steps, wantSteps)
+	}
+	if len(res.Containers) != 3 {
+		t.Errorf("containers = %+v, want head, worker, vllm", res.Containers)
+	}
+
+	var state State
+	q, err := env.QueryWorkflow(QueryState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Get(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state.Phase != PhaseServed || state.Plan == nil || !state.Progress.Serving || state.Progress.ShardsTotal != 39 {
+		t.Errorf("final state = %+v", state)
+	}
+	var phase string
+	q, _ = env.QueryWorkflow(QueryPhase)
+	_ = q.Get(&phase)
+	if phase != PhaseServed {
+		t.Errorf("phase query = %q", phase)
+	}
+}
+
+func TestDeployPlanEnvPerNode(t *testing.T) {
+	f := newFakeAgents()
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	b, ok := res.Plan.Node("node-b")
+	if !ok {
+		t.Fatal("no plan for node-b")
+	}
+	want := map[string]string{
+		"VLLM_HOST_IP": "192.168.200.13", "NCCL_SOCKET_IFNAME": "=enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+		"TP_SOCKET_IFNAME": "enp1s0f1np1", "RAY_ADDRESS": "192.168.200.12:6379",
+	}
+	for k, v := range want {
+		if b.Env[k] != v {
+			t.Errorf("node-b %s = %q, want %q", k, b.Env[k], v)
+		}
+	}
+}
+
+// TestDeployFailures fails each step, non-retryably and by exhausting retries, and checks
+// exactly which compensations ran, in which order, and what the error says.
+func TestDeployFailures(t *testing.T) {
+	headOnly := []string{"RemoveContainers node-a ray-head"}
+	rayAll := []string{"RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}
+	everything := []string{"RemoveContainers node-a vllm", "RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}
+	tests := []struct {
+		name       string
+		key        string // "Method node"
+		err        error  // nil: fail retryably on every attempt
+		wantType   string
+		wantMsg    []string
+		wantRemove []string
+		attempts   int // expected attempts of the failing call
+	}{
+		{"probe non-retryable", "ProbeNode node-b", bad("no netlink"), activities.ErrBadRequest, []string{"node-b: probe: no netlink"}, nil, 1},
+		{"probe exhausted", "ProbeNode node-b", nil, activities.ErrRetriesExhausted, []string{"node-b: probe:", "transient failure 3"}, nil, 3},
+		{"listen fails", "OpenProbeListeners node-a", bad("address in use"), activities.ErrBadRequest, []string{"node-a: open reachability listeners: address in use"}, nil, 1},
+		{"image missing", "PreflightNode node-b", nonRetryable1(activities.ErrImageMissing, "node-b: image vllm/vllm-openai:v0.17.0 not present"),
+			activities.ErrImageMissing, []string{"image vllm/vllm-openai:v0.17.0 not present"}, nil, 1},
+		{"head fails", "StartRayHead node-a", bad("port 6379 in use"), activities.ErrBadRequest, []string{"node-a: start ray head: port 6379 in use"}, headOnly, 1},
+		{"head exhausted", "StartRayHead node-a", nil, activities.ErrRetriesExhausted, []string{"node-a: start ray head:"}, headOnly, 3},
+		{"worker fails", "StartRayWorker node-b", nonRetryable1(activities.ErrBadRequest, "Unable to connect to GCS at 192.168.200.12:6379"),
+			activities.ErrBadRequest, []string{"node-b: join ray worker: Unable to connect to GCS"}, rayAll, 1},
+		{"worker exhausted", "StartRayWorker node-b", nil, activities.ErrRetriesExhausted, []string{"node-b: join ray worker"}, rayAll, 3},
+		{"placement mismatch", "CheckPlacement node-a",
+			nonRetryable1(activities.ErrPlacementMismatch, "node-a registered with ray as 10.1.230.180, planned 192.168.200.12"),
+			activities.ErrPlacementMismatch, []string{"node-a: check placement: node-a registered with ray as 10.1.230.180, planned 192.168.200.12"}, rayAll, 1},
+		{"placement exhausted", "CheckPlacement node-a", nil, activities.ErrRetriesExhausted, []string{"check placement"}, rayAll, 3},
+		{"launch fails", "LaunchVLLM node-a", bad("no such image"), activities.ErrBadRequest, []string{"node-a: launch vllm"}, everything, 1},
+		{"launch exhausted", "LaunchVLLM node-a", nil, activities.ErrRetriesExhausted, []string{"node-a: launch vllm"}, everything, 3},
+		{"c10d unreachable", "WatchServing node-a",
+			nonRetryable1(activities.ErrC10dUnreachable, "The client socket has failed to connect to any network address of (10.1.230.180, 55053)"),
+			activities.ErrC10dUnreachable, []string{"node-a: wait until serving:", "(10.1.230.180, 55053)"}, everything, 1},
+		{"watch exhausted", "WatchServing node-a", nil, activities.ErrRetriesExhausted, []string{"wait until serving"}, everything, 10},
+		{"agent down at probe", "ProbeNode node-b", agentDown(), activities.ErrNodeAgentDown,
+			[]string{"node-b: probe: node agent is not serving task queue tpdeploy.node.node-b"}, nil, 1},
+		{"agent down at join", "StartRayWorker node-b", agentDown(), activities.ErrNodeAgentDown,
+			[]string{"node-b: join ray worker: node agent is not serving task queue tpdeploy.node.node-b"}, rayAll, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeAgents()
+			if tt.err != nil {
+				f.failures[tt.key] = tt.err
+			} else {
+				f.flaky[tt.key] = 1000
+			}
+			env := newEnv(t, f)
+			env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+			err := env.GetWorkflowError()
+			if err == nil {
+				t.Fatal("deploy succeeded")
+			}
+			var app *temporal.ApplicationError
+			if !errors.As(err, &app) {
+				t.Fatalf("error is not an application error: %v", err)
+			}
+			if app.Type() != tt.wantType {
+				t.Errorf("type = %q, want %q (%v)", app.Type(), tt.wantType, app.Message())
+			}
+			for _, w := range tt.wantMsg {
+				if !strings.Contains(app.Message(), w) {
+					t.Errorf("message lacks %q:\n%s", w, app.Message())
+				}
+			}
+			if got := f.callsOf("RemoveContainers"); !slices.Equal(got, tt.wantRemove) {
+				t.Errorf("compensations = %q, want %q", got, tt.wantRemove)
+			}
+			if got := f.attemptsOf(tt.key); got != tt.attempts {
+				t.Errorf("%s attempted %d times, want %d", tt.key, got, tt.attempts)
+			}
+			var state State
+			q, qerr := env.QueryWorkflow(QueryState)
+			if qerr != nil {
+				t.Fatal(qerr)
+			}
+			_ = q.Get(&state)
+			if state.Phase != PhaseFailed || state.Error == "" {
+				t.Errorf("state after failure: phase %q error %q", state.Phase, state.Error)
+			}
+			if len(state.Compensations) != len(tt.wantRemove) {
+				t.Errorf("state records compensations %q, want %d", state.Compensations, len(tt.wantRemove))
+			}
+		})
+	}
+}
+
+func bad(msg string) error { return nonRetryable1(activities.ErrBadRequest, msg) }
+
+func nonRetryable1(typ, msg string) error {
+	return temporal.NewNonRetryableApplicationError(msg, typ, nil)
+}
+
+func TestDeployRetriesTransientFailures(t *testing.T) {
+	f := newFakeAgents()
+	f.flaky["StartRayWorker node-b"] = 2
+	f.flaky["ProbeNode node-a"] = 1
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("transient failures were not retried: %v", err)
+	}
+	if got := f.attemptsOf("StartRayWorker node-b"); got != 3 {
+		t.Errorf("worker start attempts = %d, want 3", got)
+	}
+}
+
+func TestCompensationFailureDoesNotMaskOriginal(t *testing.T) {
+	f := newFakeAgents()
+	f.failures["CheckPlacement node-a"] = nonRetryable1(activities.ErrPlacementMismatch, "node-a registered as 10.1.230.180, planned 192.168.200.12")
+	f.failures["RemoveContainers node-b"] = bad("docker daemon gone")
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	var app *temporal.ApplicationError
+	if !errors.As(env.GetWorkflowError(), &app) {
+		t.Fatalf("want application error, got %v", env.GetWorkflowError())
+	}
+	if app.Type() != activities.ErrPlacementMismatch {
+		t.Errorf("type = %q: a compensation failure masked the original", app.Type())
+	}
+	for _, w := range []string{"planned 192.168.200.12", "compensation failed", "remove ray-worker on node-b: docker daemon gone"} {
+		if !strings.Contains(app.Message(), w) {
+			t.Errorf("message lacks %q: %s", w, app.Message())
+		}
+	}
+	// The head is still removed although node-b's removal failed before it.
+	want := []string{"RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}
+	if got := f.callsOf("RemoveContainers"); !slices.Equal(got[len(got)-1:], want[1:]) || got[0] != want[0] {
+		t.Errorf("compensations = %q, want node-b (all attempts) then node-a", got)
+	}
+}
+
+func TestNoViableSubnetStartsNothing(t *testing.T) {
+	f := newFakeAgents()
+	f.unreachable["node-b>node-a"] = true
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	var app *temporal.ApplicationError
+	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != activities.ErrNoViableSubnet {
+		t.Fatalf("want NoViableSubnet, got %v", env.GetWorkflowError())
+	}
+	for _, w := range []string{"192.168.200.0/24 rejected: node-b cannot reach node-a", "10.1.230.0/24 rejected: node-b has no address in it", "node-b: enp1s0f1np1 192.168.200.13/24"} {
+		if !strings.Contains(app.Message(), w) {
+			t.Errorf("message lacks %q:\n%s", w, app.Message())
+		}
+	}
+	if got := f.callsOf("StartRayHead", "PreflightNode", "RemoveContainers"); len(got) != 0 {
+		t.Errorf("a plan failure went on to %q", got)
+	}
+	if got := f.callsOf("CloseProbeListeners"); len(got) != 2 {
+		t.Errorf("listeners closed %q, want both nodes", got)
+	}
+}
+
+func TestImageMismatch(t *testing.T) {
+	for _, policy := range []string{"fail", "warn"} {
+		t.Run(policy, func(t *testing.T) {
+			f := newFakeAgents()
+			f.imageIDs["node-b"] = "sha256:2222222222222222"
+			env := newEnv(t, f)
+			s := seedSpec()
+			s.ImageMismatch = policy
+			env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: s})
+			err := env.GetWorkflowError()
+			if policy == "warn" {
+				var res DeployResult
+				if err != nil || env.GetWorkflowResult(&res) != nil {
+					t.Fatalf("warn policy failed the deploy: %v", err)
+				}
+				if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "node-b has 222222222222") {
+					t.Errorf("warnings = %q", res.Warnings)
+				}
+				return
+			}
+			var app *temporal.ApplicationError
+			if !errors.As(err, &app) || app.Type() != activities.ErrImageMismatch {
+				t.Fatalf("want ImageMismatch, got %v", err)
+			}
+			if got := f.callsOf("StartRayHead"); len(got) != 0 {
+				t.Errorf("started Ray despite mixed images: %q", got)
+			}
+		})
+	}
+}
+
+func TestInvalidSpecFailsBeforeAnyActivity(t *testing.T) {
+	f := newFakeAgents()
+	env := newEnv(t, f)
+	s := seedSpec()
+	s.Parallel.Tensor = 8
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: s})
+	var app *temporal.ApplicationError
+	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != ErrSpecInvalid {
+		t.Fatalf("want SpecInvalid, got %v", env.GetWorkflowError())
+	}
+	if !strings.Contains(app.Message(), "tensor 8 x pipeline 1 = 8 GPUs, nodes provide 2") {
+		t.Errorf("message = %s", app.Message())
+	}
+	if len(f.callsOf("ProbeNode")) != 0 {
+		t.Error("an invalid spec was probed")
+	}
+}
+
+func TestCancelDuringLoadingTearsDown(t *testing.T) {
+	f := newFakeAgents()
+	f.blockWatch = true
+	f.started = make(chan string, 64)
+	env := newEnv(t, f)
+	env.SetTestTimeout(30 * time.Second)
+	var midState State
+	env.RegisterDelayedCallback(func() {
+		q, err := env.QueryWorkflow(QueryState)
+		if err == nil {
+			_ = q.Get(&midState)
+		}
+		env.CancelWorkflow()
+	}, 10*time.Second)
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	err := env.GetWorkflowError()
+	if !temporal.IsCanceledError(err) {
+		t.Fatalf("want canceled, got %v", err)
+	}
+	if midState.Phase != PhaseServing {
+		t.Errorf("cancelled in phase %q, want %q", midState.Phase, PhaseServing)
+	}
+	want := []string{"RemoveContainers node-a vllm", "RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}
+	if got := f.callsOf("RemoveContainers"); !slices.Equal(got, want) {
+		t.Errorf("compensations after cancel = %q, want %q", got, want)
+	}
+}
+
+func TestPlanWorkflowReportsMeasurements(t *testing.T) {
+	f := newFakeAgents()
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(PlanCluster, PlanRequest{Spec: seedSpec()})
+	var rep PlanReport
+	if err := env.GetWorkflowResult(&rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Plan == nil || rep.Plan.Subnet.String() != "192.168.200.0/24" {
+		t.Fatalf("plan = %+v", rep.Plan)
+	}
+	if len(rep.Probes) != 2 || len(rep.Matrix) != 2 {
+		t.Errorf("probes %d, matrix %d: want 2 and 2 (one subnet, both directions)", len(rep.Probes), len(rep.Matrix))
+	}
+	if got := f.callsOf("StartRayHead", "PreflightNode", "RemoveContainers"); len(got) != 0 {
+		t.Errorf("plan started containers: %q", got)
+	}
+	var external netplan.Candidate
+	for _, c := range rep.Plan.Decision {
+		if c.Subnet.String() == "10.1.230.0/24" {
+			external = c
+		}
+	}
+	if external.Reason != "rejected: node-b has no address in it" {
+		t.Errorf("external subnet reason = %q", external.Reason)
+	}
+}
+
+func TestTeardownRemovesEveryNode(t *testing.T) {
+	f := newFakeAgents()
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: seedSpec()})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	got := f.callsOf("RemoveContainers")
+	slices.Sort(got)
+	if want := []string{"RemoveContainers node-a", "RemoveContainers node-b"}; !slices.Equal(got, want) {
+		t.Errorf("teardown calls = %q, want %q", got, want)
+	}
+}

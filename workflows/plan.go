@@ -1,0 +1,179 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// PlanRequest is PlanCluster's input.
+type PlanRequest struct {
+	Spec spec.Cluster `json:"spec"`
+}
+
+// PlanReport is everything the planner saw and decided, for `starter plan`.
+type PlanReport struct {
+	Probes []netplan.NodeProbe  `json:"probes"`
+	Matrix []netplan.PairResult `json:"matrix"`
+	Plan   *netplan.Plan        `json:"plan,omitempty"`
+	// Error is why no plan was possible; the report still holds what was measured.
+	Error string `json:"error,omitempty"`
+}
+
+// PlanCluster probes every node, tests reachability and chooses the subnet, starting no
+// container: the dry run behind `starter plan`.
+func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
+	d := newDeployment(ctx, DeployRequest{Spec: req.Spec, Trigger: "plan"})
+	if err := d.registerQueries(ctx); err != nil {
+		return PlanReport{}, err
+	}
+	if err := d.spec.Validate(); err != nil {
+		return PlanReport{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
+	}
+	report := PlanReport{}
+	plan, err := planCluster(ctx, d.spec, d)
+	report.Probes, report.Matrix = d.probes, d.matrix
+	var se *stepError
+	switch {
+	case err == nil:
+		report.Plan = &plan
+	case errors.As(err, &se) && (se.Type == activities.ErrNoViableSubnet || se.Type == activities.ErrInsufficientGPUs):
+		// The measurements are the useful part of a failed plan: return them.
+		report.Error = se.Error()
+	default:
+		if se != nil {
+			return report, toFailure(se, nil)
+		}
+		return report, err
+	}
+	return report, nil
+}
+
+// planCluster runs probe → reachability → choice, shared by deploy and plan.
+func planCluster(ctx workflow.Context, c spec.Cluster, d *deployment) (netplan.Plan, error) {
+	if err := d.probe(ctx); err != nil {
+		return netplan.Plan{}, err
+	}
+	if err := d.reachability(ctx); err != nil {
+		return netplan.Plan{}, err
+	}
+	var plan netplan.Plan
+	err := d.step(ctx, PhasePlanning, "choosing the subnet every node reaches", func() error {
+		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: 10 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
+		err := workflow.ExecuteLocalActivity(lctx, ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix}).Get(ctx, &plan)
+		if err != nil {
+			return classify("plan", "", err)
+		}
+		return nil
+	})
+	return plan, err
+}
+
+func (d *deployment) probe(ctx workflow.Context) error {
+	return d.step(ctx, PhaseProbing, fmt.Sprintf("probing %d nodes", len(d.spec.Nodes)), func() error {
+		o := stepOptions{startToClose: d.spec.Timeouts.Probe.D(), attempts: 3}
+		got := map[string]netplan.NodeProbe{}
+		err := forEachNode(ctx, "probe", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
+			n, _ := d.spec.Node(node)
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "probe "+node, o), na.ProbeNode,
+				activities.ProbeRequest{Node: node, SpecGPUs: n.GPUs, DockerHost: n.DockerHost})
+		}, func(node string, p netplan.NodeProbe) { got[node] = p })
+		if err != nil {
+			return err
+		}
+		d.probes = make([]netplan.NodeProbe, 0, len(d.spec.Nodes))
+		for _, n := range d.spec.Nodes {
+			d.probes = append(d.probes, got[n.Name])
+		}
+		return nil
+	})
+}
+
+// reachability opens short-lived listeners on every candidate address of every node and
+// has every other node dial them, from its own network namespace: all pairs, both ways.
+func (d *deployment) reachability(ctx workflow.Context) error {
+	addrs := netplan.ListenAddrs(d.spec, d.probes)
+	if len(d.spec.Nodes) < 2 {
+		return nil
+	}
+	return d.step(ctx, PhaseReachability, fmt.Sprintf("testing reachability between %d nodes", len(d.spec.Nodes)), func() error {
+		dialTimeout := 2 * time.Second
+		o := stepOptions{startToClose: 30 * time.Second, attempts: 3}
+		names := nodeNames(d.spec.Nodes)
+		listeners := map[string]activities.ListenResult{}
+		err := forEachNode(ctx, "open reachability listeners", names, func(node string) workflow.Future {
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "listen on "+node, o), na.OpenProbeListeners,
+				activities.ListenRequest{Node: node, Addrs: addrs[node], TTL: 2 * time.Minute})
+		}, func(node string, r activities.ListenResult) { listeners[node] = r })
+		// Listeners close whatever happens next; the TTL covers an agent that dies first.
+		defer d.closeListeners(ctx, listeners)
+		if err != nil {
+			return err
+		}
+		results := map[string][]netplan.PairResult{}
+		err = forEachNode(ctx, "dial peers", names, func(node string) workflow.Future {
+			var targets []netplan.Target
+			for _, peer := range names {
+				if peer != node {
+					targets = append(targets, listeners[peer].Targets...)
+				}
+			}
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "dial peers from "+node, o), na.DialPeers,
+				activities.DialRequest{Node: node, Targets: targets, Timeout: dialTimeout})
+		}, func(node string, r []netplan.PairResult) { results[node] = r })
+		if err != nil {
+			return err
+		}
+		d.matrix = nil
+		for _, n := range names {
+			d.matrix = append(d.matrix, results[n]...)
+		}
+		return nil
+	})
+}
+
+func (d *deployment) closeListeners(ctx workflow.Context, listeners map[string]activities.ListenResult) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	o := stepOptions{startToClose: 10 * time.Second, attempts: 2}
+	var futures []workflow.Future
+	for _, n := range d.spec.Nodes {
+		if l, ok := listeners[n.Name]; ok && l.Token != "" {
+			futures = append(futures, workflow.ExecuteActivity(d.onNode(dctx, n.Name, "close listeners on "+n.Name, o),
+				na.CloseProbeListeners, activities.CloseRequest{Node: n.Name, Token: l.Token}))
+		}
+	}
+	for _, f := range futures {
+		if err := f.Get(dctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("close reachability listeners", "error", err)
+		}
+	}
+}
+
+// PlanInput is ChoosePlan's input.
+type PlanInput struct {
+	Spec   spec.Cluster         `json:"spec"`
+	Probes []netplan.NodeProbe  `json:"probes"`
+	Matrix []netplan.PairResult `json:"matrix"`
+}
+
+// ChoosePlan is the planner as a local activity: pure, but its result is recorded in
+// history, so a later change to the planner cannot change the plan of a running deploy.
+func ChoosePlan(_ context.Context, in PlanInput) (netplan.Plan, error) {
+	plan, err := netplan.Choose(in.Spec, in.Probes, in.Matrix)
+	var pe *netplan.Error
+	if errors.As(err, &pe) {
+		return plan, temporal.NewNonRetryableApplicationError(pe.Error(), pe.Type, nil)
+	}
+	return plan, err
+}
