@@ -11,10 +11,11 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/netplan"
 )
 
-func newEnv(t *testing.T, f *fakeAgents) *testsuite.TestWorkflowEnvironment {
+func newEnv(t *testing.T, f *fakeagents.Agents) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
@@ -27,9 +28,9 @@ func newEnv(t *testing.T, f *fakeAgents) *testsuite.TestWorkflowEnvironment {
 }
 
 func TestDeployHappyPath(t *testing.T) {
-	f := newFakeAgents()
+	f := fakeagents.New()
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec(), Trigger: "test"})
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec(), Trigger: "test"})
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("workflow did not complete")
 	}
@@ -52,17 +53,17 @@ func TestDeployHappyPath(t *testing.T) {
 		"CheckPlacement node-a",
 		"LaunchVLLM node-a",
 	}
-	if got := f.callsOf("StartRayHead", "StartRayWorker", "CheckPlacement", "LaunchVLLM"); !slices.Equal(got, wantCalls) {
+	if got := fakeagents.Calls(f, "StartRayHead", "StartRayWorker", "CheckPlacement", "LaunchVLLM"); !slices.Equal(got, wantCalls) {
 		t.Errorf("container steps = %q, want %q", got, wantCalls)
 	}
-	if got := f.callsOf("RemoveContainers"); len(got) != 0 {
+	if got := fakeagents.Calls(f, "RemoveContainers"); len(got) != 0 {
 		t.Errorf("a successful deploy removed containers: %q", got)
 	}
-	if got := f.callsOf("CloseProbeListeners"); len(got) != 2 {
+	if got := fakeagents.Calls(f, "CloseProbeListeners"); len(got) != 2 {
 		t.Errorf("reachability listeners closed %d times, want once per node: %q", len(got), got)
 	}
-	if f.watchCalls != 3 {
-		t.Errorf("WatchServing called %d times, want 3 (two progress reports, then serving)", f.watchCalls)
+	if f.WatchCalls != 3 {
+		t.Errorf("WatchServing called %d times, want 3 (two progress reports, then serving)", f.WatchCalls)
 	}
 	var steps []string
 	for _, s := range res.Steps {
@@ -96,9 +97,9 @@ func TestDeployHappyPath(t *testing.T) {
 }
 
 func TestDeployPlanEnvPerNode(t *testing.T) {
-	f := newFakeAgents()
+	f := fakeagents.New()
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var res DeployResult
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
@@ -153,21 +154,21 @@ func TestDeployFailures(t *testing.T) {
 			nonRetryable1(activities.ErrC10dUnreachable, "The client socket has failed to connect to any network address of (10.1.230.180, 55053)"),
 			activities.ErrC10dUnreachable, []string{"node-a: wait until serving:", "(10.1.230.180, 55053)"}, everything, 1},
 		{"watch exhausted", "WatchServing node-a", nil, activities.ErrRetriesExhausted, []string{"wait until serving"}, everything, 10},
-		{"agent down at probe", "ProbeNode node-b", agentDown(), activities.ErrNodeAgentDown,
+		{"agent down at probe", "ProbeNode node-b", fakeagents.AgentDown(), activities.ErrNodeAgentDown,
 			[]string{"node-b: probe: node agent is not serving task queue tpdeploy.node.node-b"}, nil, 1},
-		{"agent down at join", "StartRayWorker node-b", agentDown(), activities.ErrNodeAgentDown,
+		{"agent down at join", "StartRayWorker node-b", fakeagents.AgentDown(), activities.ErrNodeAgentDown,
 			[]string{"node-b: join ray worker: node agent is not serving task queue tpdeploy.node.node-b"}, rayAll, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeAgents()
+			f := fakeagents.New()
 			if tt.err != nil {
-				f.failures[tt.key] = tt.err
+				f.Failures[tt.key] = tt.err
 			} else {
-				f.flaky[tt.key] = 1000
+				f.Flaky[tt.key] = 1000
 			}
 			env := newEnv(t, f)
-			env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+			env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
 			err := env.GetWorkflowError()
 			if err == nil {
 				t.Fatal("deploy succeeded")
@@ -184,10 +185,10 @@ func TestDeployFailures(t *testing.T) {
 					t.Errorf("message lacks %q:\n%s", w, app.Message())
 				}
 			}
-			if got := f.callsOf("RemoveContainers"); !slices.Equal(got, tt.wantRemove) {
+			if got := fakeagents.Calls(f, "RemoveContainers"); !slices.Equal(got, tt.wantRemove) {
 				t.Errorf("compensations = %q, want %q", got, tt.wantRemove)
 			}
-			if got := f.attemptsOf(tt.key); got != tt.attempts {
+			if got := fakeagents.Attempts(f, tt.key); got != tt.attempts {
 				t.Errorf("%s attempted %d times, want %d", tt.key, got, tt.attempts)
 			}
 			var state State
@@ -213,25 +214,25 @@ func nonRetryable1(typ, msg string) error {
 }
 
 func TestDeployRetriesTransientFailures(t *testing.T) {
-	f := newFakeAgents()
-	f.flaky["StartRayWorker node-b"] = 2
-	f.flaky["ProbeNode node-a"] = 1
+	f := fakeagents.New()
+	f.Flaky["StartRayWorker node-b"] = 2
+	f.Flaky["ProbeNode node-a"] = 1
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("transient failures were not retried: %v", err)
 	}
-	if got := f.attemptsOf("StartRayWorker node-b"); got != 3 {
+	if got := fakeagents.Attempts(f, "StartRayWorker node-b"); got != 3 {
 		t.Errorf("worker start attempts = %d, want 3", got)
 	}
 }
 
 func TestCompensationFailureDoesNotMaskOriginal(t *testing.T) {
-	f := newFakeAgents()
-	f.failures["CheckPlacement node-a"] = nonRetryable1(activities.ErrPlacementMismatch, "node-a registered as 10.1.230.180, planned 192.168.200.12")
-	f.failures["RemoveContainers node-b"] = bad("docker daemon gone")
+	f := fakeagents.New()
+	f.Failures["CheckPlacement node-a"] = nonRetryable1(activities.ErrPlacementMismatch, "node-a registered as 10.1.230.180, planned 192.168.200.12")
+	f.Failures["RemoveContainers node-b"] = bad("docker daemon gone")
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var app *temporal.ApplicationError
 	if !errors.As(env.GetWorkflowError(), &app) {
 		t.Fatalf("want application error, got %v", env.GetWorkflowError())
@@ -246,16 +247,16 @@ func TestCompensationFailureDoesNotMaskOriginal(t *testing.T) {
 	}
 	// The head is still removed although node-b's removal failed before it.
 	want := []string{"RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}
-	if got := f.callsOf("RemoveContainers"); !slices.Equal(got[len(got)-1:], want[1:]) || got[0] != want[0] {
+	if got := fakeagents.Calls(f, "RemoveContainers"); !slices.Equal(got[len(got)-1:], want[1:]) || got[0] != want[0] {
 		t.Errorf("compensations = %q, want node-b (all attempts) then node-a", got)
 	}
 }
 
 func TestNoViableSubnetStartsNothing(t *testing.T) {
-	f := newFakeAgents()
-	f.unreachable["node-b>node-a"] = true
+	f := fakeagents.New()
+	f.Unreachable["node-b>node-a"] = true
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var app *temporal.ApplicationError
 	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != activities.ErrNoViableSubnet {
 		t.Fatalf("want NoViableSubnet, got %v", env.GetWorkflowError())
@@ -265,10 +266,10 @@ func TestNoViableSubnetStartsNothing(t *testing.T) {
 			t.Errorf("message lacks %q:\n%s", w, app.Message())
 		}
 	}
-	if got := f.callsOf("StartRayHead", "PreflightNode", "RemoveContainers"); len(got) != 0 {
+	if got := fakeagents.Calls(f, "StartRayHead", "PreflightNode", "RemoveContainers"); len(got) != 0 {
 		t.Errorf("a plan failure went on to %q", got)
 	}
-	if got := f.callsOf("CloseProbeListeners"); len(got) != 2 {
+	if got := fakeagents.Calls(f, "CloseProbeListeners"); len(got) != 2 {
 		t.Errorf("listeners closed %q, want both nodes", got)
 	}
 }
@@ -276,10 +277,10 @@ func TestNoViableSubnetStartsNothing(t *testing.T) {
 func TestImageMismatch(t *testing.T) {
 	for _, policy := range []string{"fail", "warn"} {
 		t.Run(policy, func(t *testing.T) {
-			f := newFakeAgents()
-			f.imageIDs["node-b"] = "sha256:2222222222222222"
+			f := fakeagents.New()
+			f.ImageIDs["node-b"] = "sha256:2222222222222222"
 			env := newEnv(t, f)
-			s := seedSpec()
+			s := fakeagents.SeedSpec()
 			s.ImageMismatch = policy
 			env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: s})
 			err := env.GetWorkflowError()
@@ -297,7 +298,7 @@ func TestImageMismatch(t *testing.T) {
 			if !errors.As(err, &app) || app.Type() != activities.ErrImageMismatch {
 				t.Fatalf("want ImageMismatch, got %v", err)
 			}
-			if got := f.callsOf("StartRayHead"); len(got) != 0 {
+			if got := fakeagents.Calls(f, "StartRayHead"); len(got) != 0 {
 				t.Errorf("started Ray despite mixed images: %q", got)
 			}
 		})
@@ -305,9 +306,9 @@ func TestImageMismatch(t *testing.T) {
 }
 
 func TestInvalidSpecFailsBeforeAnyActivity(t *testing.T) {
-	f := newFakeAgents()
+	f := fakeagents.New()
 	env := newEnv(t, f)
-	s := seedSpec()
+	s := fakeagents.SeedSpec()
 	s.Parallel.Tensor = 8
 	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: s})
 	var app *temporal.ApplicationError
@@ -317,15 +318,15 @@ func TestInvalidSpecFailsBeforeAnyActivity(t *testing.T) {
 	if !strings.Contains(app.Message(), "tensor 8 x pipeline 1 = 8 GPUs, nodes provide 2") {
 		t.Errorf("message = %s", app.Message())
 	}
-	if len(f.callsOf("ProbeNode")) != 0 {
+	if len(fakeagents.Calls(f, "ProbeNode")) != 0 {
 		t.Error("an invalid spec was probed")
 	}
 }
 
 func TestCancelDuringLoadingTearsDown(t *testing.T) {
-	f := newFakeAgents()
-	f.blockWatch = true
-	f.started = make(chan string, 64)
+	f := fakeagents.New()
+	f.BlockWatch = true
+	f.Started = make(chan string, 64)
 	env := newEnv(t, f)
 	env.SetTestTimeout(30 * time.Second)
 	var midState State
@@ -336,7 +337,7 @@ func TestCancelDuringLoadingTearsDown(t *testing.T) {
 		}
 		env.CancelWorkflow()
 	}, 10*time.Second)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: seedSpec()})
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
 	err := env.GetWorkflowError()
 	if !temporal.IsCanceledError(err) {
 		t.Fatalf("want canceled, got %v", err)
@@ -345,15 +346,15 @@ func TestCancelDuringLoadingTearsDown(t *testing.T) {
 		t.Errorf("cancelled in phase %q, want %q", midState.Phase, PhaseServing)
 	}
 	want := []string{"RemoveContainers node-a vllm", "RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}
-	if got := f.callsOf("RemoveContainers"); !slices.Equal(got, want) {
+	if got := fakeagents.Calls(f, "RemoveContainers"); !slices.Equal(got, want) {
 		t.Errorf("compensations after cancel = %q, want %q", got, want)
 	}
 }
 
 func TestPlanWorkflowReportsMeasurements(t *testing.T) {
-	f := newFakeAgents()
+	f := fakeagents.New()
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(PlanCluster, PlanRequest{Spec: seedSpec()})
+	env.ExecuteWorkflow(PlanCluster, PlanRequest{Spec: fakeagents.SeedSpec()})
 	var rep PlanReport
 	if err := env.GetWorkflowResult(&rep); err != nil {
 		t.Fatal(err)
@@ -364,7 +365,7 @@ func TestPlanWorkflowReportsMeasurements(t *testing.T) {
 	if len(rep.Probes) != 2 || len(rep.Matrix) != 2 {
 		t.Errorf("probes %d, matrix %d: want 2 and 2 (one subnet, both directions)", len(rep.Probes), len(rep.Matrix))
 	}
-	if got := f.callsOf("StartRayHead", "PreflightNode", "RemoveContainers"); len(got) != 0 {
+	if got := fakeagents.Calls(f, "StartRayHead", "PreflightNode", "RemoveContainers"); len(got) != 0 {
 		t.Errorf("plan started containers: %q", got)
 	}
 	var external netplan.Candidate
@@ -379,13 +380,13 @@ func TestPlanWorkflowReportsMeasurements(t *testing.T) {
 }
 
 func TestTeardownRemovesEveryNode(t *testing.T) {
-	f := newFakeAgents()
+	f := fakeagents.New()
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: seedSpec()})
+	env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: fakeagents.SeedSpec()})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
-	got := f.callsOf("RemoveContainers")
+	got := fakeagents.Calls(f, "RemoveContainers")
 	slices.Sort(got)
 	if want := []string{"RemoveContainers node-a", "RemoveContainers node-b"}; !slices.Equal(got, want) {
 		t.Errorf("teardown calls = %q, want %q", got, want)

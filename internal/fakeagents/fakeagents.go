@@ -1,4 +1,7 @@
-package workflows
+// Package fakeagents stands in for every node's agent in workflow tests: Temporal's test
+// suite and a real dev server alike. Its methods are the node activities; its helpers are
+// functions, because every exported method of a registered struct becomes an activity.
+package fakeagents
 
 import (
 	"context"
@@ -17,41 +20,41 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// fakeAgents stands in for every node's agent: it answers the node activities from a
-// seed-like topology, records each call as "Method node [detail]", and fails the calls
-// a test asks it to.
-type fakeAgents struct {
+// Agents answers the node activities from a seed-like topology, records each call as
+// "Method node [detail]", and fails the calls a test asks it to.
+type Agents struct {
 	mu    sync.Mutex
 	calls []string
-	// failures: "Method node" → the error every attempt returns.
-	failures map[string]error
-	// flaky: "Method node" → how many attempts fail (retryably) before success.
-	flaky    map[string]int
+	// Failures: "Method node" → the error every attempt returns.
+	Failures map[string]error
+	// Flaky: "Method node" → how many attempts fail (retryably) before success.
+	Flaky    map[string]int
 	attempts map[string]int
-	probes   map[string]netplan.NodeProbe
-	// unreachable: "from>to" pairs whose dials fail.
-	unreachable map[string]bool
-	imageIDs    map[string]string
-	// watchSteps are the progress reports WatchServing returns, one per call.
-	watchSteps []activities.ServingProgress
-	watchCalls int
-	// blockWatch makes WatchServing wait for cancellation, heartbeating.
-	blockWatch bool
-	started    chan string // receives "Method node" when an activity starts, if set
+	Probes   map[string]netplan.NodeProbe
+	// Unreachable: "from>to" pairs whose dials fail.
+	Unreachable map[string]bool
+	ImageIDs    map[string]string
+	// WatchSteps are the progress reports WatchServing returns, one per call.
+	WatchSteps []activities.ServingProgress
+	WatchCalls int
+	// BlockWatch makes WatchServing wait for cancellation, heartbeating.
+	BlockWatch bool
+	Started    chan string // receives "Method node" when an activity starts, if set
 }
 
-func newFakeAgents() *fakeAgents {
-	return &fakeAgents{
-		failures:    map[string]error{},
-		flaky:       map[string]int{},
+// New returns agents for the seed topology where every call succeeds.
+func New() *Agents {
+	return &Agents{
+		Failures:    map[string]error{},
+		Flaky:       map[string]int{},
 		attempts:    map[string]int{},
-		unreachable: map[string]bool{},
-		imageIDs:    map[string]string{},
-		probes: map[string]netplan.NodeProbe{
-			"node-a": seedProbe("node-a", true),
-			"node-b": seedProbe("node-b", false),
+		Unreachable: map[string]bool{},
+		ImageIDs:    map[string]string{},
+		Probes: map[string]netplan.NodeProbe{
+			"node-a": SeedProbe("node-a", true),
+			"node-b": SeedProbe("node-b", false),
 		},
-		watchSteps: []activities.ServingProgress{
+		WatchSteps: []activities.ServingProgress{
 			{Phase: "loading", ShardsLoaded: 8, ShardsTotal: 39, Percent: 21},
 			{Phase: "loading", ShardsLoaded: 39, ShardsTotal: 39, Percent: 100},
 			{Phase: "serving", ShardsLoaded: 39, ShardsTotal: 39, Percent: 100, Serving: true},
@@ -59,13 +62,16 @@ func newFakeAgents() *fakeAgents {
 	}
 }
 
-// seedProbe is the seed's topology: node-a has the external NIC (default route) and the
-// RoCE link; node-b only the RoCE link.
-func seedProbe(node string, external bool) netplan.NodeProbe {
+// SeedProbe is one node of the seed's topology: the head (external=true) has the external
+// NIC with the default route and the RoCE link; a worker only the RoCE link.
+func SeedProbe(node string, external bool) netplan.NodeProbe {
 	p := netplan.NodeProbe{Node: node, Hostname: node, BootID: "boot-" + node, GPUs: 1, GPUSource: "spec"}
 	p.Links = append(p.Links, netplan.Link{Name: "lo", Kind: "device", MTU: 65536, Up: true, Loopback: true,
 		Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}})
-	fast := map[string]string{"node-a": "192.168.200.12/24", "node-b": "192.168.200.13/24"}[node]
+	fast := "192.168.200.13/24"
+	if external {
+		fast = "192.168.200.12/24"
+	}
 	p.Links = append(p.Links, netplan.Link{Name: "enp1s0f1np1", Kind: "device", MTU: 9000, Up: true, SpeedMbps: 200000,
 		Addrs: []netip.Prefix{netip.MustParsePrefix(fast)}})
 	if external {
@@ -76,7 +82,7 @@ func seedProbe(node string, external bool) netplan.NodeProbe {
 	return p
 }
 
-func (f *fakeAgents) record(ctx context.Context, method, node, detail string) error {
+func (f *Agents) record(ctx context.Context, method, node, detail string) error {
 	f.mu.Lock()
 	key := method + " " + node
 	call := key
@@ -86,9 +92,9 @@ func (f *fakeAgents) record(ctx context.Context, method, node, detail string) er
 	f.calls = append(f.calls, call)
 	f.attempts[key]++
 	attempt := f.attempts[key]
-	err := f.failures[key]
-	flaky := f.flaky[key]
-	started := f.started
+	err := f.Failures[key]
+	flaky := f.Flaky[key]
+	started := f.Started
 	f.mu.Unlock()
 	if started != nil {
 		select {
@@ -105,8 +111,8 @@ func (f *fakeAgents) record(ctx context.Context, method, node, detail string) er
 	return nil
 }
 
-// callsOf returns the recorded calls of the given methods, in order.
-func (f *fakeAgents) callsOf(methods ...string) []string {
+// Calls returns the recorded calls of the given methods, in order.
+func Calls(f *Agents, methods ...string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []string
@@ -120,24 +126,25 @@ func (f *fakeAgents) callsOf(methods ...string) []string {
 	return out
 }
 
-func (f *fakeAgents) attemptsOf(key string) int {
+// Attempts is how often "Method node" was called.
+func Attempts(f *Agents, key string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.attempts[key]
 }
 
-func (f *fakeAgents) ProbeNode(ctx context.Context, req activities.ProbeRequest) (netplan.NodeProbe, error) {
+func (f *Agents) ProbeNode(ctx context.Context, req activities.ProbeRequest) (netplan.NodeProbe, error) {
 	if err := f.record(ctx, "ProbeNode", req.Node, ""); err != nil {
 		return netplan.NodeProbe{}, err
 	}
-	p, ok := f.probes[req.Node]
+	p, ok := f.Probes[req.Node]
 	if !ok {
 		return p, temporal.NewNonRetryableApplicationError("unknown node "+req.Node, activities.ErrWrongNode, nil)
 	}
 	return p, nil
 }
 
-func (f *fakeAgents) OpenProbeListeners(ctx context.Context, req activities.ListenRequest) (activities.ListenResult, error) {
+func (f *Agents) OpenProbeListeners(ctx context.Context, req activities.ListenRequest) (activities.ListenResult, error) {
 	if err := f.record(ctx, "OpenProbeListeners", req.Node, ""); err != nil {
 		return activities.ListenResult{}, err
 	}
@@ -148,14 +155,14 @@ func (f *fakeAgents) OpenProbeListeners(ctx context.Context, req activities.List
 	return res, nil
 }
 
-func (f *fakeAgents) DialPeers(ctx context.Context, req activities.DialRequest) ([]netplan.PairResult, error) {
+func (f *Agents) DialPeers(ctx context.Context, req activities.DialRequest) ([]netplan.PairResult, error) {
 	if err := f.record(ctx, "DialPeers", req.Node, ""); err != nil {
 		return nil, err
 	}
 	var out []netplan.PairResult
 	for _, t := range req.Targets {
 		r := netplan.PairResult{From: req.Node, To: t.Node, Subnet: t.Subnet, Addr: t.Addr, OK: true, RTT: 100 * time.Microsecond}
-		if f.unreachable[req.Node+">"+t.Node] {
+		if f.Unreachable[req.Node+">"+t.Node] {
 			r.OK, r.RTT, r.Error = false, 0, "connect: network is unreachable"
 		}
 		out = append(out, r)
@@ -163,54 +170,54 @@ func (f *fakeAgents) DialPeers(ctx context.Context, req activities.DialRequest) 
 	return out, nil
 }
 
-func (f *fakeAgents) CloseProbeListeners(ctx context.Context, req activities.CloseRequest) error {
+func (f *Agents) CloseProbeListeners(ctx context.Context, req activities.CloseRequest) error {
 	return f.record(ctx, "CloseProbeListeners", req.Node, "")
 }
 
-func (f *fakeAgents) PreflightNode(ctx context.Context, req activities.PreflightRequest) (activities.PreflightResult, error) {
+func (f *Agents) PreflightNode(ctx context.Context, req activities.PreflightRequest) (activities.PreflightResult, error) {
 	if err := f.record(ctx, "PreflightNode", req.Node, ""); err != nil {
 		return activities.PreflightResult{}, err
 	}
-	id := f.imageIDs[req.Node]
+	id := f.ImageIDs[req.Node]
 	if id == "" {
 		id = "sha256:1111111111111111"
 	}
 	return activities.PreflightResult{Node: req.Node, ImageID: id}, nil
 }
 
-func (f *fakeAgents) StartRayHead(ctx context.Context, req activities.StartRayRequest) (activities.ContainerRef, error) {
+func (f *Agents) StartRayHead(ctx context.Context, req activities.StartRayRequest) (activities.ContainerRef, error) {
 	if err := f.record(ctx, "StartRayHead", req.Node, req.Plan.Address.String()); err != nil {
 		return activities.ContainerRef{}, err
 	}
 	return activities.ContainerRef{Node: req.Node, Role: activities.RoleRayHead, Name: "tpdeploy-" + req.Deployment.Cluster + "-ray-head", ID: "c-head"}, nil
 }
 
-func (f *fakeAgents) StartRayWorker(ctx context.Context, req activities.StartRayRequest) (activities.ContainerRef, error) {
+func (f *Agents) StartRayWorker(ctx context.Context, req activities.StartRayRequest) (activities.ContainerRef, error) {
 	if err := f.record(ctx, "StartRayWorker", req.Node, req.Plan.Address.String()+" -> "+req.RayAddress); err != nil {
 		return activities.ContainerRef{}, err
 	}
 	return activities.ContainerRef{Node: req.Node, Role: activities.RoleRayWorker, Name: "tpdeploy-" + req.Deployment.Cluster + "-ray-worker", ID: "c-" + req.Node}, nil
 }
 
-func (f *fakeAgents) CheckPlacement(ctx context.Context, req activities.PlacementRequest) (activities.PlacementReport, error) {
+func (f *Agents) CheckPlacement(ctx context.Context, req activities.PlacementRequest) (activities.PlacementReport, error) {
 	if err := f.record(ctx, "CheckPlacement", req.Node, ""); err != nil {
 		return activities.PlacementReport{}, err
 	}
 	return activities.PlacementReport{GPUs: float64(req.NeedGPUs)}, nil
 }
 
-func (f *fakeAgents) LaunchVLLM(ctx context.Context, req activities.LaunchRequest) (activities.ContainerRef, error) {
+func (f *Agents) LaunchVLLM(ctx context.Context, req activities.LaunchRequest) (activities.ContainerRef, error) {
 	if err := f.record(ctx, "LaunchVLLM", req.Node, ""); err != nil {
 		return activities.ContainerRef{}, err
 	}
 	return activities.ContainerRef{Node: req.Node, Role: activities.RoleVLLM, Name: "tpdeploy-" + req.Deployment.Cluster + "-vllm", ID: "c-vllm"}, nil
 }
 
-func (f *fakeAgents) WatchServing(ctx context.Context, req activities.WatchRequest) (activities.ServingProgress, error) {
+func (f *Agents) WatchServing(ctx context.Context, req activities.WatchRequest) (activities.ServingProgress, error) {
 	if err := f.record(ctx, "WatchServing", req.Node, ""); err != nil {
 		return activities.ServingProgress{}, err
 	}
-	if f.blockWatch {
+	if f.BlockWatch {
 		for {
 			activity.RecordHeartbeat(ctx, req.Cursor)
 			select {
@@ -222,24 +229,25 @@ func (f *fakeAgents) WatchServing(ctx context.Context, req activities.WatchReque
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := f.watchSteps[min(f.watchCalls, len(f.watchSteps)-1)]
-	f.watchCalls++
+	p := f.WatchSteps[min(f.WatchCalls, len(f.WatchSteps)-1)]
+	f.WatchCalls++
 	return p, nil
 }
 
-func (f *fakeAgents) RemoveContainers(ctx context.Context, req activities.RemoveRequest) (activities.RemoveResult, error) {
+func (f *Agents) RemoveContainers(ctx context.Context, req activities.RemoveRequest) (activities.RemoveResult, error) {
 	if err := f.record(ctx, "RemoveContainers", req.Node, strings.Join(req.Roles, ",")); err != nil {
 		return activities.RemoveResult{}, err
 	}
 	return activities.RemoveResult{Node: req.Node}, nil
 }
 
-// agentDown is the error the server gives a task no agent picked up in time.
-func agentDown() error {
+// AgentDown is the error the server gives a task no agent picked up in time.
+func AgentDown() error {
 	return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
 }
 
-func seedSpec() spec.Cluster {
+// SeedSpec is the seed cluster: node-a head, node-b worker, TP=2.
+func SeedSpec() spec.Cluster {
 	return spec.Cluster{
 		Name:     "seed",
 		Image:    "vllm/vllm-openai:v0.17.0",

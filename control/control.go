@@ -1,0 +1,229 @@
+// Package control is the operator's side of tpdeploy: starting, watching, planning and
+// tearing down deployments through Temporal. The starter CLI is a thin shell over it.
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/workflows"
+)
+
+// AlreadyRunningError refuses a deploy while another deploy of the cluster runs.
+type AlreadyRunningError struct {
+	Cluster    string
+	WorkflowID string
+	RunID      string
+}
+
+func (e *AlreadyRunningError) Error() string {
+	return fmt.Sprintf("cluster %s: a deploy is already running (workflow %s, run %s); watch it with `starter status --watch %s` or stop it with `starter teardown %s`",
+		e.Cluster, e.WorkflowID, e.RunID, e.Cluster, e.Cluster)
+}
+
+// Controller starts and inspects deployments.
+type Controller struct {
+	Client client.Client
+}
+
+// StartDeploy starts the cluster's deploy under its one workflow ID; a running deploy of
+// the same cluster is refused with *AlreadyRunningError.
+func (c Controller) StartDeploy(ctx context.Context, req workflows.DeployRequest) (client.WorkflowRun, error) {
+	id := workflows.DeployWorkflowID(req.Spec.Name)
+	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                                       id,
+		TaskQueue:                                activities.WorkflowQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            fmt.Sprintf("deploy %s: %s on %d nodes (tp=%d, pp=%d)", req.Spec.Name, req.Spec.Model.ServedName, len(req.Spec.Nodes), req.Spec.Parallel.Tensor, req.Spec.Parallel.Pipeline),
+	}, workflows.DeployCluster, req)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return nil, &AlreadyRunningError{Cluster: req.Spec.Name, WorkflowID: id, RunID: started.RunId}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start deploy of %s: %w", req.Spec.Name, err)
+	}
+	return run, nil
+}
+
+// Plan runs the dry-run plan workflow and waits for its report.
+func (c Controller) Plan(ctx context.Context, s spec.Cluster) (workflows.PlanReport, error) {
+	var rep workflows.PlanReport
+	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       workflows.PlanWorkflowID(s.Name),
+		TaskQueue:                activities.WorkflowQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowExecutionTimeout: 5 * time.Minute,
+		StaticSummary:            "plan " + s.Name,
+	}, workflows.PlanCluster, workflows.PlanRequest{Spec: s})
+	if err != nil {
+		return rep, fmt.Errorf("start plan of %s: %w", s.Name, err)
+	}
+	if err := run.Get(ctx, &rep); err != nil {
+		return rep, Reason(err)
+	}
+	return rep, nil
+}
+
+// Status is what the cluster's latest deploy is doing or did.
+type Status struct {
+	WorkflowID string
+	RunID      string
+	Running    bool
+	// Closed is Temporal's status for a finished deploy: Completed, Failed, Canceled, ...
+	Closed string
+	State  workflows.State
+	Result *workflows.DeployResult
+	Err    error
+	Spec   *spec.Cluster
+}
+
+// Status reports the latest deploy of cluster.
+func (c Controller) Status(ctx context.Context, cluster string) (Status, error) {
+	id := workflows.DeployWorkflowID(cluster)
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return Status{}, fmt.Errorf("cluster %s has never been deployed (no workflow %s)", cluster, id)
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("describe %s: %w", id, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	st := Status{WorkflowID: id, RunID: info.GetExecution().GetRunId()}
+	st.Running = info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	if !st.Running {
+		st.Closed = closedName(info.GetStatus())
+	}
+	if q, err := c.Client.QueryWorkflow(ctx, id, st.RunID, workflows.QueryState); err == nil {
+		_ = q.Get(&st.State)
+	}
+	if !st.Running {
+		var res workflows.DeployResult
+		if err := c.Client.GetWorkflow(ctx, id, st.RunID).Get(ctx, &res); err != nil {
+			st.Err = Reason(err)
+		} else {
+			st.Result = &res
+		}
+	}
+	if s, err := c.deploySpec(ctx, id, st.RunID); err == nil {
+		st.Spec = &s
+	}
+	return st, nil
+}
+
+func closedName(s enumspb.WorkflowExecutionStatus) string {
+	switch s {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return "Completed"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		return "Failed"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		return "Canceled"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		return "Terminated"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		return "TimedOut"
+	default:
+		return s.String()
+	}
+}
+
+// deploySpec reads the spec a deploy was started with from its first history event, so
+// `teardown CLUSTER` needs no spec file.
+func (c Controller) deploySpec(ctx context.Context, id, runID string) (spec.Cluster, error) {
+	it := c.Client.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return spec.Cluster{}, fmt.Errorf("workflow %s has no history", id)
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return spec.Cluster{}, fmt.Errorf("read history of %s: %w", id, err)
+	}
+	payloads := ev.GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()
+	if len(payloads) == 0 {
+		return spec.Cluster{}, fmt.Errorf("workflow %s has no input", id)
+	}
+	var req workflows.DeployRequest
+	if err := json.Unmarshal(payloads[0].GetData(), &req); err != nil {
+		return spec.Cluster{}, fmt.Errorf("decode input of %s: %w", id, err)
+	}
+	return req.Spec.WithDefaults(), nil
+}
+
+// Teardown stops the cluster: a running deploy is cancelled (its compensations remove
+// what it started) and then every container of the cluster is removed on every node.
+// s may be nil, in which case the spec of the latest deploy is used.
+func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluster) (workflows.TeardownResult, error) {
+	var res workflows.TeardownResult
+	id := workflows.DeployWorkflowID(cluster)
+	if s == nil {
+		got, err := c.deploySpec(ctx, id, "")
+		if err != nil {
+			return res, fmt.Errorf("cluster %s: no spec given and none found from a previous deploy (%v); pass -f spec.yaml", cluster, err)
+		}
+		s = &got
+	}
+	if desc, err := c.Client.DescribeWorkflowExecution(ctx, id, ""); err == nil &&
+		desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		if err := c.Client.CancelWorkflow(ctx, id, runID); err != nil {
+			return res, fmt.Errorf("cancel running deploy %s: %w", id, err)
+		}
+		// Wait for its compensations; the outcome is a cancel, not an error here.
+		_ = c.Client.GetWorkflow(ctx, id, runID).Get(ctx, nil)
+	}
+	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       workflows.TeardownWorkflowID(cluster),
+		TaskQueue:                activities.WorkflowQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StaticSummary:            "teardown " + cluster,
+	}, workflows.TeardownCluster, workflows.TeardownRequest{Spec: *s})
+	if err != nil {
+		return res, fmt.Errorf("start teardown of %s: %w", cluster, err)
+	}
+	if err := run.Get(ctx, &res); err != nil {
+		return res, Reason(err)
+	}
+	return res, nil
+}
+
+// Reason reduces a workflow failure to its one-line cause, with the error type the
+// workflow classified it as: "PlacementMismatch: node-a: check placement: ...".
+func Reason(err error) error {
+	var app interface {
+		Type() string
+		Message() string
+	}
+	var wee *temporal.WorkflowExecutionError
+	if errors.As(err, &wee) {
+		if errors.As(wee.Unwrap(), &app) {
+			return &Failure{Type: app.Type(), Message: app.Message()}
+		}
+		if temporal.IsCanceledError(wee.Unwrap()) {
+			return &Failure{Type: activities.ErrCanceled, Message: "canceled"}
+		}
+		return &Failure{Type: "Failed", Message: wee.Unwrap().Error()}
+	}
+	return err
+}
+
+// Failure is a deploy's classified failure.
+type Failure struct {
+	Type    string
+	Message string
+}
+
+func (f *Failure) Error() string { return f.Type + ": " + f.Message }

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/workflows"
+)
+
+func helpOK(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+func cmdDeploy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("deploy", "deploy -f spec.yaml [--watch]", stderr)
+	file := c.fs.String("f", "", "cluster spec (YAML or JSON)")
+	watch := c.fs.Bool("watch", false, "follow the deploy until it serves or fails")
+	every := c.fs.Duration("report-every", 0, "how often the serving watch reports progress (default 10s)")
+	if _, err := c.parse(args); err != nil {
+		return helpOK(err)
+	}
+	s, err := readSpec(*file)
+	if err != nil {
+		return err
+	}
+	ctl, closeFn, err := c.controller()
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	run, err := ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "cli", ReportEvery: spec.Duration(*every)})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deploy of %s started: workflow %s run %s\n", s.Name, run.GetID(), run.GetRunID())
+	if !*watch {
+		return nil
+	}
+	return watchDeploy(ctx, ctl, s.Name, stdout)
+}
+
+// watchDeploy follows the cluster's deploy until it closes, drawing progress.
+func watchDeploy(ctx context.Context, ctl control.Controller, cluster string, stdout io.Writer) error {
+	tty := isTerminal(stdout)
+	last := ""
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := ctl.Status(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		if line := progressLine(st.State); line != last {
+			if tty {
+				fmt.Fprintf(stdout, "\r\033[K%s", line)
+			} else {
+				fmt.Fprintln(stdout, line)
+			}
+			last = line
+		}
+		if !st.Running {
+			if tty {
+				fmt.Fprintln(stdout)
+			}
+			return printOutcome(stdout, st)
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(stdout, "\nstopped watching; the deploy goes on (starter status --watch %s)\n", cluster)
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progressLine is one line: the phase, and during loading a bar with shards and ETA.
+func progressLine(s workflows.State) string {
+	p := s.Progress
+	if s.Phase == workflows.PhaseServing && p.ShardsTotal > 0 && !p.Serving {
+		const width = 30
+		filled := width * p.ShardsLoaded / p.ShardsTotal
+		bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
+		line := fmt.Sprintf("loading weights %s %3d%% %d/%d shards", bar, p.Percent, p.ShardsLoaded, p.ShardsTotal)
+		if p.ETA > 0 {
+			line += fmt.Sprintf(", eta %s", p.ETA.Round(time.Second))
+		}
+		return line
+	}
+	if s.Details != "" {
+		return s.Details
+	}
+	return s.Phase
+}
+
+func printOutcome(w io.Writer, st control.Status) error {
+	if st.Result != nil {
+		r := st.Result
+		fmt.Fprintf(w, "serving: %s\n", r.Endpoint)
+		fmt.Fprintf(w, "  models:  %s/v1/models\n", r.Endpoint)
+		fmt.Fprintf(w, "  subnet:  %s (ray at %s)\n", r.Plan.Subnet, r.Plan.RayAddress)
+		for _, warn := range r.Warnings {
+			fmt.Fprintf(w, "  warning: %s\n", warn)
+		}
+		printSteps(w, r.Steps)
+		return nil
+	}
+	if len(st.State.Compensations) > 0 {
+		fmt.Fprintf(w, "compensated: %s\n", strings.Join(st.State.Compensations, ", "))
+	}
+	if st.Err != nil {
+		return st.Err
+	}
+	return fmt.Errorf("deploy %s", strings.ToLower(st.Closed))
+}
+
+func printSteps(w io.Writer, steps []workflows.StepTiming) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, s := range steps {
+		fmt.Fprintf(tw, "  %s\t%s\n", s.Step, s.Duration.Round(time.Millisecond))
+	}
+	_ = tw.Flush()
+}
+
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("status", "status CLUSTER [--watch] [--json]", stderr)
+	watch := c.fs.Bool("watch", false, "follow a running deploy")
+	asJSON := c.fs.Bool("json", false, "print the state as JSON")
+	pos, err := c.parse(args)
+	if err != nil {
+		return helpOK(err)
+	}
+	if len(pos) != 1 {
+		c.fs.Usage()
+		return errUsage
+	}
+	ctl, closeFn, err := c.controller()
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if *watch {
+		return watchDeploy(ctx, ctl, pos[0], stdout)
+	}
+	st, err := ctl.Status(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st.State)
+	}
+	state := "running"
+	if !st.Running {
+		state = strings.ToLower(st.Closed)
+	}
+	fmt.Fprintf(stdout, "cluster %s: %s (workflow %s run %s)\n", pos[0], state, st.WorkflowID, st.RunID)
+	fmt.Fprintf(stdout, "  phase:   %s\n  details: %s\n", st.State.Phase, st.State.Details)
+	if st.State.Plan != nil {
+		fmt.Fprintf(stdout, "  subnet:  %s (ray at %s)\n", st.State.Plan.Subnet, st.State.Plan.RayAddress)
+	}
+	for _, ctr := range st.State.Containers {
+		fmt.Fprintf(stdout, "  container %s on %s (%s)\n", ctr.Name, ctr.Node, ctr.Role)
+	}
+	if st.Running {
+		return nil
+	}
+	return printOutcome(stdout, st)
+}
+
+func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("teardown", "teardown CLUSTER [-f spec.yaml]", stderr)
+	file := c.fs.String("f", "", "cluster spec; default: the spec of the cluster's latest deploy")
+	pos, err := c.parse(args)
+	if err != nil {
+		return helpOK(err)
+	}
+	if len(pos) != 1 {
+		c.fs.Usage()
+		return errUsage
+	}
+	var s *spec.Cluster
+	if *file != "" {
+		got, err := readSpec(*file)
+		if err != nil {
+			return err
+		}
+		if got.Name != pos[0] {
+			return fmt.Errorf("%s describes cluster %q, not %q", *file, got.Name, pos[0])
+		}
+		s = &got
+	}
+	ctl, closeFn, err := c.controller()
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	res, err := ctl.Teardown(ctx, pos[0], s)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, r := range res.Removed {
+		for _, name := range r.Removed {
+			fmt.Fprintf(stdout, "removed %s on %s\n", name, r.Node)
+			n++
+		}
+	}
+	fmt.Fprintf(stdout, "cluster %s torn down (%d containers removed)\n", pos[0], n)
+	return nil
+}
+
+func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("plan", "plan -f spec.yaml [--json]", stderr)
+	file := c.fs.String("f", "", "cluster spec (YAML or JSON)")
+	asJSON := c.fs.Bool("json", false, "print the report as JSON")
+	if _, err := c.parse(args); err != nil {
+		return helpOK(err)
+	}
+	s, err := readSpec(*file)
+	if err != nil {
+		return err
+	}
+	ctl, closeFn, err := c.controller()
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	rep, err := ctl.Plan(ctx, s)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printPlan(stdout, s, rep)
+	}
+	if rep.Error != "" {
+		return errors.New(firstLine(rep.Error))
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
+	fmt.Fprintf(w, "Interfaces\n")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  NODE\tLINK\tSTATE\tMTU\tSPEED\tADDRESSES\tNOTE\n")
+	for _, p := range rep.Probes {
+		for _, l := range p.Links {
+			if l.Loopback {
+				continue
+			}
+			state := "down"
+			if l.Up {
+				state = "up"
+			}
+			var addrs []string
+			for _, a := range l.Addrs {
+				if a.Addr().Is4() {
+					addrs = append(addrs, a.String())
+				}
+			}
+			note := ""
+			if p.DefaultRoute != nil && p.DefaultRoute.Interface == l.Name {
+				note = "default route (Ray's guess: " + p.DefaultRoute.Source.String() + ")"
+			}
+			for _, d := range p.RDMA {
+				if d.Netdev == l.Name {
+					note = strings.TrimSpace(note + " rdma " + d.Name)
+				}
+			}
+			speed := "-"
+			if l.SpeedMbps > 0 {
+				speed = fmt.Sprintf("%dMb/s", l.SpeedMbps)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Node, l.Name, state, l.MTU, speed, strings.Join(addrs, ","), note)
+		}
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintf(w, "\nReachability (from → to)\n")
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	matrix := slices.Clone(rep.Matrix)
+	slices.SortStableFunc(matrix, func(a, b netplan.PairResult) int { return a.Subnet.Addr().Compare(b.Subnet.Addr()) })
+	for _, r := range matrix {
+		res := "ok " + r.RTT.Round(time.Microsecond).String()
+		if !r.OK {
+			res = "FAIL " + r.Error
+		}
+		fmt.Fprintf(tw, "  %s\t%s → %s\t%s\t%s\n", r.Subnet, r.From, r.To, r.Addr, res)
+	}
+	if len(matrix) == 0 {
+		fmt.Fprintf(tw, "  (no subnet shared by every node to test)\n")
+	}
+	_ = tw.Flush()
+
+	if rep.Plan == nil {
+		fmt.Fprintf(w, "\nNo plan:\n  %s\n", strings.ReplaceAll(rep.Error, "\n", "\n  "))
+		return
+	}
+	fmt.Fprintf(w, "\nDecision\n")
+	for _, d := range rep.Plan.Decision {
+		fmt.Fprintf(w, "  %s %s\n", d.Subnet, d.Reason)
+	}
+	fmt.Fprintf(w, "\nEnvironment per node (ray head at %s)\n", rep.Plan.RayAddress)
+	for _, n := range rep.Plan.Nodes {
+		fmt.Fprintf(w, "  %s (%s, %s on %s, %d GPU):\n", n.Name, n.Role, n.Address, n.Interface, n.GPUs)
+		keys := make([]string, 0, len(n.Env))
+		for k := range n.Env {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "    %s=%s\n", k, n.Env[k])
+		}
+	}
+	if rep.Error != "" {
+		fmt.Fprintf(w, "\nBut: %s\n", rep.Error)
+	}
+}

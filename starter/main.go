@@ -1,0 +1,135 @@
+// Command starter is the operator's CLI: deploy, plan, status and teardown of a cluster.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/connect"
+	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/logging"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+const usage = `Usage: starter COMMAND [flags]
+
+Commands:
+  deploy -f spec.yaml [--watch]   deploy the cluster (one deploy per cluster at a time)
+  plan -f spec.yaml [--json]      probe nodes, test reachability, show the subnet plan; starts nothing
+  status CLUSTER [--watch]        show the latest deploy's phase, progress, plan and result
+  teardown CLUSTER [-f spec.yaml] cancel a running deploy and remove the cluster's containers
+
+Every command takes --address and --namespace (env TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE)
+and --help. Exit status: 0 on success, 1 with a one-line reason on failure, 2 on usage errors.
+`
+
+// errUsage marks errors that exit 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "starter:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "deploy":
+		return cmdDeploy(ctx, rest, stdout, stderr)
+	case "plan":
+		return cmdPlan(ctx, rest, stdout, stderr)
+	case "status":
+		return cmdStatus(ctx, rest, stdout, stderr)
+	case "teardown":
+		return cmdTeardown(ctx, rest, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "starter: unknown command %q\n\n%s", cmd, usage)
+		return errUsage
+	}
+}
+
+// command is what every subcommand shares: its flags and the Temporal connection.
+type command struct {
+	fs   *flag.FlagSet
+	conn connect.Options
+}
+
+func newCommand(name, synopsis string, stderr io.Writer) *command {
+	c := &command{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	c.fs.SetOutput(stderr)
+	c.fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: starter %s\n\nFlags:\n", synopsis)
+		c.fs.PrintDefaults()
+	}
+	c.conn.Register(c.fs)
+	return c
+}
+
+// parse parses flags; positional arguments may come before or after flags.
+func (c *command) parse(args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, flag.ErrHelp
+			}
+			return nil, errUsage
+		}
+		if c.fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, c.fs.Arg(0))
+		args = c.fs.Args()[1:]
+	}
+}
+
+func (c *command) controller() (control.Controller, func(), error) {
+	z, err := logging.New("warn", true)
+	if err != nil {
+		return control.Controller{}, nil, err
+	}
+	cl, err := c.conn.Dial(z.WithOptions(zap.IncreaseLevel(zap.ErrorLevel)))
+	if err != nil {
+		return control.Controller{}, nil, err
+	}
+	return control.Controller{Client: cl}, cl.Close, nil
+}
+
+func readSpec(file string) (spec.Cluster, error) {
+	if file == "" {
+		return spec.Cluster{}, fmt.Errorf("-f spec.yaml is required: %w", errUsage)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return spec.Cluster{}, fmt.Errorf("read spec: %w", err)
+	}
+	s, err := spec.Parse(data)
+	if err != nil {
+		return spec.Cluster{}, fmt.Errorf("%s: %w", file, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,32 @@
+package workflows
+
+import (
+	"path/filepath"
+	"testing"
+
+	"go.temporal.io/sdk/worker"
+)
+
+// TestReplayCommittedHistories replays histories recorded from real runs (see
+// control/integration_test.go, TPDEPLOY_UPDATE_HISTORY=1). A change to the workflows
+// that alters their commands fails here unless it is guarded by workflow.GetVersion.
+func TestReplayCommittedHistories(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no committed histories in workflows/testdata")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflow(DeployCluster)
+			r.RegisterWorkflow(PlanCluster)
+			r.RegisterWorkflow(TeardownCluster)
+			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
+				t.Fatalf("replay %s: %v", f, err)
+			}
+		})
+	}
+}
