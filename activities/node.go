@@ -78,9 +78,9 @@ func (a *Node) logger() *zap.Logger {
 	return a.Log
 }
 
-func notImplemented(step string) error {
+func notImplemented(_ string) error {
 	return temporal.NewNonRetryableApplicationError(
-		step+": not implemented in this agent build (see the open issues: containers, serving)", ErrNotImplemented, nil)
+		"not implemented in this agent build (open issues: containers, serving, lab)", ErrNotImplemented, nil)
 }
 
 // PreflightNode checks the image is present on the node's engine.

@@ -28,7 +28,10 @@ import (
 // These tests run the workflows on the real Temporal dev server, with the node
 // activities faked: the real ones need real nodes (see the lab tests for those).
 
-var temporalClient client.Client
+var (
+	temporalClient client.Client
+	serverAddress  string
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -49,6 +52,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer srv.Stop()
+	serverAddress = srv.Address
 	temporalClient, err = client.Dial(client.Options{HostPort: srv.Address})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

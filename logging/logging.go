@@ -25,7 +25,9 @@ func New(level string, console bool) (*zap.Logger, error) {
 }
 
 // Temporal adapts a zap logger to the SDK's key-value logger.
-func Temporal(z *zap.Logger) log.Logger { return temporalLogger{z.WithOptions(zap.AddCallerSkip(1)).Sugar()} }
+func Temporal(z *zap.Logger) log.Logger {
+	return temporalLogger{z.WithOptions(zap.AddCallerSkip(1)).Sugar()}
+}
 
 type temporalLogger struct{ s *zap.SugaredLogger }
 

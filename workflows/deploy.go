@@ -122,8 +122,8 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	compErr := d.saga.compensate(ctx)
 	d.state.Compensations = d.saga.ran
 	failure := toFailure(se, compErr)
-	d.state.Error = failure.Error()
-	d.setPhase(ctx, PhaseFailed, failure.Error())
+	d.state.Error = failure.Type() + ": " + failure.Message()
+	d.setPhase(ctx, PhaseFailed, d.state.Error)
 	if se.Type == activities.ErrCanceled && compErr == nil {
 		return DeployResult{}, temporal.NewCanceledError(d.saga.ran)
 	}

@@ -32,9 +32,14 @@ type stepError struct {
 	Node string
 	Type string
 	Msg  string
+	// joined errors carry their nodes' prefixes in Msg already.
+	joined bool
 }
 
 func (e *stepError) Error() string {
+	if e.joined {
+		return e.Msg
+	}
 	if e.Node == "" {
 		return e.Step + ": " + e.Msg
 	}
@@ -91,12 +96,12 @@ func joinStepErrors(errs []*stepError) *stepError {
 	for i, e := range errs {
 		msgs[i] = e.Error()
 	}
-	return &stepError{Step: errs[0].Step, Type: errs[0].Type, Msg: strings.Join(msgs, "; ")}
+	return &stepError{Step: errs[0].Step, Type: errs[0].Type, Msg: strings.Join(msgs, "; "), joined: true}
 }
 
 // toFailure makes the workflow's error: a non-retryable application error whose type is the
 // classified one, so the starter and callers can branch on it.
-func toFailure(e *stepError, compensationErr error) error {
+func toFailure(e *stepError, compensationErr error) *temporal.ApplicationError {
 	msg := e.Error()
 	typ := e.Type
 	if compensationErr != nil {
@@ -105,5 +110,7 @@ func toFailure(e *stepError, compensationErr error) error {
 			typ = activities.ErrCompensationFailed
 		}
 	}
-	return temporal.NewNonRetryableApplicationError(msg, typ, nil)
+	var app *temporal.ApplicationError
+	errors.As(temporal.NewNonRetryableApplicationError(msg, typ, nil), &app)
+	return app
 }

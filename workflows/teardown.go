@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -40,7 +41,11 @@ func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult,
 			activities.RemoveRequest{Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name})
 	}, func(_ string, r activities.RemoveResult) { res.Removed = append(res.Removed, r) })
 	if err != nil {
-		return res, toFailure(err.(*stepError), nil)
+		var se *stepError
+		if errors.As(err, &se) {
+			return res, toFailure(se, nil)
+		}
+		return res, err
 	}
 	return res, nil
 }

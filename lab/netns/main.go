@@ -39,7 +39,11 @@ func run(args []string) error {
 		return err
 	}
 	for _, n := range t.Nodes {
-		fmt.Printf("%s netns=%s fast=%s %s ext=%s %s\n", n.Name, n.NetNS, n.FastIface, n.FastAddr, n.ExtIface, n.ExtAddr)
+		ext := ""
+		if n.ExtIface != "" {
+			ext = fmt.Sprintf(" ext=%s %s (default route)", n.ExtIface, n.ExtAddr)
+		}
+		fmt.Printf("%s netns=%s fast=%s %s%s\n", n.Name, n.NetNS, n.FastIface, n.FastAddr, ext)
 	}
 	return nil
 }

@@ -1,0 +1,377 @@
+package netplan
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// topo is a compact topology description for table tests: node → links.
+type topo map[string][]Link
+
+func link(name, cidr string, mtu int, opts ...func(*Link)) Link {
+	l := Link{Name: name, Kind: "device", MTU: mtu, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix(cidr)}}
+	for _, o := range opts {
+		o(&l)
+	}
+	return l
+}
+
+func down(l *Link)                { l.Up = false }
+func speedMbps(s int) func(*Link) { return func(l *Link) { l.SpeedMbps = s } }
+
+func clusterOf(nodes ...string) spec.Cluster {
+	c := spec.Cluster{Name: "t", Image: "img", Model: spec.Model{Path: "m"}, Parallel: spec.Parallel{Tensor: len(nodes)}}
+	for i, n := range nodes {
+		role := spec.RoleWorker
+		if i == 0 {
+			role = spec.RoleHead
+		}
+		c.Nodes = append(c.Nodes, spec.Node{Name: n, Role: role, GPUs: 1})
+	}
+	return c.WithDefaults()
+}
+
+func probesOf(c spec.Cluster, t topo, defaults map[string]string) []NodeProbe {
+	var out []NodeProbe
+	for _, n := range c.Nodes {
+		p := NodeProbe{Node: n.Name, GPUs: 1, GPUSource: "spec", Links: t[n.Name]}
+		if dl, ok := defaults[n.Name]; ok {
+			for _, l := range p.Links {
+				if l.Name == dl {
+					p.DefaultRoute = &DefaultRoute{Interface: dl, Source: l.Addrs[0].Addr()}
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// fullMatrix dials every listen address from every other node; blocked "from>to@subnet"
+// pairs fail.
+func fullMatrix(c spec.Cluster, probes []NodeProbe, blocked map[string]bool) []PairResult {
+	addrs := ListenAddrs(c, probes)
+	var out []PairResult
+	for _, from := range c.Nodes {
+		for _, to := range c.Nodes {
+			if from.Name == to.Name {
+				continue
+			}
+			for _, a := range addrs[to.Name] {
+				r := PairResult{From: from.Name, To: to.Name, Subnet: a.Masked(), Addr: netip.AddrPortFrom(a.Addr(), 40000), OK: true, RTT: 200 * time.Microsecond}
+				if blocked[from.Name+">"+to.Name+"@"+a.Masked().String()] {
+					r.OK, r.RTT, r.Error = false, 0, "i/o timeout"
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+var seedTopo = topo{
+	"node-a": {link("lo", "127.0.0.1/8", 65536, func(l *Link) { l.Loopback = true }), link("enP7s7", "10.1.230.180/24", 1500), link("enp1s0f1np1", "192.168.200.12/24", 9000)},
+	"node-b": {link("lo", "127.0.0.1/8", 65536, func(l *Link) { l.Loopback = true }), link("enp1s0f1np1", "192.168.200.13/24", 9000)},
+}
+
+func TestChoose(t *testing.T) {
+	two := clusterOf("node-a", "node-b")
+	tests := []struct {
+		name     string
+		c        spec.Cluster
+		topo     topo
+		defaults map[string]string
+		blocked  map[string]bool
+		rdma     map[string][]RDMADevice
+		want     string   // chosen subnet, or "" for an error
+		wantErr  []string // substrings of the error
+		reasons  []string // substrings of the decision, joined
+		env      map[string]map[string]string
+	}{
+		{
+			name: "seed: the shared RoCE subnet wins, external rejected", c: two, topo: seedTopo,
+			defaults: map[string]string{"node-a": "enP7s7"},
+			want:     "192.168.200.0/24",
+			reasons:  []string{"10.1.230.0/24 rejected: node-b has no address in it", "192.168.200.0/24 chosen: reachable between all 2 nodes in both directions"},
+			env: map[string]map[string]string{
+				"node-a": {"VLLM_HOST_IP": "192.168.200.12", "NCCL_SOCKET_IFNAME": "=enp1s0f1np1", "RAY_ADDRESS": "192.168.200.12:6379"},
+				"node-b": {"VLLM_HOST_IP": "192.168.200.13", "GLOO_SOCKET_IFNAME": "enp1s0f1np1", "TP_SOCKET_IFNAME": "enp1s0f1np1", "RAY_ADDRESS": "192.168.200.12:6379"},
+			},
+		},
+		{
+			name: "interface names differ per node",
+			c:    two,
+			topo: topo{"node-a": {link("vethA", "192.168.77.12/24", 9000)}, "node-b": {link("ibp1", "192.168.77.13/24", 9000)}},
+			want: "192.168.77.0/24",
+			env:  map[string]map[string]string{"node-a": {"NCCL_SOCKET_IFNAME": "=vethA"}, "node-b": {"NCCL_SOCKET_IFNAME": "=ibp1", "GLOO_SOCKET_IFNAME": "ibp1"}},
+		},
+		{
+			name:    "MTU ranks a shared management network second",
+			c:       two,
+			topo:    topo{"node-a": {link("eth0", "172.20.0.2/16", 1500), link("eth1", "192.168.77.12/24", 9000)}, "node-b": {link("eth0", "172.20.0.3/16", 1500), link("eth1", "192.168.77.13/24", 9000)}},
+			want:    "192.168.77.0/24",
+			reasons: []string{"172.20.0.0/16 reachable, ranked 2nd: MTU 1500 < 9000"},
+		},
+		{
+			name:    "one-way unreachable pair rejects the subnet",
+			c:       two,
+			topo:    topo{"node-a": {link("eth0", "172.20.0.2/16", 1500), link("eth1", "192.168.77.12/24", 9000)}, "node-b": {link("eth0", "172.20.0.3/16", 1500), link("eth1", "192.168.77.13/24", 9000)}},
+			blocked: map[string]bool{"node-b>node-a@192.168.77.0/24": true},
+			want:    "172.20.0.0/16",
+			reasons: []string{"192.168.77.0/24 rejected: node-b cannot reach node-a at 192.168.77.12:40000 (i/o timeout)"},
+		},
+		{
+			name:    "link-local is never chosen",
+			c:       two,
+			topo:    topo{"node-a": {link("eth1", "169.254.3.1/16", 9000), link("eth0", "172.20.0.2/16", 1500)}, "node-b": {link("eth1", "169.254.3.2/16", 9000), link("eth0", "172.20.0.3/16", 1500)}},
+			want:    "172.20.0.0/16",
+			reasons: []string{"169.254.0.0/16 rejected: link-local"},
+		},
+		{
+			name:    "duplicate addresses reject the subnet",
+			c:       two,
+			topo:    topo{"node-a": {link("eth1", "10.9.0.5/24", 9000), link("eth0", "172.20.0.2/16", 1500)}, "node-b": {link("eth1", "10.9.0.5/24", 9000), link("eth0", "172.20.0.3/16", 1500)}},
+			want:    "172.20.0.0/16",
+			reasons: []string{"10.9.0.0/24 rejected: node-a and node-b both have 10.9.0.5"},
+		},
+		{
+			name:    "a down link does not count",
+			c:       two,
+			topo:    topo{"node-a": {link("eth1", "192.168.77.12/24", 9000), link("eth0", "172.20.0.2/16", 1500)}, "node-b": {link("eth1", "192.168.77.13/24", 9000, down), link("eth0", "172.20.0.3/16", 1500)}},
+			want:    "172.20.0.0/16",
+			reasons: []string{"192.168.77.0/24 rejected: node-b: 192.168.77.13 on eth1 is down"},
+		},
+		{
+			name:    "docker bridges are skipped unless preferred",
+			c:       two,
+			topo:    topo{"node-a": {link("docker0", "172.17.0.1/16", 1500), link("eth0", "10.0.0.2/24", 1500)}, "node-b": {link("docker0", "172.17.0.2/16", 1500), link("eth0", "10.0.0.3/24", 1500)}},
+			want:    "10.0.0.0/24",
+			reasons: []string{"172.17.0.0/16 rejected: node-a: docker0 is a Docker bridge"},
+		},
+		{
+			name: "prefer_cidrs beats MTU",
+			c: func() spec.Cluster {
+				c := clusterOf("node-a", "node-b")
+				c.Network.PreferCIDRs = []string{"172.20.0.0/16"}
+				return c
+			}(),
+			topo:    topo{"node-a": {link("eth0", "172.20.0.2/16", 1500), link("eth1", "192.168.77.12/24", 9000)}, "node-b": {link("eth0", "172.20.0.3/16", 1500), link("eth1", "192.168.77.13/24", 9000)}},
+			want:    "172.20.0.0/16",
+			reasons: []string{"192.168.77.0/24 reachable, ranked 2nd: not first in network.prefer_cidrs"},
+		},
+		{
+			name: "exclude_cidrs removes a subnet",
+			c: func() spec.Cluster {
+				c := clusterOf("node-a", "node-b")
+				c.Network.ExcludeCIDRs = []string{"192.168.0.0/16"}
+				return c
+			}(),
+			topo:    topo{"node-a": {link("eth0", "172.20.0.2/16", 1500), link("eth1", "192.168.77.12/24", 9000)}, "node-b": {link("eth0", "172.20.0.3/16", 1500), link("eth1", "192.168.77.13/24", 9000)}},
+			want:    "172.20.0.0/16",
+			reasons: []string{"192.168.77.0/24 rejected: excluded by network.exclude_cidrs"},
+		},
+		{
+			name: "exclude_interfaces removes a link",
+			c: func() spec.Cluster {
+				c := clusterOf("node-a", "node-b")
+				c.Network.ExcludeInterfaces = []string{"eth1"}
+				return c
+			}(),
+			topo:    topo{"node-a": {link("eth0", "172.20.0.2/16", 1500), link("eth1", "192.168.77.12/24", 9000)}, "node-b": {link("eth0", "172.20.0.3/16", 1500), link("eth1", "192.168.77.13/24", 9000)}},
+			want:    "172.20.0.0/16",
+			reasons: []string{"eth1 is excluded by network.exclude_interfaces"},
+		},
+		{
+			name:    "RDMA beats speed, and sets NCCL_IB_HCA",
+			c:       two,
+			topo:    topo{"node-a": {link("eth0", "172.20.0.2/16", 9000, speedMbps(400000)), link("roce0", "192.168.77.12/24", 9000, speedMbps(200000))}, "node-b": {link("eth0", "172.20.0.3/16", 9000, speedMbps(400000)), link("roce0", "192.168.77.13/24", 9000, speedMbps(200000))}},
+			rdma:    map[string][]RDMADevice{"node-a": {{Name: "mlx5_1", Port: 1, Netdev: "roce0", State: "ACTIVE"}}, "node-b": {{Name: "mlx5_0", Port: 1, Netdev: "roce0", State: "ACTIVE"}}},
+			want:    "192.168.77.0/24",
+			reasons: []string{"172.20.0.0/16 reachable, ranked 2nd: not RDMA-capable on every node", "RDMA-capable"},
+			env:     map[string]map[string]string{"node-a": {"NCCL_IB_HCA": "=mlx5_1:1"}, "node-b": {"NCCL_IB_HCA": "=mlx5_0:1"}},
+		},
+		{
+			name:    "link speed ranks",
+			c:       two,
+			topo:    topo{"node-a": {link("eth0", "172.20.0.2/16", 9000, speedMbps(10000)), link("eth1", "192.168.77.12/24", 9000, speedMbps(100000))}, "node-b": {link("eth0", "172.20.0.3/16", 9000, speedMbps(10000)), link("eth1", "192.168.77.13/24", 9000, speedMbps(100000))}},
+			want:    "192.168.77.0/24",
+			reasons: []string{"ranked 2nd: link speed 10 Gb/s < 100 Gb/s"},
+		},
+		{
+			name:    "no common subnet says what each node has",
+			c:       two,
+			topo:    topo{"node-a": {link("eth0", "10.1.0.2/24", 1500)}, "node-b": {link("eth0", "10.2.0.3/24", 1500)}},
+			wantErr: []string{"no subnet is shared and reachable by every node", "10.1.0.0/24 rejected: node-b has no address in it", "node-a: eth0 10.1.0.2/24 (up, mtu 1500)", "node-b: eth0 10.2.0.3/24"},
+		},
+		{
+			name: "too few GPUs after probing",
+			c: func() spec.Cluster {
+				c := clusterOf("node-a", "node-b")
+				c.Parallel.Tensor = 4
+				c.Nodes[0].GPUs, c.Nodes[1].GPUs = 0, 0
+				return c
+			}(),
+			topo:    seedTopo,
+			wantErr: []string{"parallel: tensor 4 x pipeline 1 = 4 GPUs, nodes provide 2 (node-a: 1 (spec), node-b: 1 (spec))"},
+		},
+		{
+			name: "node interface hint picks between two addresses in one subnet",
+			c: func() spec.Cluster {
+				c := clusterOf("node-a", "node-b")
+				c.Nodes[0].Interfaces = []string{"bond*"}
+				return c
+			}(),
+			topo: topo{"node-a": {link("eth1", "192.168.77.12/24", 9000), link("bond0", "192.168.77.22/24", 9000)}, "node-b": {link("eth1", "192.168.77.13/24", 9000)}},
+			want: "192.168.77.0/24",
+			env:  map[string]map[string]string{"node-a": {"VLLM_HOST_IP": "192.168.77.22", "NCCL_SOCKET_IFNAME": "=bond0"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			probes := probesOf(tt.c, tt.topo, tt.defaults)
+			for i := range probes {
+				probes[i].RDMA = tt.rdma[probes[i].Node]
+			}
+			plan, err := Choose(tt.c, probes, fullMatrix(tt.c, probes, tt.blocked))
+			if tt.want == "" {
+				if err == nil {
+					t.Fatalf("chose %s, want an error", plan.Subnet)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error lacks %q:\n%v", w, err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.Subnet.String() != tt.want {
+				t.Errorf("chose %s, want %s\n%s", plan.Subnet, tt.want, decisionText(plan))
+			}
+			for _, w := range tt.reasons {
+				if !strings.Contains(decisionText(plan), w) {
+					t.Errorf("decision lacks %q:\n%s", w, decisionText(plan))
+				}
+			}
+			for node, want := range tt.env {
+				np, _ := plan.Node(node)
+				for k, v := range want {
+					if np.Env[k] != v {
+						t.Errorf("%s %s = %q, want %q", node, k, np.Env[k], v)
+					}
+				}
+			}
+		})
+	}
+}
+
+func decisionText(p Plan) string {
+	var b strings.Builder
+	for _, d := range p.Decision {
+		fmt.Fprintf(&b, "%s %s\n", d.Subnet, d.Reason)
+	}
+	return b.String()
+}
+
+func TestChooseIsDeterministic(t *testing.T) {
+	c := clusterOf("node-a", "node-b")
+	tp := topo{"node-a": {link("eth0", "172.20.0.2/16", 1500), link("eth1", "172.21.0.2/16", 1500)}, "node-b": {link("eth0", "172.20.0.3/16", 1500), link("eth1", "172.21.0.3/16", 1500)}}
+	probes := probesOf(c, tp, nil)
+	first, err := Choose(c, probes, fullMatrix(c, probes, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		again, _ := Choose(c, probes, fullMatrix(c, probes, nil))
+		if again.Subnet != first.Subnet || decisionText(again) != decisionText(first) {
+			t.Fatalf("plan changed between runs:\n%s\nvs\n%s", decisionText(first), decisionText(again))
+		}
+	}
+	if !strings.Contains(decisionText(first), "tie, broken by address order") {
+		t.Errorf("tie not explained:\n%s", decisionText(first))
+	}
+}
+
+// TestChooseProperty checks random topologies: whatever is chosen contains every node and
+// passed all-pairs reachability, and the chosen addresses are distinct.
+func TestChooseProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	chosen := 0
+	subnets := []string{"10.0.0.%d/24", "172.20.0.%d/24", "192.168.77.%d/24", "169.254.0.%d/16"}
+	for iter := range 2000 {
+		n := 1 + rng.IntN(5)
+		var names []string
+		for i := range n {
+			names = append(names, fmt.Sprintf("n%d", i))
+		}
+		c := clusterOf(names...)
+		tp := topo{}
+		for i, name := range names {
+			for si, s := range subnets {
+				if rng.IntN(3) == 0 {
+					continue
+				}
+				host := 10 + i
+				if rng.IntN(20) == 0 {
+					host = 10 // occasional duplicate
+				}
+				l := link(fmt.Sprintf("eth%d", si), fmt.Sprintf(s, host), []int{1500, 9000}[rng.IntN(2)])
+				l.Up = rng.IntN(10) != 0
+				tp[name] = append(tp[name], l)
+			}
+		}
+		probes := probesOf(c, tp, nil)
+		blocked := map[string]bool{}
+		for _, a := range names {
+			for _, b := range names {
+				for _, s := range subnets {
+					if rng.IntN(8) == 0 {
+						blocked[a+">"+b+"@"+netip.MustParsePrefix(fmt.Sprintf(s, 0)).Masked().String()] = true
+					}
+				}
+			}
+		}
+		matrix := fullMatrix(c, probes, blocked)
+		plan, err := Choose(c, probes, matrix)
+		if err != nil {
+			continue
+		}
+		chosen++
+		if linkLocal.Overlaps(plan.Subnet) || len(plan.Nodes) != n {
+			t.Fatalf("iter %d: chose %s for %d nodes", iter, plan.Subnet, len(plan.Nodes))
+		}
+		seen := map[netip.Addr]bool{}
+		for _, np := range plan.Nodes {
+			if !plan.Subnet.Contains(np.Address) || seen[np.Address] {
+				t.Fatalf("iter %d: node %s address %s in %s (dup %v)", iter, np.Name, np.Address, plan.Subnet, seen[np.Address])
+			}
+			seen[np.Address] = true
+		}
+		ok := map[string]bool{}
+		for _, r := range matrix {
+			if r.Subnet == plan.Subnet && r.OK {
+				ok[r.From+">"+r.To] = true
+			}
+		}
+		for _, a := range names {
+			for _, b := range names {
+				if a != b && !ok[a+">"+b] {
+					t.Fatalf("iter %d: chose %s though %s → %s failed", iter, plan.Subnet, a, b)
+				}
+			}
+		}
+	}
+	// Guard against a generator that never yields a plan, which would prove nothing.
+	if chosen < 200 {
+		t.Fatalf("only %d of 2000 random topologies had a plan", chosen)
+	}
+	t.Logf("%d of 2000 random topologies had a plan", chosen)
+}
