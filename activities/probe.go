@@ -49,7 +49,9 @@ func (a *Node) ProbeNode(ctx context.Context, req ProbeRequest) (netplan.NodePro
 	p.DefaultRoute = defaultRoute(h, p.Links)
 	p.RDMA = a.rdmaDevices()
 	p.GPUs, p.GPUSource = a.gpus(req.SpecGPUs)
-	p.Docker = netplan.DockerInfo{Error: "not checked by this agent build"}
+	if req.DockerHost != "" {
+		p.Docker = engineInfo(ctx, req.DockerHost)
+	}
 	return p, nil
 }
 

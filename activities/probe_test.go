@@ -1,0 +1,85 @@
+package activities
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRDMAAndGPUsFromSysfs reads a sysfs/procfs tree shaped like a DGX Spark's: two RoCE
+// ports mapped to their netdevs (as ibdev2netdev shows them), one of them down.
+func TestRDMAAndGPUsFromSysfs(t *testing.T) {
+	sys, proc := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/state"), "4: ACTIVE\n")
+	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/0"), "enp1s0f0np0\n")
+	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_1/ports/1/state"), "1: DOWN\n")
+	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_1/ports/1/gid_attrs/ndevs/0"), "enp1s0f1np1\n")
+	writeFile(t, filepath.Join(sys, "class/net/enp1s0f0np0/speed"), "200000\n")
+	writeFile(t, filepath.Join(sys, "class/net/veth0/speed"), "-1\n")
+	writeFile(t, filepath.Join(proc, "driver/nvidia/gpus/0000:01:00.0/information"), "Model: GB10\n")
+	a := &Node{Name: "spark-1", SysRoot: sys, ProcRoot: proc}
+
+	devs := a.rdmaDevices()
+	if len(devs) != 2 || devs[0].Name != "mlx5_0" || devs[0].Netdev != "enp1s0f0np0" || devs[0].State != "ACTIVE" || devs[0].Port != 1 {
+		t.Fatalf("rdma = %+v", devs)
+	}
+	if devs[1].State != "DOWN" || devs[1].Netdev != "enp1s0f1np1" {
+		t.Errorf("mlx5_1 = %+v", devs[1])
+	}
+	if got := a.linkSpeed("enp1s0f0np0"); got != 200000 {
+		t.Errorf("speed = %d", got)
+	}
+	if got := a.linkSpeed("veth0"); got != 0 {
+		t.Errorf("virtual link speed = %d, want 0 (unknown)", got)
+	}
+	if n, src := a.gpus(4); n != 1 || src != "detected" {
+		t.Errorf("gpus = %d (%s), want 1 detected", n, src)
+	}
+	empty := &Node{Name: "x", SysRoot: t.TempDir(), ProcRoot: t.TempDir()}
+	if n, src := empty.gpus(2); n != 2 || src != "spec" {
+		t.Errorf("gpus without a driver = %d (%s), want the spec's 2", n, src)
+	}
+	if devs := empty.rdmaDevices(); devs != nil {
+		t.Errorf("rdma without infiniband = %+v", devs)
+	}
+}
+
+func TestBootIDFileOverridesKernel(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "boot_id")
+	writeFile(t, f, "lab-boot-7\n")
+	a := &Node{Name: "node-a", BootIDFile: f}
+	if id, err := a.bootID(); err != nil || id != "lab-boot-7" {
+		t.Errorf("boot id = %q, %v", id, err)
+	}
+	a.BootIDFile = filepath.Join(t.TempDir(), "missing")
+	if _, err := a.bootID(); err == nil || !strings.Contains(err.Error(), "boot id") {
+		t.Errorf("missing boot id file: %v", err)
+	}
+}
+
+// TestEngineInfoFromTheRealEngine asks this machine's Docker engine, which CI has.
+func TestEngineInfoFromTheRealEngine(t *testing.T) {
+	info := engineInfo(context.Background(), "unix:///var/run/docker.sock")
+	if !info.Reachable || info.Version == "" || info.APIVersion == "" {
+		t.Fatalf("engine info = %+v (CI runs a Docker engine on the default socket)", info)
+	}
+	gone := engineInfo(context.Background(), "unix://"+filepath.Join(t.TempDir(), "docker.sock"))
+	if gone.Reachable || !strings.Contains(gone.Error, "docker engine at unix://") {
+		t.Errorf("missing socket = %+v", gone)
+	}
+	if ssh := engineInfo(context.Background(), "ssh://root@spark-2"); ssh.Reachable || !strings.Contains(ssh.Error, "not checked") {
+		t.Errorf("ssh = %+v", ssh)
+	}
+}
