@@ -78,7 +78,7 @@ func (a *Node) logger() *zap.Logger {
 	return a.Log
 }
 
-func notImplemented(_ string) error {
+func notImplemented() error {
 	return temporal.NewNonRetryableApplicationError(
 		"not implemented in this agent build (open issues: containers, serving, lab)", ErrNotImplemented, nil)
 }
@@ -88,7 +88,7 @@ func (a *Node) PreflightNode(ctx context.Context, req PreflightRequest) (Preflig
 	if err := a.checkNode(req.Node); err != nil {
 		return PreflightResult{}, err
 	}
-	return PreflightResult{}, notImplemented("preflight")
+	return PreflightResult{}, notImplemented()
 }
 
 // StartRayHead starts (or adopts) the Ray head container.
@@ -96,7 +96,7 @@ func (a *Node) StartRayHead(ctx context.Context, req StartRayRequest) (Container
 	if err := a.checkNode(req.Node); err != nil {
 		return ContainerRef{}, err
 	}
-	return ContainerRef{}, notImplemented("start ray head")
+	return ContainerRef{}, notImplemented()
 }
 
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
@@ -104,7 +104,7 @@ func (a *Node) StartRayWorker(ctx context.Context, req StartRayRequest) (Contain
 	if err := a.checkNode(req.Node); err != nil {
 		return ContainerRef{}, err
 	}
-	return ContainerRef{}, notImplemented("start ray worker")
+	return ContainerRef{}, notImplemented()
 }
 
 // CheckPlacement proves every planned node registered with Ray under its planned address.
@@ -112,7 +112,7 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 	if err := a.checkNode(req.Node); err != nil {
 		return PlacementReport{}, err
 	}
-	return PlacementReport{}, notImplemented("check placement")
+	return PlacementReport{}, notImplemented()
 }
 
 // LaunchVLLM starts (or adopts) the vLLM container on the head.
@@ -120,7 +120,7 @@ func (a *Node) LaunchVLLM(ctx context.Context, req LaunchRequest) (ContainerRef,
 	if err := a.checkNode(req.Node); err != nil {
 		return ContainerRef{}, err
 	}
-	return ContainerRef{}, notImplemented("launch vllm")
+	return ContainerRef{}, notImplemented()
 }
 
 // WatchServing follows vLLM's output and health until it serves or ReportWithin passes.
@@ -128,7 +128,7 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 	if err := a.checkNode(req.Node); err != nil {
 		return ServingProgress{}, err
 	}
-	return ServingProgress{}, notImplemented("wait until serving")
+	return ServingProgress{}, notImplemented()
 }
 
 // RemoveContainers stops and removes the cluster's containers on this node.
@@ -136,5 +136,5 @@ func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveR
 	if err := a.checkNode(req.Node); err != nil {
 		return RemoveResult{}, err
 	}
-	return RemoveResult{Node: a.Name}, notImplemented("remove containers")
+	return RemoveResult{Node: a.Name}, notImplemented()
 }

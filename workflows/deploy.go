@@ -5,7 +5,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -469,20 +468,4 @@ func describeProgress(p activities.ServingProgress, node string) string {
 	default:
 		return "waiting for vllm on " + node
 	}
-}
-
-// sortedNodes is the spec's nodes with the head first, the order every multi-node
-// report uses.
-func sortedNodes(c spec.Cluster) []spec.Node {
-	nodes := slices.Clone(c.Nodes)
-	slices.SortStableFunc(nodes, func(a, b spec.Node) int {
-		if (a.Role == spec.RoleHead) != (b.Role == spec.RoleHead) {
-			if a.Role == spec.RoleHead {
-				return -1
-			}
-			return 1
-		}
-		return 0
-	})
-	return nodes
 }
