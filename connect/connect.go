@@ -21,11 +21,12 @@ type Options struct {
 
 // Register adds --address and --namespace to fs, defaulting to the environment.
 func (o *Options) Register(fs *flag.FlagSet) {
-	fs.StringVar(&o.Address, "address", envOr("TEMPORAL_ADDRESS", client.DefaultHostPort), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
-	fs.StringVar(&o.Namespace, "namespace", envOr("TEMPORAL_NAMESPACE", client.DefaultNamespace), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	fs.StringVar(&o.Address, "address", EnvOr("TEMPORAL_ADDRESS", client.DefaultHostPort), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	fs.StringVar(&o.Namespace, "namespace", EnvOr("TEMPORAL_NAMESPACE", client.DefaultNamespace), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 }
 
-func envOr(key, def string) string {
+// EnvOr returns the environment variable key, or def when it is unset or empty.
+func EnvOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v
 	}

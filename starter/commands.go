@@ -36,11 +36,7 @@ func cmdDeploy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := c.parse(args); err != nil {
 		return helpOK(err)
 	}
-	s, err := readSpec(*file)
-	if err != nil {
-		return err
-	}
-	ctl, closeFn, err := c.controller()
+	s, ctl, closeFn, err := c.specAndController(*file)
 	if err != nil {
 		return err
 	}
@@ -237,11 +233,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if _, err := c.parse(args); err != nil {
 		return helpOK(err)
 	}
-	s, err := readSpec(*file)
-	if err != nil {
-		return err
-	}
-	ctl, closeFn, err := c.controller()
+	s, ctl, closeFn, err := c.specAndController(*file)
 	if err != nil {
 		return err
 	}

@@ -119,6 +119,17 @@ func (c *command) controller() (control.Controller, func(), error) {
 	return control.Controller{Client: cl}, cl.Close, nil
 }
 
+// specAndController reads and validates the spec before connecting, so bad input is
+// refused without touching Temporal.
+func (c *command) specAndController(file string) (spec.Cluster, control.Controller, func(), error) {
+	s, err := readSpec(file)
+	if err != nil {
+		return spec.Cluster{}, control.Controller{}, nil, err
+	}
+	ctl, closeFn, err := c.controller()
+	return s, ctl, closeFn, err
+}
+
 func readSpec(file string) (spec.Cluster, error) {
 	if file == "" {
 		return spec.Cluster{}, fmt.Errorf("-f spec.yaml is required: %w", errUsage)

@@ -36,7 +36,7 @@ func run(args []string) error {
 	}
 	var (
 		conn       connect.Options
-		node       = fs.String("node", envOr("TPDEPLOY_NODE", ""), "this node's name in the cluster spec (env TPDEPLOY_NODE)")
+		node       = fs.String("node", connect.EnvOr("TPDEPLOY_NODE", ""), "this node's name in the cluster spec (env TPDEPLOY_NODE)")
 		netNS      = fs.String("netns", "", "run network activities in this named network namespace (tests; empty on real nodes)")
 		bootIDFile = fs.String("boot-id-file", "", "read the boot ID from this file instead of the kernel's")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
@@ -87,11 +87,4 @@ func run(args []string) error {
 	<-ctx.Done()
 	z.Info("shutting down")
 	return nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
