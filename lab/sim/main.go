@@ -1,0 +1,36 @@
+// Command sim imitates the parts of Ray and vLLM that tpdeploy drives, for the lab: one
+// static binary installed as both `ray` and `vllm`, with their flags, their output texts
+// and their causal behaviour on real sockets (node-IP auto-detection, GCS registration,
+// `node:<ip>` placement pinning, the c10d rendezvous dialled from each node's own network
+// namespace, NCCL/Gloo interface resolution, shard loading, the OpenAI endpoints).
+// What is and is not modelled: lab/README.md.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+func main() {
+	if err := run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	name := filepath.Base(args[0])
+	rest := args[1:]
+	if name != "ray" && name != "vllm" && len(rest) > 0 {
+		// `sim ray start ...` works too, for running outside an image.
+		name, rest = rest[0], rest[1:]
+	}
+	switch name {
+	case "ray":
+		return rayMain(rest)
+	case "vllm":
+		return vllmMain(rest)
+	}
+	return fmt.Errorf("usage: ray start|status ... or vllm serve ... (invoked as %q)", name)
+}

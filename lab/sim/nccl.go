@@ -1,0 +1,100 @@
+package main
+
+import (
+	"net"
+	"strings"
+)
+
+// netIf is one interface with the IPv4 address a socket transport would use.
+type netIf struct {
+	Name string
+	Addr string
+}
+
+func (i netIf) String() string { return i.Name + ":" + i.Addr + "<0>" }
+
+// localInterfaces lists the up interfaces of this network namespace with their first
+// IPv4 address, in the kernel's order (getifaddrs order, which NCCL walks).
+func localInterfaces() []netIf {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out []netIf
+	for _, i := range ifs {
+		if i.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+				out = append(out, netIf{Name: i.Name, Addr: n.IP.String()})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// ncclSelect applies NCCL_SOCKET_IFNAME's rules to ifs: a comma list of name prefixes, `^`
+// to exclude, `=` for exact names; a value of one character or less counts as unset, and
+// unset prefers ib* interfaces, else anything but docker*, lo and virbr*.
+func ncclSelect(env string, ifs []netIf) []netIf {
+	if len(env) <= 1 {
+		var ib []netIf
+		for _, i := range ifs {
+			if strings.HasPrefix(i.Name, "ib") {
+				ib = append(ib, i)
+			}
+		}
+		if len(ib) > 0 {
+			return ib
+		}
+		return filterIfs(ifs, "^docker,lo,virbr")
+	}
+	return filterIfs(ifs, env)
+}
+
+func filterIfs(ifs []netIf, spec string) []netIf {
+	exclude := strings.HasPrefix(spec, "^")
+	spec = strings.TrimPrefix(spec, "^")
+	exact := strings.HasPrefix(spec, "=")
+	spec = strings.TrimPrefix(spec, "=")
+	var names []string
+	for _, n := range strings.Split(spec, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	matches := func(name string) bool {
+		for _, n := range names {
+			if (exact && name == n) || (!exact && strings.HasPrefix(name, n)) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []netIf
+	for _, i := range ifs {
+		if matches(i.Name) != exclude {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// glooSelect resolves GLOO_SOCKET_IFNAME (exact names, the first is used here). Unset,
+// Gloo resolves the hostname, which on a multi-homed node commonly lands on loopback:
+// the lab models that outcome deterministically (ok=false means "fell back to loopback").
+func glooSelect(env string, ifs []netIf) (addr string, missing string, ok bool) {
+	if env == "" {
+		return "127.0.0.1", "", false
+	}
+	name := strings.TrimSpace(strings.Split(env, ",")[0])
+	for _, i := range ifs {
+		if i.Name == name {
+			return i.Addr, "", true
+		}
+	}
+	return "", name, true
+}

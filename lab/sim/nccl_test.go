@@ -1,0 +1,54 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestNCCLSelect(t *testing.T) {
+	nodeA := []netIf{{"lo", "127.0.0.1"}, {"eth0", "10.231.0.2"}, {"vethA", "192.168.77.12"}, {"ext0", "10.77.230.180"}, {"docker0", "172.17.0.1"}}
+	nodeB := []netIf{{"lo", "127.0.0.1"}, {"ibp1", "192.168.77.13"}, {"enp1s0f1np1", "192.168.200.13"}}
+	names := func(ifs []netIf) []string {
+		var n []string
+		for _, i := range ifs {
+			n = append(n, i.Name)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		env  string
+		ifs  []netIf
+		want []string
+	}{
+		{"=vethA", nodeA, []string{"vethA"}},
+		{"=veth", nodeA, nil}, // exact name that does not exist: the measured bootstrap failure
+		{"veth", nodeA, []string{"vethA"}},
+		{"=ib", nodeB, nil},
+		{"ib", nodeB, []string{"ibp1"}},
+		{"enp1s0f1", nodeB, []string{"enp1s0f1np1"}}, // a prefix also matches longer names
+		{"^=docker0,lo", nodeA, []string{"eth0", "vethA", "ext0"}},
+		{"^eth,lo,docker", nodeA, []string{"vethA", "ext0"}},
+		{"", nodeA, []string{"eth0", "vethA", "ext0"}}, // unset: several interfaces on the head
+		{"e", nodeA, []string{"eth0", "vethA", "ext0"}}, // one character counts as unset
+		{"", nodeB, []string{"ibp1"}},                   // unset prefers ib*
+		{"=vethA,=ext0", nodeA, []string{"vethA"}},      // '=' applies to the whole list
+		{"vethA,ext0", nodeA, []string{"vethA", "ext0"}},
+	} {
+		if got := names(ncclSelect(tc.env, tc.ifs)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("NCCL_SOCKET_IFNAME=%q: got %v, want %v", tc.env, got, tc.want)
+		}
+	}
+}
+
+func TestGlooSelect(t *testing.T) {
+	ifs := []netIf{{"lo", "127.0.0.1"}, {"ibp1", "192.168.77.13"}}
+	if addr, _, ok := glooSelect("ibp1", ifs); !ok || addr != "192.168.77.13" {
+		t.Errorf("ibp1: got %s %v", addr, ok)
+	}
+	if addr, _, ok := glooSelect("", ifs); ok || addr != "127.0.0.1" {
+		t.Errorf("unset: got %s %v, want loopback fallback", addr, ok)
+	}
+	if _, missing, _ := glooSelect("eth9,ibp1", ifs); missing != "eth9" {
+		t.Errorf("eth9: missing = %q", missing)
+	}
+}
