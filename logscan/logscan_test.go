@@ -1,0 +1,134 @@
+package logscan
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw string
+		typ       string // "" = no finding
+		fatal     bool
+		mentions  []string
+	}{
+		{"placement wait (seed failure 1)",
+			"(EngineCore_DP0 pid=2301) INFO 04-08 20:32:02 [ray_utils.py:241] Waiting for creating a placement group of specs for 10 seconds. specs=[{'GPU': 1.0, 'node:192.168.200.12': 0.001}, {'GPU': 1.0}]. Check `ray status` and `ray list nodes` to see if you have enough resources, and make sure the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment variable specified in each node if you are running on a multi-node.",
+			PlacementPending, true, []string{"node:192.168.200.12", "--node-ip-address"}},
+		{"placement gives up",
+			"ValueError: Cannot provide a placement group requiring 2 GPUs (placement_group_specs=[{'GPU': 1.0, 'node:10.0.0.5': 0.001}, {'GPU': 1.0}]) within 1800 seconds.",
+			PlacementPending, true, []string{"node:10.0.0.5"}},
+		{"c10d unreachable from a remote worker (seed failure 2), coloured Ray prefix",
+			"\x1b[36m(RayWorkerWrapper pid=3173774, ip=192.168.200.13)\x1b[0m WARNING 11-30 00:28:34 [socket.cpp:879] [c10d] The client socket has failed to connect to any network address of (10.1.230.180, 55053). The client socket has failed to connect to 10.1.230.180:55053 (errno: 101 - Network is unreachable).",
+			C10dUnreachable, true, []string{"10.1.230.180:55053", "errno 101 - Network is unreachable", "RayWorkerWrapper pid=3173774, ip=192.168.200.13"}},
+		{"c10d final error",
+			"torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of (10.1.230.180, 55053). The client socket has failed to connect to 10.1.230.180:55053 (errno: 113 - No route to host).",
+			C10dUnreachable, true, []string{"errno 113"}},
+		{"c10d refused is retried by torch", "[c10d] The client socket has failed to connect to 10.0.0.1:5 (errno: 111 - Connection refused).", "", false, nil},
+		{"c10d server timeout", "torch.distributed.DistStoreError: Timed out after 26 seconds waiting for clients. 1/2 clients joined.", C10dUnreachable, true, []string{"1/2"}},
+		{"nccl no interface", "bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface found", NCCLNoInterface, true, []string{"NCCL_SOCKET_IFNAME"}},
+		{"nccl invalid usage", "DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9", NCCLError, true, []string{"invalid usage"}},
+		{"nccl interface count", "NCCL WARN NET/Socket : ncclNetSocketListen dev=1 ncclNetIfs=1", NCCLError, true, nil},
+		{"gloo loopback warning", "Unable to resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME.", GlooLoopback, false, []string{"GLOO_SOCKET_IFNAME"}},
+		{"gloo mesh", "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:9096", GlooLoopback, true, []string{"loopback", "127.0.0.1"}},
+		{"cuda oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", CUDAOutOfMemory, true, []string{"gpu-memory-utilization"}},
+		{"engine dead", "(APIServer pid=1) ERROR 11-30 00:28:34 [async_llm.py:420] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.", EngineDead, true, nil},
+		{"duplicate ip", "RuntimeError: Every node should have a unique IP address. Got 2 nodes with node ids ['a', 'b'] and 1 unique IP addresses ['10.0.0.1']. Please check your network configuration.", DuplicateAddress, true, nil},
+		{"gcs unreachable", "2024-04-02 01:39:24,189\tERROR utils.py:1371 -- Unable to connect to GCS at 10.0.0.1:6379. Check that (1) Ray GCS with matching version started successfully", GCSUnreachable, true, []string{"10.0.0.1:6379"}},
+		{"no gpu", "ValueError: Current node has no GPU available. current_node_resource={'CPU': 1.0}.", NoGPU, true, nil},
+		{"progress line", "Loading safetensors checkpoint shards:  21% Completed | 8/39 [00:41<01:59,  3.84s/it]", "", false, nil},
+		{"ordinary", "(APIServer pid=1) INFO 04-08 20:32:02 [api_server.py:573] Starting vLLM server on http://0.0.0.0:8080", "", false, nil},
+		{"garbage", "\x00\xff((((pid=)))) errno: x", "", false, nil},
+		{"empty", "", "", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := Classify(Parse(tc.raw))
+			if tc.typ == "" {
+				if f != nil {
+					t.Fatalf("got %s %q, want no finding", f.Type, f.Diagnosis)
+				}
+				return
+			}
+			if f == nil {
+				t.Fatalf("no finding, want %s", tc.typ)
+			}
+			if f.Type != tc.typ || f.Fatal != tc.fatal {
+				t.Fatalf("got %s fatal=%v, want %s fatal=%v", f.Type, f.Fatal, tc.typ, tc.fatal)
+			}
+			msg := f.Message()
+			for _, m := range tc.mentions {
+				if !strings.Contains(msg, m) {
+					t.Errorf("message %q does not mention %q", msg, m)
+				}
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct{ raw, source, text string }{
+		{"\x1b[36m(RayWorkerWrapper pid=2981, ip=10.254.20.30)\x1b[0m INFO hello", "RayWorkerWrapper pid=2981, ip=10.254.20.30", "INFO hello"},
+		{"(EngineCore_DP0 pid=2301) (RayWorkerWrapper pid=2981, ip=10.0.0.2) x", "EngineCore_DP0 pid=2301 / RayWorkerWrapper pid=2981, ip=10.0.0.2", "x"},
+		{"(not a prefix) text", "", "(not a prefix) text"},
+		{"Loading:  0%|\rLoading: 50%|\r\n", "", "Loading: 50%|"},
+		{"(unclosed pid=1", "", "(unclosed pid=1"},
+	} {
+		got := Parse(tc.raw)
+		if got.Source != tc.source || got.Text != tc.text {
+			t.Errorf("Parse(%q) = %+v, want source %q text %q", tc.raw, got, tc.source, tc.text)
+		}
+	}
+}
+
+func TestParseProgress(t *testing.T) {
+	p, ok := ParseProgress("Loading safetensors checkpoint shards:  21% Completed | 8/39 [00:41<01:59,  3.84s/it]")
+	if !ok || p.Loaded != 8 || p.Total != 39 || p.Percent != 21 || p.Elapsed != 41*time.Second || p.Remaining != 119*time.Second {
+		t.Fatalf("got %+v %v", p, ok)
+	}
+	p, ok = ParseProgress("Loading safetensors checkpoint shards:   0% Completed | 0/39 [00:00<?, ?it/s]")
+	if !ok || p.Loaded != 0 || p.Total != 39 || p.Remaining != 0 {
+		t.Fatalf("got %+v %v", p, ok)
+	}
+	if _, ok := ParseProgress("Loading safetensors checkpoint shards: garbage"); ok {
+		t.Fatal("garbage parsed as progress")
+	}
+}
+
+func TestPhase(t *testing.T) {
+	for text, want := range map[string]string{
+		"Connected to Ray cluster.": "placement",
+		"world_size=2 rank=0 local_rank=0 distributed_init_method=tcp://10.0.0.1:1 backend=nccl": "rendezvous",
+		"Loading safetensors checkpoint shards:   0% Completed | 0/3 [00:00<?, ?it/s]":           "loading",
+		"Model loading took 41.0417 GiB and 15.405849 seconds":                                   "warming",
+		"INFO:     Application startup complete.":                                                 "ready",
+		"something else": "",
+	} {
+		if got := Phase(text); got != want {
+			t.Errorf("Phase(%q) = %q, want %q", text, got, want)
+		}
+	}
+}
+
+func FuzzClassify(f *testing.F) {
+	for _, s := range []string{
+		"\x1b[36m(RayWorkerWrapper pid=1, ip=1.2.3.4)\x1b[0m [c10d] The client socket has failed to connect to 1.2.3.4:5 (errno: 101 - Network is unreachable).",
+		"Waiting for creating a placement group of specs for 10 seconds. specs=[{'GPU': 1.0, 'node:1.2.3.4': 0.001}]. Check",
+		"Loading safetensors checkpoint shards:  21% Completed | 8/39 [00:41<01:59,  3.84s/it]",
+		"(((pid=", "\r\r\r", "Gloo connectFullMesh failed with remote=[",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		l := Parse(raw)
+		if again := Parse(l.Text); l.Source == "" && again.Text != l.Text && !strings.HasPrefix(l.Text, "(") {
+			t.Fatalf("Parse not stable: %q -> %q -> %q", raw, l.Text, again.Text)
+		}
+		if f := Classify(l); f != nil && (f.Type == "" || f.Diagnosis == "" || f.Fix == "") {
+			t.Fatalf("incomplete finding %+v for %q", f, raw)
+		}
+		if p, ok := ParseProgress(l.Text); ok && (p.Loaded < 0 || p.Total < 0) {
+			t.Fatalf("negative progress %+v", p)
+		}
+	})
+}
