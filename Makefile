@@ -13,7 +13,7 @@ build:
 # The Temporal CLI (dev server + Web UI), built from the Go module proxy at a pinned
 # version: about 8 minutes the first time, cached by Go after that.
 $(BIN)/temporal:
-	GOBIN=$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
+	CGO_ENABLED=0 GOBIN=$(BIN) $(GO) install -trimpath github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
 
 # iproute2 gives `ip netns`, which the network tests and the demo use.
 deps:

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -25,6 +26,7 @@ const (
 	ErrNotImplemented     = "NotImplemented"       // this agent build lacks the capability
 	ErrNodeAgentDown      = "NodeAgentUnreachable" // no agent picked the task up in time
 	ErrDockerUnreachable  = "DockerUnreachable"    // retryable: the node's engine did not answer
+	ErrDocker             = "DockerError"          // the engine refused an operation
 	ErrImageMissing       = "ImageMissing"
 	ErrImageMismatch      = "ImageMismatch"
 	ErrNoViableSubnet     = "NoViableSubnet"
@@ -32,13 +34,15 @@ const (
 	ErrPlacementMismatch  = "PlacementMismatch"
 	ErrDuplicateAddress   = "DuplicateAddress"
 	ErrNodeNotRegistered  = "NodeNotRegistered"
-	ErrPlacementPending   = "PlacementGroupPending"
-	ErrC10dUnreachable    = "C10dUnreachable"
-	ErrNCCLNoInterface    = "NCCLNoInterface"
-	ErrNCCL               = "NCCLError"
-	ErrGlooLoopback       = "GlooLoopback"
-	ErrCUDAOutOfMemory    = "CUDAOutOfMemory"
-	ErrEngineDead         = "EngineDead"
+	ErrPlacementPending   = logscan.PlacementPending
+	ErrC10dUnreachable    = logscan.C10dUnreachable
+	ErrNCCLNoInterface    = logscan.NCCLNoInterface
+	ErrNCCL               = logscan.NCCLError
+	ErrGlooLoopback       = logscan.GlooLoopback
+	ErrCUDAOutOfMemory    = logscan.CUDAOutOfMemory
+	ErrEngineDead         = logscan.EngineDead
+	ErrGCSUnreachable     = logscan.GCSUnreachable
+	ErrDashboard          = "RayDashboardUnreachable" // retryable
 	ErrContainerExited    = "ContainerExited"
 	ErrStepTimeout        = "StepTimeout"
 	ErrRetriesExhausted   = "RetriesExhausted" // a retryable failure outlived its retry policy
@@ -180,8 +184,12 @@ type ServingProgress struct {
 	Elapsed      time.Duration `json:"elapsed"`
 	ETA          time.Duration `json:"eta,omitempty"`
 	Serving      bool          `json:"serving"`
-	// Since is the log timestamp to resume from; lines at or before it were seen.
-	Since time.Time `json:"since,omitzero"`
+	// Since is the timestamp of the last log line seen, and SeenAtSince how many lines
+	// carried exactly that timestamp: a resumed follow skips those and loses nothing.
+	Since       time.Time `json:"since,omitzero"`
+	SeenAtSince int       `json:"seen_at_since,omitempty"`
+	// Warnings are non-fatal findings in vLLM's output (e.g. Gloo's loopback fallback).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // RemoveRequest removes a cluster's containers on one node, optionally only some roles.

@@ -4,6 +4,12 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
+	"sort"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
 
 	"github.com/vishvananda/netns"
 	"go.temporal.io/sdk/temporal"
@@ -25,8 +31,12 @@ type Node struct {
 	ProcRoot string
 	// BootIDFile overrides the kernel's boot ID (the lab gives each node container its own).
 	BootIDFile string
+	// Containers says how this node's containers reach its network and GPUs; zero means
+	// DefaultContainerOptions (a real GPU node).
+	Containers ContainerOptions
 
 	listeners listenerSet
+	engines   engines
 }
 
 // checkNode refuses a task meant for another node: a mis-routed task must not act here.
@@ -78,17 +88,31 @@ func (a *Node) logger() *zap.Logger {
 	return a.Log
 }
 
-func notImplemented() error {
-	return temporal.NewNonRetryableApplicationError(
-		"not implemented in this agent build (open issues: containers, serving, lab)", ErrNotImplemented, nil)
+func (a *Node) containerOptions() ContainerOptions {
+	if a.Containers.Network == "" {
+		return DefaultContainerOptions()
+	}
+	return a.Containers
 }
 
-// PreflightNode checks the image is present on the node's engine.
+// PreflightNode checks that the node's engine answers and holds the image; it never pulls
+// (a multi-gigabyte pull belongs to the operator, and an implicit one hides a typo).
 func (a *Node) PreflightNode(ctx context.Context, req PreflightRequest) (PreflightResult, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return PreflightResult{}, err
 	}
-	return PreflightResult{}, notImplemented()
+	eng, addr, err := a.engines.engine(req.DockerHost)
+	if err != nil {
+		return PreflightResult{}, err
+	}
+	img, err := eng.ImageInspect(ctx, req.Image)
+	if cerrdefs.IsNotFound(err) {
+		return PreflightResult{}, imageMissing(req.Image)
+	}
+	if err != nil {
+		return PreflightResult{}, engineError(addr, "inspect image "+req.Image, err)
+	}
+	return PreflightResult{Node: a.Name, ImageID: img.ID}, nil
 }
 
 // StartRayHead starts (or adopts) the Ray head container.
@@ -96,7 +120,8 @@ func (a *Node) StartRayHead(ctx context.Context, req StartRayRequest) (Container
 	if err := a.checkNode(req.Node); err != nil {
 		return ContainerRef{}, err
 	}
-	return ContainerRef{}, notImplemented()
+	n, _ := req.Spec.Node(req.Node)
+	return a.ensureContainer(ctx, n.DockerHost, rayHeadSpec(req, a.containerOptions()))
 }
 
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
@@ -104,15 +129,8 @@ func (a *Node) StartRayWorker(ctx context.Context, req StartRayRequest) (Contain
 	if err := a.checkNode(req.Node); err != nil {
 		return ContainerRef{}, err
 	}
-	return ContainerRef{}, notImplemented()
-}
-
-// CheckPlacement proves every planned node registered with Ray under its planned address.
-func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (PlacementReport, error) {
-	if err := a.checkNode(req.Node); err != nil {
-		return PlacementReport{}, err
-	}
-	return PlacementReport{}, notImplemented()
+	n, _ := req.Spec.Node(req.Node)
+	return a.ensureContainer(ctx, n.DockerHost, rayWorkerSpec(req, a.containerOptions()))
 }
 
 // LaunchVLLM starts (or adopts) the vLLM container on the head.
@@ -120,21 +138,49 @@ func (a *Node) LaunchVLLM(ctx context.Context, req LaunchRequest) (ContainerRef,
 	if err := a.checkNode(req.Node); err != nil {
 		return ContainerRef{}, err
 	}
-	return ContainerRef{}, notImplemented()
-}
-
-// WatchServing follows vLLM's output and health until it serves or ReportWithin passes.
-func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgress, error) {
-	if err := a.checkNode(req.Node); err != nil {
-		return ServingProgress{}, err
+	secrets, err := secretEnv(req.Spec.Secrets)
+	if err != nil {
+		return ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
 	}
-	return ServingProgress{}, notImplemented()
+	n, _ := req.Spec.Node(req.Node)
+	return a.ensureContainer(ctx, n.DockerHost, vllmSpec(req, a.containerOptions(), secrets))
 }
 
-// RemoveContainers stops and removes the cluster's containers on this node.
+// RemoveContainers stops and removes the cluster's containers on this node (only the
+// given roles, when set), found by their labels. Nothing to remove is not an error.
 func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveResult, error) {
+	res := RemoveResult{Node: a.Name, Removed: []string{}}
 	if err := a.checkNode(req.Node); err != nil {
-		return RemoveResult{}, err
+		return res, err
 	}
-	return RemoveResult{Node: a.Name}, notImplemented()
+	eng, addr, err := a.engines.engine(req.DockerHost)
+	if err != nil {
+		return res, err
+	}
+	f := client.Filters{}
+	f.Add("label", LabelCluster+"="+req.Cluster, LabelNode+"="+a.Name)
+	list, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return res, engineError(addr, "list containers", err)
+	}
+	// vLLM first, the Ray head last: the order a hand teardown would use.
+	order := map[string]int{RoleVLLM: 0, RoleRayWorker: 1, RoleRayHead: 2}
+	sort.SliceStable(list.Items, func(i, j int) bool {
+		return order[list.Items[i].Labels[LabelRole]] < order[list.Items[j].Labels[LabelRole]]
+	})
+	for _, c := range list.Items {
+		if len(req.Roles) > 0 && !slices.Contains(req.Roles, c.Labels[LabelRole]) {
+			continue
+		}
+		if err := a.removeContainer(ctx, eng, addr, c.ID, a.containerOptions().StopTimeout); err != nil {
+			return res, err
+		}
+		name := c.ID
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		res.Removed = append(res.Removed, name)
+		a.logger().Info("container removed", zap.String("name", name))
+	}
+	return res, nil
 }

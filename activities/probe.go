@@ -49,9 +49,7 @@ func (a *Node) ProbeNode(ctx context.Context, req ProbeRequest) (netplan.NodePro
 	p.DefaultRoute = defaultRoute(h, p.Links)
 	p.RDMA = a.rdmaDevices()
 	p.GPUs, p.GPUSource = a.gpus(req.SpecGPUs)
-	if req.DockerHost != "" {
-		p.Docker = engineInfo(ctx, req.DockerHost)
-	}
+	p.Docker = a.engines.engineInfo(ctx, req.DockerHost)
 	return p, nil
 }
 

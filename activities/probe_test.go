@@ -71,15 +71,23 @@ func TestBootIDFileOverridesKernel(t *testing.T) {
 
 // TestEngineInfoFromTheRealEngine asks this machine's Docker engine, which CI has.
 func TestEngineInfoFromTheRealEngine(t *testing.T) {
-	info := engineInfo(context.Background(), "unix:///var/run/docker.sock")
+	var e engines
+	info := e.engineInfo(context.Background(), "unix:///var/run/docker.sock")
 	if !info.Reachable || info.Version == "" || info.APIVersion == "" {
 		t.Fatalf("engine info = %+v (CI runs a Docker engine on the default socket)", info)
 	}
-	gone := engineInfo(context.Background(), "unix://"+filepath.Join(t.TempDir(), "docker.sock"))
+	gone := e.engineInfo(context.Background(), "unix://"+filepath.Join(t.TempDir(), "docker.sock"))
 	if gone.Reachable || !strings.Contains(gone.Error, "docker engine at unix://") {
 		t.Errorf("missing socket = %+v", gone)
 	}
-	if ssh := engineInfo(context.Background(), "ssh://root@spark-2"); ssh.Reachable || !strings.Contains(ssh.Error, "not checked") {
-		t.Errorf("ssh = %+v", ssh)
+	if v := info.APIVersion; v < "1.41" {
+		t.Errorf("negotiated API %s, want >= 1.41", v)
+	}
+	// ssh:// builds docker/cli's connection helper; nothing is dialled until first use.
+	if _, err := engineOptions("ssh://root@spark-2"); err != nil {
+		t.Errorf("ssh host: %v", err)
+	}
+	if _, err := engineOptions("npipe:////./pipe/docker_engine"); err == nil || !strings.Contains(err.Error(), "unsupported scheme") {
+		t.Errorf("npipe: %v", err)
 	}
 }

@@ -25,6 +25,15 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", EnvOr("TEMPORAL_NAMESPACE", client.DefaultNamespace), "Temporal namespace (env TEMPORAL_NAMESPACE)")
 }
 
+// EnvSetOr is EnvOr where a variable set to the empty string counts as set (an empty
+// value is meaningful, e.g. "no ulimits").
+func EnvSetOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
 // EnvOr returns the environment variable key, or def when it is unset or empty.
 func EnvOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {

@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/docker/go-units"
 
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/zap"
@@ -38,7 +41,13 @@ func run(args []string) error {
 		conn       connect.Options
 		node       = fs.String("node", connect.EnvOr("TPDEPLOY_NODE", ""), "this node's name in the cluster spec (env TPDEPLOY_NODE)")
 		netNS      = fs.String("netns", "", "run network activities in this named network namespace (tests; empty on real nodes)")
-		bootIDFile = fs.String("boot-id-file", "", "read the boot ID from this file instead of the kernel's")
+		bootIDFile = fs.String("boot-id-file", connect.EnvOr("TPDEPLOY_BOOT_ID_FILE", ""), "read the boot ID from this file instead of the kernel's (env TPDEPLOY_BOOT_ID_FILE)")
+		defaults   = activities.DefaultContainerOptions()
+		ctrNetwork = fs.String("container-network", connect.EnvOr("TPDEPLOY_CONTAINER_NETWORK", defaults.Network), "network mode of the node's containers: host, or container:NAME when the node is itself a container (env TPDEPLOY_CONTAINER_NETWORK)")
+		ctrIPC     = fs.String("ipc", connect.EnvSetOr("TPDEPLOY_IPC", defaults.IPC), "IPC mode of the node's containers; empty for Docker's default (env TPDEPLOY_IPC)")
+		ctrGPUs    = fs.String("gpus", connect.EnvOr("TPDEPLOY_GPUS", defaults.GPUs), "GPUs given to containers: all, none or a count (env TPDEPLOY_GPUS)")
+		shmSize    = fs.String("shm-size", connect.EnvOr("TPDEPLOY_SHM_SIZE", "10g"), "size of /dev/shm when IPC is not host (env TPDEPLOY_SHM_SIZE)")
+		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
 	)
@@ -51,6 +60,10 @@ func run(args []string) error {
 	}
 	if *node == "" {
 		return errors.New("--node is required: the node's name as written in the cluster spec")
+	}
+	ctr, err := containerOptions(*ctrNetwork, *ctrIPC, *ctrGPUs, *shmSize, *ulimits)
+	if err != nil {
+		return err
 	}
 	z, err := logging.New(*logLevel, *console)
 	if err != nil {
@@ -71,7 +84,7 @@ func run(args []string) error {
 	wf.RegisterWorkflow(workflows.TeardownCluster)
 
 	nodeWorker := worker.New(c, activities.NodeQueue(*node), worker.Options{})
-	nodeWorker.RegisterActivity(&activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile})
+	nodeWorker.RegisterActivity(&activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -87,4 +100,29 @@ func run(args []string) error {
 	<-ctx.Done()
 	z.Info("shutting down")
 	return nil
+}
+
+// containerOptions reads the container flags; a bad value names its flag.
+func containerOptions(network, ipc, gpus, shm, ulimits string) (activities.ContainerOptions, error) {
+	o := activities.DefaultContainerOptions()
+	o.Network, o.IPC, o.GPUs = network, ipc, gpus
+	if network == "" {
+		return o, errors.New("--container-network: empty (host, or container:NAME)")
+	}
+	n, err := units.RAMInBytes(shm)
+	if err != nil {
+		return o, fmt.Errorf("--shm-size %q: %w", shm, err)
+	}
+	o.ShmSize = n
+	o.Ulimits = nil
+	for _, u := range strings.Split(ulimits, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if _, err := units.ParseUlimit(u); err != nil {
+			return o, fmt.Errorf("--ulimits %q: %w", u, err)
+		}
+		o.Ulimits = append(o.Ulimits, u)
+	}
+	return o, nil
 }

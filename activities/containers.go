@@ -1,0 +1,315 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/go-units"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// Labels on every container tpdeploy starts: teardown finds its containers by them, never
+// by name patterns.
+const (
+	LabelCluster    = "tpdeploy.cluster"
+	LabelDeployment = "tpdeploy.deployment"
+	LabelRole       = "tpdeploy.role"
+	LabelNode       = "tpdeploy.node"
+	LabelSpecHash   = "tpdeploy.spec-hash"
+)
+
+// ContainerOptions are the node-specific parts of a container: how it reaches the node's
+// network, GPUs and memory. They are the agent's configuration, not the spec's, because
+// they describe the machine (a real node: host networking and IPC, all GPUs; a lab node:
+// its node container's network namespace, no GPUs).
+type ContainerOptions struct {
+	// Network is the container network mode: "host" on real nodes, "container:NAME" in
+	// the lab (which is what host networking is for a node that is itself a container).
+	Network string `json:"network"`
+	// IPC is the IPC mode: "host" on real nodes (NCCL's shared memory), "" for Docker's.
+	IPC string `json:"ipc"`
+	// GPUs is "all", "none", or a count.
+	GPUs string `json:"gpus"`
+	// ShmSize is /dev/shm's size in bytes (0: Docker's default). Ignored with IPC host.
+	ShmSize int64 `json:"shm_size"`
+	// Ulimits are docker run --ulimit values, e.g. memlock=-1:-1. Some engines refuse
+	// memlock, hence configurable.
+	Ulimits []string `json:"ulimits"`
+	// StopTimeout is how long a container may take to stop before it is killed.
+	StopTimeout time.Duration `json:"stop_timeout"`
+}
+
+// DefaultContainerOptions are a real GPU node's: what vLLM's run_cluster.sh and the DGX
+// Spark launchers use.
+func DefaultContainerOptions() ContainerOptions {
+	return ContainerOptions{
+		Network: "host", IPC: "host", GPUs: "all", ShmSize: 10 << 30,
+		Ulimits: []string{"memlock=-1:-1", "stack=67108864:67108864"}, StopTimeout: 30 * time.Second,
+	}
+}
+
+// containerSpec is one container tpdeploy runs, built from the plan. Commands are
+// argument vectors: nothing from the spec is ever interpreted by a shell.
+type containerSpec struct {
+	Name       string            `json:"name"`
+	Image      string            `json:"image"`
+	Entrypoint []string          `json:"entrypoint"`
+	Cmd        []string          `json:"cmd"`
+	Env        []string          `json:"env"`
+	Labels     map[string]string `json:"labels"`
+	Binds      []string          `json:"binds,omitempty"`
+	Options    ContainerOptions  `json:"options"`
+}
+
+// ContainerName is the deterministic name of a role's container on a node; a retry
+// finds what an earlier attempt created instead of creating a second one.
+func ContainerName(cluster, node, role string) string {
+	return "tpd-" + cluster + "-" + node + "-" + role
+}
+
+// hash identifies everything that makes the container what it is, except the deployment
+// ID: a redeploy of an unchanged spec adopts the running container.
+func (s containerSpec) hash() string {
+	c := s
+	c.Labels = map[string]string{}
+	for k, v := range s.Labels {
+		if k != LabelDeployment && k != LabelSpecHash {
+			c.Labels[k] = v
+		}
+	}
+	b, _ := json.Marshal(c)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// containerEnv is the plan's environment for a node (vLLM forwards only VLLM_* to Ray
+// workers, so NCCL_/GLOO_ must be on every container), then the spec's node env.
+func containerEnv(np netplan.NodePlan, node spec.Node, extra map[string]string) []string {
+	env := map[string]string{}
+	for k, v := range node.Env {
+		env[k] = v
+	}
+	for k, v := range np.Env {
+		env[k] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func labels(d Deployment, node, role string) map[string]string {
+	return map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node}
+}
+
+// hfCacheMount is where stock vLLM images look for the Hugging Face cache.
+const hfCacheMount = "/root/.cache/huggingface"
+
+func rayArgs(c spec.Cluster, n spec.Node) []string {
+	if n.GPUs > 0 {
+		return []string{"--num-gpus=" + strconv.Itoa(n.GPUs)}
+	}
+	return nil
+}
+
+// rayHeadSpec: `ray start --head --node-ip-address=IP --port=P --block`.
+func rayHeadSpec(req StartRayRequest, o ContainerOptions) containerSpec {
+	n, _ := req.Spec.Node(req.Node)
+	cmd := []string{"start", "--head", "--node-ip-address=" + req.Plan.Address.String(),
+		"--port=" + strconv.Itoa(req.Spec.Ports.Ray), "--dashboard-port=" + strconv.Itoa(req.Spec.Ports.Dashboard)}
+	cmd = append(append(cmd, rayArgs(req.Spec, n)...), "--block")
+	return containerSpec{
+		Name: ContainerName(req.Spec.Name, req.Node, RoleRayHead), Image: req.Spec.Image,
+		Entrypoint: []string{"ray"}, Cmd: cmd, Env: containerEnv(req.Plan, n, nil),
+		Labels: labels(req.Deployment, req.Node, RoleRayHead), Binds: []string{req.Spec.HFCache + ":" + hfCacheMount}, Options: o,
+	}
+}
+
+// rayWorkerSpec: `ray start --address=HEAD:P --node-ip-address=IP --block`.
+func rayWorkerSpec(req StartRayRequest, o ContainerOptions) containerSpec {
+	n, _ := req.Spec.Node(req.Node)
+	cmd := []string{"start", "--address=" + req.RayAddress, "--node-ip-address=" + req.Plan.Address.String()}
+	cmd = append(append(cmd, rayArgs(req.Spec, n)...), "--block")
+	return containerSpec{
+		Name: ContainerName(req.Spec.Name, req.Node, RoleRayWorker), Image: req.Spec.Image,
+		Entrypoint: []string{"ray"}, Cmd: cmd, Env: containerEnv(req.Plan, n, nil),
+		Labels: labels(req.Deployment, req.Node, RoleRayWorker), Binds: []string{req.Spec.HFCache + ":" + hfCacheMount}, Options: o,
+	}
+}
+
+// vllmSpec: `vllm serve MODEL --tensor-parallel-size T --pipeline-parallel-size P
+// --distributed-executor-backend ray --host 0.0.0.0 --port N` + the spec's extra args. vLLM
+// runs in its own container (not `docker exec` into the Ray head) so its output stays
+// readable with `docker logs` after the agent restarts.
+func vllmSpec(req LaunchRequest, o ContainerOptions, secrets map[string]string) containerSpec {
+	n, _ := req.Spec.Node(req.Node)
+	np, _ := req.Plan.Node(req.Node)
+	c := req.Spec
+	cmd := []string{"serve", c.Model.Path,
+		"--tensor-parallel-size", strconv.Itoa(c.Parallel.Tensor),
+		"--pipeline-parallel-size", strconv.Itoa(max(c.Parallel.Pipeline, 1)),
+		"--distributed-executor-backend", "ray",
+		"--host", "0.0.0.0", "--port", strconv.Itoa(c.Ports.VLLM),
+		"--served-model-name", c.Model.ServedName}
+	cmd = append(cmd, c.Model.ExtraArgs...)
+	return containerSpec{
+		Name: ContainerName(c.Name, req.Node, RoleVLLM), Image: c.Image,
+		Entrypoint: []string{"vllm"}, Cmd: cmd, Env: containerEnv(np, n, secrets),
+		Labels: labels(req.Deployment, req.Node, RoleVLLM), Binds: []string{c.HFCache + ":" + hfCacheMount}, Options: o,
+	}
+}
+
+// createOptions renders the spec for the engine.
+func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
+	hc := &container.HostConfig{
+		NetworkMode: container.NetworkMode(s.Options.Network),
+		IpcMode:     container.IpcMode(s.Options.IPC),
+		Binds:       s.Binds,
+	}
+	if s.Options.ShmSize > 0 && s.Options.IPC != "host" {
+		hc.ShmSize = s.Options.ShmSize
+	}
+	for _, u := range s.Options.Ulimits {
+		ul, err := units.ParseUlimit(u)
+		if err != nil {
+			return client.ContainerCreateOptions{}, fmt.Errorf("ulimit %q: %w", u, err)
+		}
+		hc.Ulimits = append(hc.Ulimits, ul)
+	}
+	switch g := s.Options.GPUs; g {
+	case "", "none":
+	case "all":
+		hc.DeviceRequests = []container.DeviceRequest{{Count: -1, Capabilities: [][]string{{"gpu"}}}}
+	default:
+		n, err := strconv.Atoi(g)
+		if err != nil || n < 1 {
+			return client.ContainerCreateOptions{}, fmt.Errorf("gpus %q: want all, none or a count", g)
+		}
+		hc.DeviceRequests = []container.DeviceRequest{{Count: n, Capabilities: [][]string{{"gpu"}}}}
+	}
+	lbl := map[string]string{LabelSpecHash: s.hash()}
+	for k, v := range s.Labels {
+		lbl[k] = v
+	}
+	stop := int(s.Options.StopTimeout.Seconds())
+	return client.ContainerCreateOptions{
+		Name: s.Name,
+		Config: &container.Config{
+			Image: s.Image, Entrypoint: s.Entrypoint, Cmd: s.Cmd, Env: s.Env, Labels: lbl,
+			StopTimeout: &stop,
+		},
+		HostConfig: hc,
+	}, nil
+}
+
+// ensureContainer creates and starts s, or adopts the container of the same name: one
+// with the same spec hash is reused (and started if it is stopped — a crash between
+// create and start leaves exactly that), one with another hash is replaced.
+func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec) (ContainerRef, error) {
+	eng, addr, err := a.engines.engine(host)
+	if err != nil {
+		return ContainerRef{}, err
+	}
+	ref := ContainerRef{Node: a.Name, Role: s.Labels[LabelRole], Name: s.Name}
+	want := s.hash()
+	for attempt := 0; ; attempt++ {
+		got, err := eng.ContainerInspect(ctx, s.Name, client.ContainerInspectOptions{})
+		switch {
+		case cerrdefs.IsNotFound(err):
+			opts, err := s.createOptions()
+			if err != nil {
+				return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("container %s: %v", s.Name, err), ErrBadRequest, nil)
+			}
+			created, err := eng.ContainerCreate(ctx, opts)
+			if cerrdefs.IsConflict(err) && attempt < 3 {
+				continue // created meanwhile by an attempt we did not see finish
+			}
+			if cerrdefs.IsNotFound(err) {
+				return ref, imageMissing(s.Image)
+			}
+			if err != nil {
+				return ref, engineError(addr, "create "+s.Name, err)
+			}
+			ref.ID = created.ID
+			a.logger().Info("container created", zap.String("name", s.Name), zap.String("hash", want))
+		case err != nil:
+			return ref, engineError(addr, "inspect "+s.Name, err)
+		case got.Container.Config != nil && got.Container.Config.Labels[LabelSpecHash] == want:
+			ref.ID, ref.Adopted = got.Container.ID, true
+			if got.Container.State != nil && got.Container.State.Running {
+				return ref, nil
+			}
+		default:
+			if err := a.removeContainer(ctx, eng, addr, got.Container.ID, s.Options.StopTimeout); err != nil {
+				return ref, err
+			}
+			a.logger().Info("container replaced: spec changed", zap.String("name", s.Name))
+			continue
+		}
+		if _, err := eng.ContainerStart(ctx, ref.ID, client.ContainerStartOptions{}); err != nil {
+			return ref, engineError(addr, "start "+s.Name, err)
+		}
+		return ref, nil
+	}
+}
+
+func imageMissing(image string) error {
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("image %s not present (tpdeploy never pulls: load or pull it on the node first)", image), ErrImageMissing, nil)
+}
+
+// removeContainer stops a container gracefully, then removes it; gone already is fine.
+func (a *Node) removeContainer(ctx context.Context, eng containerEngine, addr, id string, timeout time.Duration) error {
+	secs := int(timeout.Seconds())
+	if _, err := eng.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil && !cerrdefs.IsNotFound(err) {
+		return engineError(addr, "stop "+id[:min(12, len(id))], err)
+	}
+	if _, err := eng.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return engineError(addr, "remove "+id[:min(12, len(id))], err)
+	}
+	return nil
+}
+
+// secretEnv resolves the spec's secret references on this node. Values go into the
+// container's environment only, never into a workflow input, result or log.
+func secretEnv(s spec.Secrets) (map[string]string, error) {
+	if s.HFToken == nil {
+		return nil, nil
+	}
+	ref := s.HFToken
+	var v string
+	switch {
+	case ref.Env != "":
+		v = os.Getenv(ref.Env)
+		if v == "" {
+			return nil, fmt.Errorf("secrets.hf_token: agent environment variable %s is empty or unset", ref.Env)
+		}
+	case ref.File != "":
+		b, err := os.ReadFile(ref.File)
+		if err != nil {
+			return nil, fmt.Errorf("secrets.hf_token: %v", err)
+		}
+		v = strings.TrimSpace(string(b))
+	}
+	return map[string]string{"HF_TOKEN": v}, nil
+}

@@ -1,0 +1,409 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/logscan"
+)
+
+// rayNodesURL is the dashboard's state API on the head. The agent shares the head's
+// network namespace (host networking, or the lab node's namespace), and Ray's dashboard
+// listens on 127.0.0.1 by default.
+func rayNodesURL(port int) string { return fmt.Sprintf("http://127.0.0.1:%d/api/v0/nodes", port) }
+
+// stateNodes is the state API's envelope around its rows.
+type stateNodes struct {
+	Result bool   `json:"result"`
+	Msg    string `json:"msg"`
+	Data   struct {
+		Result struct {
+			Result []struct {
+				NodeID    string             `json:"node_id"`
+				NodeIP    string             `json:"node_ip"`
+				IsHead    bool               `json:"is_head_node"`
+				State     string             `json:"state"`
+				Resources map[string]float64 `json:"resources_total"`
+			} `json:"result"`
+		} `json:"result"`
+	} `json:"data"`
+}
+
+// parseStateNodes reads `GET /api/v0/nodes`.
+func parseStateNodes(body []byte) ([]RegisteredNode, error) {
+	var s stateNodes
+	if err := json.Unmarshal(body, &s); err != nil {
+		return nil, fmt.Errorf("ray state API: %w", err)
+	}
+	if !s.Result {
+		return nil, fmt.Errorf("ray state API: %s", s.Msg)
+	}
+	var out []RegisteredNode
+	for _, r := range s.Data.Result.Result {
+		ip, err := netip.ParseAddr(r.NodeIP)
+		if err != nil {
+			return nil, fmt.Errorf("ray state API: node %s: ip %q: %w", r.NodeID, r.NodeIP, err)
+		}
+		out = append(out, RegisteredNode{NodeID: r.NodeID, IP: ip, Alive: r.State == "ALIVE", GPUs: r.Resources["GPU"], Head: r.IsHead})
+	}
+	return out, nil
+}
+
+// placementVerdict compares Ray's alive nodes with the plan. It returns nil when every
+// planned node is alive under its planned address with enough GPUs; a non-retryable
+// error when that can no longer happen by waiting (a node registered under another
+// address, two nodes under one); and wait=true when nodes are still missing.
+func placementVerdict(req PlacementRequest, nodes []RegisteredNode) (report PlacementReport, wait bool, err error) {
+	planned := map[netip.Addr]string{}
+	for _, n := range req.Plan.Nodes {
+		planned[n.Address] = n.Name
+	}
+	seen := map[netip.Addr]int{}
+	var unexpected []RegisteredNode
+	for _, n := range nodes {
+		if !n.Alive {
+			continue
+		}
+		seen[n.IP]++
+		if _, ok := planned[n.IP]; ok {
+			report.Nodes = append(report.Nodes, n)
+			report.GPUs += n.GPUs
+		} else {
+			unexpected = append(unexpected, n)
+		}
+	}
+	for ip, count := range seen {
+		if count > 1 {
+			return report, false, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("%d Ray nodes registered under %s (vLLM refuses duplicate node IPs): give every node its own --node-ip-address", count, ip), ErrDuplicateAddress, nil)
+		}
+	}
+	var missing []string
+	for _, n := range req.Plan.Nodes {
+		if seen[n.Address] == 0 {
+			missing = append(missing, n.Name)
+		}
+	}
+	if len(unexpected) > 0 {
+		var parts []string
+		for _, u := range unexpected {
+			who := "a Ray node"
+			switch {
+			case u.Head:
+				who = req.Plan.Head
+			case len(missing) == 1 && len(unexpected) == 1:
+				who = missing[0]
+			}
+			want := "an address in the plan"
+			if np, ok := req.Plan.Node(who); ok {
+				want = np.Address.String()
+			}
+			parts = append(parts, fmt.Sprintf("%s registered with Ray as %s, planned %s", who, u.IP, want))
+		}
+		return report, false, temporal.NewNonRetryableApplicationError(
+			strings.Join(parts, "; ")+fmt.Sprintf(" (vLLM would pin its placement group to node:<planned address> and wait ~42 minutes; the Ray container must honour --node-ip-address)"),
+			ErrPlacementMismatch, nil)
+	}
+	if len(missing) > 0 {
+		return report, true, fmt.Errorf("not registered with Ray yet: %s", strings.Join(missing, ", "))
+	}
+	if report.GPUs+1e-9 < float64(req.NeedGPUs) {
+		return report, false, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("Ray offers %.0f GPUs on the planned nodes, tensor x pipeline needs %d", report.GPUs, req.NeedGPUs), ErrInsufficientGPUs, nil)
+	}
+	sort.Slice(report.Nodes, func(i, j int) bool { return report.Nodes[i].IP.Less(report.Nodes[j].IP) })
+	return report, false, nil
+}
+
+// CheckPlacement proves, before vLLM starts, that every planned node is alive in Ray under
+// its planned address with enough GPUs. A node registered under another address (the
+// seed's failure 1) fails at once instead of after vLLM's 42-minute wait.
+func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (PlacementReport, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return PlacementReport{}, err
+	}
+	hc := &http.Client{Timeout: 3 * time.Second}
+	var last error
+	for {
+		activity.RecordHeartbeat(ctx, fmt.Sprint(last))
+		body, err := a.fetch(ctx, hc, rayNodesURL(req.DashboardPort))
+		if err == nil {
+			var nodes []RegisteredNode
+			if nodes, err = parseStateNodes(body); err == nil {
+				report, wait, verr := placementVerdict(req, nodes)
+				if !wait {
+					return report, verr
+				}
+				err = verr
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return PlacementReport{}, temporal.NewApplicationError(fmt.Sprintf("placement not proven: %v", last), ErrNodeNotRegistered)
+			}
+			return PlacementReport{}, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
+	var body []byte
+	err := a.inNetNS(func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err = io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return err
+	})
+	return body, err
+}
+
+// WatchServing follows vLLM's output from the cursor and its endpoint until it serves,
+// a fatal line appears, the container exits, or ReportWithin passes (then it returns the
+// progress so far, and the workflow calls again from there). It heartbeats its progress;
+// a retried attempt (the agent restarted) resumes from the last heartbeat.
+func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgress, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return ServingProgress{}, err
+	}
+	p := req.Cursor
+	if activity.HasHeartbeatDetails(ctx) {
+		var hb ServingProgress
+		if activity.GetHeartbeatDetails(ctx, &hb) == nil && !hb.Since.Before(p.Since) {
+			p = hb
+		}
+	}
+	n, _ := req.Spec.Node(req.Node)
+	eng, addr, err := a.engines.engine(n.DockerHost)
+	if err != nil {
+		return p, err
+	}
+	id := req.Container.ID
+	if id == "" {
+		id = req.Container.Name
+	}
+	info, err := eng.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return p, temporal.NewNonRetryableApplicationError(fmt.Sprintf("vllm container %s is gone", req.Container.Name), ErrContainerExited, nil)
+	}
+	if err != nil {
+		return p, engineError(addr, "inspect "+req.Container.Name, err)
+	}
+	started := time.Now()
+	if info.Container.State != nil {
+		if t, err := time.Parse(time.RFC3339Nano, info.Container.State.StartedAt); err == nil {
+			started = t
+		}
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, max(req.ReportWithin, time.Second))
+	defer cancel()
+	type verdict struct {
+		err     error
+		serving bool
+	}
+	done := make(chan verdict, 2)
+	progress := make(chan ServingProgress, 1)
+	latest := p
+	// The log follower owns p; it publishes copies.
+	go func() {
+		var tail []string
+		cur, err := followLogs(wctx, eng, id, logCursor{Since: p.Since, Seen: p.SeenAtSince}, func(l logLine) error {
+			line := logscan.Parse(l.Text)
+			tail = append(tail, line.Text)
+			if len(tail) > 5 {
+				tail = tail[1:]
+			}
+			if ph := logscan.Phase(line.Text); ph != "" {
+				p.Phase = ph
+			}
+			if sp, ok := logscan.ParseProgress(line.Text); ok {
+				p.ShardsLoaded, p.ShardsTotal, p.Percent, p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining
+			}
+			if l.Time.Equal(p.Since) {
+				p.SeenAtSince++
+			} else {
+				p.Since, p.SeenAtSince = l.Time, 1
+			}
+			if f := logscan.Classify(line); f != nil {
+				if f.Fatal {
+					return temporal.NewNonRetryableApplicationError(f.Message()+" [line: "+clipLine(f.Line)+"]", f.Type, nil)
+				}
+				if !slices.Contains(p.Warnings, f.Message()) {
+					p.Warnings = append(p.Warnings, f.Message())
+				}
+			}
+			select {
+			case <-progress:
+			default:
+			}
+			progress <- p
+			return nil
+		})
+		p.Since, p.SeenAtSince = cur.Since, cur.Seen
+		select {
+		case <-progress:
+		default:
+		}
+		progress <- p
+		if err != nil {
+			done <- verdict{err: err}
+			return
+		}
+		if wctx.Err() == nil {
+			// The output ended: the container stopped.
+			code := -1
+			if info, err := eng.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil && info.Container.State != nil {
+				code = info.Container.State.ExitCode
+			}
+			done <- verdict{err: temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("vllm container %s exited with code %d; last lines: %s", req.Container.Name, code, strings.Join(tail, " | ")), ErrContainerExited, nil)}
+		}
+	}()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			if a.serving(wctx, req) {
+				done <- verdict{serving: true}
+				return
+			}
+		}
+	}()
+	hb := time.NewTicker(2 * time.Second)
+	defer hb.Stop()
+	for {
+		select {
+		case v := <-done:
+			cancel()
+			latest = drain(progress, latest)
+			latest.Elapsed = time.Since(started)
+			if v.serving {
+				latest.Serving, latest.Phase = true, "serving"
+				return latest, nil
+			}
+			return latest, v.err
+		case latest = <-progress:
+		case <-hb.C:
+			latest.Elapsed = time.Since(started)
+			activity.RecordHeartbeat(ctx, latest)
+		case <-wctx.Done():
+			latest = waitProgress(progress, latest)
+			latest.Elapsed = time.Since(started)
+			if ctx.Err() != nil {
+				return latest, ctx.Err()
+			}
+			a.logger().Debug("vllm progress", zap.String("phase", latest.Phase), zap.Int("shards", latest.ShardsLoaded))
+			return latest, nil
+		}
+	}
+}
+
+func drain(ch chan ServingProgress, p ServingProgress) ServingProgress {
+	select {
+	case p = <-ch:
+	default:
+	}
+	return p
+}
+
+// waitProgress takes the follower's final cursor, which it publishes as it stops.
+func waitProgress(ch chan ServingProgress, p ServingProgress) ServingProgress {
+	select {
+	case p = <-ch:
+	case <-time.After(2 * time.Second):
+	}
+	return drain(ch, p)
+}
+
+func clipLine(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}
+
+// serving is vLLM's readiness: /health answers 200, /v1/models lists the served model,
+// and, when the spec asks for a smoke test, one completion answers.
+func (a *Node) serving(ctx context.Context, req WatchRequest) bool {
+	hc := &http.Client{Timeout: 3 * time.Second}
+	if _, err := a.fetch(ctx, hc, req.Endpoint+"/health"); err != nil {
+		return false
+	}
+	body, err := a.fetch(ctx, hc, req.Endpoint+"/v1/models")
+	if err != nil {
+		return false
+	}
+	var models struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &models) != nil || !slices.ContainsFunc(models.Data, func(m struct {
+		ID string `json:"id"`
+	}) bool {
+		return m.ID == req.Spec.Model.ServedName
+	}) {
+		return false
+	}
+	if req.Spec.SmokeTest {
+		return a.smokeTest(ctx, req) == nil
+	}
+	return true
+}
+
+func (a *Node) smokeTest(ctx context.Context, req WatchRequest) error {
+	return a.inNetNS(func() error {
+		b, _ := json.Marshal(map[string]any{"model": req.Spec.Model.ServedName, "prompt": "tpdeploy smoke test", "max_tokens": 4})
+		r, err := http.NewRequestWithContext(ctx, http.MethodPost, req.Endpoint+"/v1/completions", strings.NewReader(string(b)))
+		if err != nil {
+			return err
+		}
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(r)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&out) != nil || len(out.Choices) == 0 {
+			return fmt.Errorf("completion: %s", resp.Status)
+		}
+		return nil
+	})
+}

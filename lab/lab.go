@@ -1,0 +1,362 @@
+// Package lab builds the simulated GPU cluster the end-to-end tests and `make demo` run
+// on: node containers running the real tpdeploy worker, on Docker networks that
+// reproduce the seed (a management network for Temporal, an external network only the
+// head has and that carries its default route, a fast internal network with MTU 9000
+// that all nodes share), a Temporal dev server container, and the Ray/vLLM simulator
+// image the deploy starts. docker-compose.yml declares the same two-node lab for people;
+// this package is what tests drive, with a prefix and subnets of their own.
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/tpdeploy/tpdeploy/internal/images"
+)
+
+// Image tags the lab builds.
+const (
+	SimImage      = "tpdeploy/sim:dev"
+	NodeImage     = "tpdeploy/node:dev"
+	TemporalImage = "tpdeploy/temporal:dev"
+)
+
+// LabelLab marks every container and network of a lab with its prefix.
+const LabelLab = "tpdeploy.lab"
+
+// BuildImages compiles the simulator, the node init and the worker (static) and builds
+// the lab's images FROM scratch, each only when its inputs changed. temporalBin is the
+// pinned Temporal CLI (bin/temporal); empty skips the Temporal image.
+func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) error {
+	dir, err := os.MkdirTemp("", "tpd-lab-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bins := map[string]string{}
+	for _, pkg := range []string{"./lab/sim", "./lab/nodeinit", "./worker"} {
+		if bins[filepath.Base(pkg)], err = images.GoBinary(ctx, pkg, dir); err != nil {
+			return err
+		}
+	}
+	all := []images.Image{
+		{Tag: SimImage, Files: map[string]string{"ray": bins["sim"], "vllm": bins["sim"]}, Dirs: []string{"tmp"},
+			Dockerfile: "FROM scratch\nCOPY ray vllm /usr/bin/\nCOPY tmp /tmp\nENV PATH=/usr/bin\n"},
+		{Tag: NodeImage, Files: map[string]string{"init": bins["nodeinit"], "worker": bins["worker"]}, Dirs: []string{"tmp", "run"},
+			Dockerfile: "FROM scratch\nCOPY init worker /\nCOPY tmp /tmp\nCOPY run /run\nENTRYPOINT [\"/init\", \"/worker\"]\n"},
+	}
+	if temporalBin != "" {
+		all = append(all, images.Image{Tag: TemporalImage, Files: map[string]string{"temporal": temporalBin}, Dirs: []string{"tmp"},
+			Dockerfile: "FROM scratch\nCOPY temporal /\nCOPY tmp /tmp\nENV HOME=/tmp USER=temporal\nENTRYPOINT [\"/temporal\"]\n"})
+	}
+	for _, img := range all {
+		if _, err := images.Ensure(ctx, eng, img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Config describes a lab.
+type Config struct {
+	// Prefix names every container and network (e.g. "tpd-e2e-a"); leftovers of a crashed
+	// run are found by it.
+	Prefix string
+	// Nodes is the number of nodes (default 2); node 0 is the head with the external NIC.
+	Nodes int
+	// Index picks the subnets (10.231.I.0/24 management, 10.230.I.0/24 external,
+	// 10.200.I.0/24 fast); 0 searches for a free index from 1.
+	Index int
+	// NodeEnv is extra environment for every node agent.
+	NodeEnv map[string]string
+}
+
+// Lab is a running lab.
+type Lab struct {
+	Prefix          string
+	Mgmt, Ext, Fast netip.Prefix
+	// Temporal is the dev server's frontend address, reachable from this host and the
+	// nodes; UI is its Web UI.
+	Temporal, UI string
+	Nodes        []Node
+	eng          *client.Client
+}
+
+// Node is one simulated GPU node.
+type Node struct {
+	Name      string // spec name: node-a, node-b, ...
+	Container string // container name: PREFIX-node-a
+	Mgmt      netip.Addr
+	Fast      netip.Addr
+	Ext       netip.Addr // head only
+}
+
+// NodeName is the spec name of the i-th node.
+func NodeName(i int) string { return fmt.Sprintf("node-%c", 'a'+i) }
+
+func subnet(second, index int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(second), byte(index), 0}), 24)
+}
+
+func host(p netip.Prefix, last int) netip.Addr {
+	b := p.Addr().As4()
+	b[3] = byte(last)
+	return netip.AddrFrom4(b)
+}
+
+// Up builds the images if stale and starts a lab. On failure it removes what it made.
+func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config) (*Lab, error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 2
+	}
+	if cfg.Nodes < 1 || cfg.Nodes > 20 {
+		return nil, fmt.Errorf("lab: %d nodes; 1 to 20 supported", cfg.Nodes)
+	}
+	if cfg.Prefix == "" {
+		return nil, errors.New("lab: a prefix is required")
+	}
+	if err := BuildImages(ctx, eng, temporalBin); err != nil {
+		return nil, err
+	}
+	_ = Down(ctx, eng, cfg.Prefix)
+	l := &Lab{Prefix: cfg.Prefix, eng: eng}
+	if err := l.networks(ctx, cfg.Index); err != nil {
+		_ = Down(ctx, eng, cfg.Prefix)
+		return nil, err
+	}
+	if err := l.start(ctx, cfg); err != nil {
+		_ = Down(ctx, eng, cfg.Prefix)
+		return nil, err
+	}
+	return l, nil
+}
+
+// networks creates the three networks, searching for free subnets when index is 0.
+func (l *Lab) networks(ctx context.Context, index int) error {
+	first, last := index, index
+	if index == 0 {
+		first, last = 1, 250
+	}
+	var err error
+	for i := first; i <= last; i++ {
+		l.Mgmt, l.Ext, l.Fast = subnet(231, i), subnet(230, i), subnet(200, i)
+		if err = l.createNetworks(ctx); err == nil {
+			return nil
+		}
+		l.removeNetworks(ctx)
+		if !strings.Contains(err.Error(), "overlap") {
+			return err
+		}
+	}
+	return fmt.Errorf("lab: no free subnets: %w", err)
+}
+
+func (l *Lab) createNetworks(ctx context.Context) error {
+	for _, n := range []struct {
+		name     string
+		p        netip.Prefix
+		internal bool
+		mtu      string
+	}{
+		{"mgmt", l.Mgmt, true, ""},
+		{"ext", l.Ext, false, ""},
+		{"fast", l.Fast, true, "9000"},
+	} {
+		opts := map[string]string{}
+		if n.mtu != "" {
+			opts["com.docker.network.driver.mtu"] = n.mtu
+		}
+		_, err := l.eng.NetworkCreate(ctx, l.Prefix+"-"+n.name, client.NetworkCreateOptions{
+			Driver: "bridge", Internal: n.internal, Options: opts, Labels: map[string]string{LabelLab: l.Prefix},
+			IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: n.p, Gateway: host(n.p, 1)}}},
+		})
+		if err != nil {
+			return fmt.Errorf("network %s-%s (%s): %w", l.Prefix, n.name, n.p, err)
+		}
+	}
+	return nil
+}
+
+func (l *Lab) removeNetworks(ctx context.Context) {
+	for _, n := range []string{"mgmt", "ext", "fast"} {
+		_, _ = l.eng.NetworkRemove(ctx, l.Prefix+"-"+n, client.NetworkRemoveOptions{})
+	}
+}
+
+func (l *Lab) start(ctx context.Context, cfg Config) error {
+	tAddr := host(l.Mgmt, 254)
+	l.Temporal, l.UI = net.JoinHostPort(tAddr.String(), "7233"), "http://"+net.JoinHostPort(tAddr.String(), "8233")
+	err := l.run(ctx, l.Prefix+"-temporal", &container.Config{
+		Image: TemporalImage, Labels: map[string]string{LabelLab: l.Prefix},
+		Cmd: []string{"server", "start-dev", "--ip", "0.0.0.0", "--ui-ip", "0.0.0.0", "--log-level", "error",
+			"--search-attribute", "ClusterName=Keyword", "--search-attribute", "DeployPhase=Keyword"},
+	}, map[string]netip.Addr{"mgmt": tAddr})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < cfg.Nodes; i++ {
+		n := Node{Name: NodeName(i), Container: l.Prefix + "-" + NodeName(i), Mgmt: host(l.Mgmt, 10+i), Fast: host(l.Fast, 12+i)}
+		nets := map[string]netip.Addr{"mgmt": n.Mgmt, "fast": n.Fast}
+		if i == 0 {
+			n.Ext = host(l.Ext, 180)
+			nets["ext"] = n.Ext
+		}
+		env := []string{
+			"TPDEPLOY_NODE=" + n.Name, "TEMPORAL_ADDRESS=" + l.Temporal,
+			"TPDEPLOY_CONTAINER_NETWORK=container:" + n.Container, "TPDEPLOY_IPC=", "TPDEPLOY_GPUS=none",
+			// This engine, like some real ones, refuses memlock for containers.
+			"TPDEPLOY_ULIMITS=",
+			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
+		}
+		for k, v := range cfg.NodeEnv {
+			env = append(env, k+"="+v)
+		}
+		err := l.run(ctx, n.Container, &container.Config{
+			Image: NodeImage, Hostname: n.Name, Env: env, Labels: map[string]string{LabelLab: l.Prefix, "tpdeploy.lab.node": n.Name},
+		}, nets, "/var/run/docker.sock:/var/run/docker.sock")
+		if err != nil {
+			return err
+		}
+		l.Nodes = append(l.Nodes, n)
+	}
+	return waitTCP(ctx, l.Temporal, 60*time.Second)
+}
+
+// run creates a container attached to the lab networks named in nets (first the
+// management network, then the others in a fixed order, so interface names are
+// predictable: eth0 mgmt, then ext, then fast) and starts it.
+func (l *Lab) run(ctx context.Context, name string, cfg *container.Config, nets map[string]netip.Addr, binds ...string) error {
+	order := []string{"mgmt", "ext", "fast"}
+	ep := func(n string) *network.EndpointSettings {
+		return &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: nets[n]}}
+	}
+	created, err := l.eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: name, Config: cfg,
+		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(l.Prefix + "-mgmt"), Binds: binds},
+		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+			l.Prefix + "-mgmt": ep("mgmt"),
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	for _, n := range order[1:] {
+		if _, ok := nets[n]; !ok {
+			continue
+		}
+		if _, err := l.eng.NetworkConnect(ctx, l.Prefix+"-"+n, client.NetworkConnectOptions{Container: created.ID, EndpointConfig: ep(n)}); err != nil {
+			return fmt.Errorf("connect %s to %s: %w", name, n, err)
+		}
+	}
+	if _, err := l.eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	return nil
+}
+
+func waitTCP(ctx context.Context, addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("lab: %s not answering after %s: %w", addr, within, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Node returns the named node.
+func (l *Lab) Node(name string) (Node, bool) {
+	for _, n := range l.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// Cut disconnects a node from a lab network ("fast", "ext", "mgmt"): its interface
+// disappears, as when a cable is pulled.
+func (l *Lab) Cut(ctx context.Context, node, net string) error {
+	n, ok := l.Node(node)
+	if !ok {
+		return fmt.Errorf("lab: no node %s", node)
+	}
+	_, err := l.eng.NetworkDisconnect(ctx, l.Prefix+"-"+net, client.NetworkDisconnectOptions{Container: n.Container, Force: true})
+	return err
+}
+
+// Down removes everything a lab made: the containers joined to its nodes' network
+// namespaces (Ray, vLLM), the nodes, Temporal, and the networks. A lab that is not there
+// is fine.
+func Down(ctx context.Context, eng *client.Client, prefix string) error {
+	f := client.Filters{}
+	f.Add("label", LabelLab+"="+prefix)
+	labs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return fmt.Errorf("lab down: %w", err)
+	}
+	owners := map[string]bool{}
+	for _, c := range labs.Items {
+		owners[c.ID] = true
+		for _, n := range c.Names {
+			owners[strings.TrimPrefix(n, "/")] = true
+		}
+	}
+	all, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true})
+	if err != nil {
+		return fmt.Errorf("lab down: %w", err)
+	}
+	var errs []error
+	remove := func(id string) {
+		_, err := eng.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+		if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range all.Items {
+		mode := c.HostConfig.NetworkMode
+		if owner, ok := strings.CutPrefix(mode, "container:"); ok && owners[owner] {
+			remove(c.ID)
+		}
+	}
+	for _, c := range labs.Items {
+		remove(c.ID)
+	}
+	nets, err := eng.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, n := range nets.Items {
+			// A container removal still in progress keeps its endpoint for a moment.
+			for try := 0; ; try++ {
+				_, err := eng.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{})
+				if err == nil || cerrdefs.IsNotFound(err) {
+					break
+				}
+				if try == 20 {
+					errs = append(errs, err)
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
