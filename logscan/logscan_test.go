@@ -101,7 +101,7 @@ func TestPhase(t *testing.T) {
 		"world_size=2 rank=0 local_rank=0 distributed_init_method=tcp://10.0.0.1:1 backend=nccl": "rendezvous",
 		"Loading safetensors checkpoint shards:   0% Completed | 0/3 [00:00<?, ?it/s]":           "loading",
 		"Model loading took 41.0417 GiB and 15.405849 seconds":                                   "warming",
-		"INFO:     Application startup complete.":                                                 "ready",
+		"INFO:     Application startup complete.":                                                "ready",
 		"something else": "",
 	} {
 		if got := Phase(text); got != want {

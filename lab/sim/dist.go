@@ -35,12 +35,12 @@ type rankSpec struct {
 
 // hello is what each rank tells rank 0 through the store.
 type hello struct {
-	Rank     int    `json:"rank"`
-	NodeIP   string `json:"node_ip"`
-	NCCL     string `json:"nccl"`      // bootstrap listener, ip:port
-	NCCLIfs  int    `json:"nccl_ifs"`  // interfaces NCCL's socket transport would use
-	Gloo     string `json:"gloo"`      // ip:port
-	Err      string `json:"err"`       // set when the rank cannot go on
+	Rank    int    `json:"rank"`
+	NodeIP  string `json:"node_ip"`
+	NCCL    string `json:"nccl"`     // bootstrap listener, ip:port
+	NCCLIfs int    `json:"nccl_ifs"` // interfaces NCCL's socket transport would use
+	Gloo    string `json:"gloo"`     // ip:port
+	Err     string `json:"err"`      // set when the rank cannot go on
 }
 
 type peerTable struct {

@@ -28,7 +28,7 @@ func TestNCCLSelect(t *testing.T) {
 		{"enp1s0f1", nodeB, []string{"enp1s0f1np1"}}, // a prefix also matches longer names
 		{"^=docker0,lo", nodeA, []string{"eth0", "vethA", "ext0"}},
 		{"^eth,lo,docker", nodeA, []string{"vethA", "ext0"}},
-		{"", nodeA, []string{"eth0", "vethA", "ext0"}}, // unset: several interfaces on the head
+		{"", nodeA, []string{"eth0", "vethA", "ext0"}},  // unset: several interfaces on the head
 		{"e", nodeA, []string{"eth0", "vethA", "ext0"}}, // one character counts as unset
 		{"", nodeB, []string{"ibp1"}},                   // unset prefers ib*
 		{"=vethA,=ext0", nodeA, []string{"vethA"}},      // '=' applies to the whole list

@@ -466,7 +466,7 @@ func (e *engine) api() http.Handler {
 		text, n := completion(req.Prompt, max(req.MaxTokens, 1))
 		writeJSON(w, map[string]any{"id": "cmpl-" + randomHex(32), "object": "text_completion", "created": time.Now().Unix(), "model": req.Model,
 			"choices": []any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}},
-			"usage": map[string]int{"prompt_tokens": len(strings.Fields(req.Prompt)), "completion_tokens": n, "total_tokens": len(strings.Fields(req.Prompt)) + n}})
+			"usage":   map[string]int{"prompt_tokens": len(strings.Fields(req.Prompt)), "completion_tokens": n, "total_tokens": len(strings.Fields(req.Prompt)) + n}})
 	})
 	return mux
 }
