@@ -41,7 +41,7 @@ func (c *logCursor) advance(t time.Time) {
 
 // followLogs streams a container's stdout and stderr from cursor, calling fn per complete
 // line, until ctx ends, the container's output ends (it stopped), or fn fails. It returns
-// the cursor after the last delivered line.
+// the cursor after the last line handed to fn.
 func followLogs(ctx context.Context, eng containerEngine, id string, cur logCursor, fn func(logLine) error) (logCursor, error) {
 	opts := client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true, Follow: true}
 	if !cur.Since.IsZero() {
@@ -61,11 +61,9 @@ func followLogs(ctx context.Context, eng containerEngine, id string, cur logCurs
 			skip.Seen--
 			return nil
 		}
-		if err := fn(l); err != nil {
-			return err
-		}
+		// A line handed to fn is consumed, whatever fn returns.
 		cur.advance(l.Time)
-		return nil
+		return fn(l)
 	}
 	err = demuxLines(bufio.NewReaderSize(rc, 64<<10), deliver)
 	if errors.Is(err, io.EOF) || (err != nil && ctx.Err() != nil) {

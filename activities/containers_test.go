@@ -1,0 +1,352 @@
+package activities
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/logscan"
+	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// These tests run against this machine's Docker engine (CI has one) with FROM-scratch
+// images built from this repository.
+
+var buildOnce sync.Once
+var buildErr error
+
+func engineForTest(t *testing.T) *client.Client {
+	t.Helper()
+	eng, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatalf("docker client: %v", err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	buildOnce.Do(func() {
+		ctx := context.Background()
+		buildErr = lab.BuildImages(ctx, eng, "")
+		if buildErr != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "tpd-chatter-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		bin, err := images.GoBinary(ctx, "./internal/testprog/chatter", dir)
+		if err != nil {
+			buildErr = err
+			return
+		}
+		_, buildErr = images.Ensure(ctx, eng, images.Image{Tag: chatterImage, Files: map[string]string{"chatter": bin},
+			Dockerfile: "FROM scratch\nCOPY chatter /\nENTRYPOINT [\"/chatter\"]\n"})
+	})
+	if buildErr != nil {
+		t.Fatalf("build test images (Docker engine required): %v", buildErr)
+	}
+	return eng
+}
+
+const chatterImage = "tpdeploy/chatter:test"
+
+func testCluster(t *testing.T) spec.Cluster {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	c := spec.Cluster{
+		Name: "tpdtest-" + hex.EncodeToString(b), Image: lab.SimImage,
+		Model:    spec.Model{Path: "/models/m", ServedName: "m"},
+		Parallel: spec.Parallel{Tensor: 2},
+		Nodes:    []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: 1}, {Name: "node-b", Role: spec.RoleWorker, GPUs: 1}},
+		HFCache:  t.TempDir(),
+	}.WithDefaults()
+	t.Cleanup(func() { removeCluster(t, c.Name) })
+	return c
+}
+
+// removeCluster removes whatever a test left with the cluster's label.
+func removeCluster(t *testing.T, cluster string) {
+	eng, err := client.New(client.FromEnv)
+	if err != nil {
+		return
+	}
+	defer eng.Close()
+	for _, c := range containersOf(t, eng, cluster) {
+		_, _ = eng.ContainerRemove(context.Background(), c, client.ContainerRemoveOptions{Force: true})
+	}
+}
+
+func containersOf(t *testing.T, eng *client.Client, cluster string) []string {
+	t.Helper()
+	f := client.Filters{}
+	f.Add("label", LabelCluster+"="+cluster)
+	list, err := eng.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	var names []string
+	for _, c := range list.Items {
+		names = append(names, strings.TrimPrefix(c.Names[0], "/"))
+	}
+	return names
+}
+
+func testNode(name string) *Node {
+	return &Node{Name: name, Containers: ContainerOptions{Network: "none", StopTimeout: 2 * time.Second}}
+}
+
+func headRequest(c spec.Cluster, deployment string, env map[string]string) StartRayRequest {
+	return StartRayRequest{
+		Node: "node-a", Deployment: Deployment{Cluster: c.Name, ID: deployment}, Spec: c,
+		Plan: netplan.NodePlan{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1"), Env: env},
+	}
+}
+
+func running(t *testing.T, eng *client.Client, id string) bool {
+	t.Helper()
+	info, err := eng.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatalf("inspect %s: %v", id, err)
+	}
+	return info.Container.State.Running
+}
+
+func TestStartCreatesAdoptsAndReplaces(t *testing.T) {
+	eng := engineForTest(t)
+	ctx := context.Background()
+	c := testCluster(t)
+	a := testNode("node-a")
+	env := map[string]string{"VLLM_HOST_IP": "127.0.0.1", "NCCL_SOCKET_IFNAME": "=lo"}
+
+	first, err := a.StartRayHead(ctx, headRequest(c, "run-1", env))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if first.Adopted || first.Name != ContainerName(c.Name, "node-a", RoleRayHead) || !running(t, eng, first.ID) {
+		t.Fatalf("first start = %+v", first)
+	}
+	info, _ := eng.ContainerInspect(ctx, first.ID, client.ContainerInspectOptions{})
+	cfg := info.Container.Config
+	for k, want := range map[string]string{LabelCluster: c.Name, LabelDeployment: "run-1", LabelRole: RoleRayHead, LabelNode: "node-a"} {
+		if cfg.Labels[k] != want {
+			t.Errorf("label %s = %q, want %q", k, cfg.Labels[k], want)
+		}
+	}
+	wantCmd := []string{"start", "--head", "--node-ip-address=127.0.0.1", "--port=6379", "--dashboard-port=8265", "--num-gpus=1", "--block"}
+	if strings.Join(cfg.Cmd, " ") != strings.Join(wantCmd, " ") || cfg.Entrypoint[0] != "ray" {
+		t.Errorf("command = %v %v, want ray %v", cfg.Entrypoint, cfg.Cmd, wantCmd)
+	}
+	if !containsAll(cfg.Env, "NCCL_SOCKET_IFNAME==lo", "VLLM_HOST_IP=127.0.0.1") {
+		t.Errorf("env = %v", cfg.Env)
+	}
+
+	// The same spec from another deployment run adopts the running container.
+	again, err := a.StartRayHead(ctx, headRequest(c, "run-2", env))
+	if err != nil || !again.Adopted || again.ID != first.ID {
+		t.Fatalf("second start = %+v, %v; want the first container adopted", again, err)
+	}
+	// A changed spec replaces it.
+	env["NCCL_SOCKET_IFNAME"] = "=eth0"
+	replaced, err := a.StartRayHead(ctx, headRequest(c, "run-3", env))
+	if err != nil || replaced.Adopted || replaced.ID == first.ID || !running(t, eng, replaced.ID) {
+		t.Fatalf("changed spec = %+v, %v; want a new container", replaced, err)
+	}
+	if names := containersOf(t, eng, c.Name); len(names) != 1 {
+		t.Fatalf("containers after replace = %v, want exactly one", names)
+	}
+}
+
+func containsAll(list []string, want ...string) bool {
+	for _, w := range want {
+		found := false
+		for _, l := range list {
+			found = found || l == w
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRetryAfterCrashBetweenCreateAndStart(t *testing.T) {
+	eng := engineForTest(t)
+	ctx := context.Background()
+	c := testCluster(t)
+	a := testNode("node-a")
+	req := headRequest(c, "run-1", nil)
+	// The first attempt created the container and died before starting it.
+	opts, err := rayHeadSpec(req, a.containerOptions()).createOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := eng.ContainerCreate(ctx, opts)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	ref, err := a.StartRayHead(ctx, req)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if ref.ID != created.ID || !ref.Adopted || !running(t, eng, ref.ID) {
+		t.Fatalf("retry = %+v, want the created container %s started", ref, created.ID[:12])
+	}
+	if names := containersOf(t, eng, c.Name); len(names) != 1 {
+		t.Fatalf("containers = %v, want one", names)
+	}
+}
+
+func TestRemoveContainersByLabels(t *testing.T) {
+	eng := engineForTest(t)
+	ctx := context.Background()
+	c := testCluster(t)
+	a, b := testNode("node-a"), testNode("node-b")
+	if _, err := a.StartRayHead(ctx, headRequest(c, "run-1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	workerReq := StartRayRequest{Node: "node-b", Deployment: Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, RayAddress: "127.0.0.1:6379",
+		Plan: netplan.NodePlan{Name: "node-b", Address: netip.MustParseAddr("127.0.0.1")}}
+	if _, err := b.StartRayWorker(ctx, workerReq); err != nil {
+		t.Fatal(err)
+	}
+	// Both nodes share this engine, as lab nodes do: node-a's teardown must leave node-b's.
+	res, err := a.RemoveContainers(ctx, RemoveRequest{Node: "node-a", Cluster: c.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Removed) != 1 || res.Removed[0] != ContainerName(c.Name, "node-a", RoleRayHead) {
+		t.Fatalf("removed %v", res.Removed)
+	}
+	if left := containersOf(t, eng, c.Name); len(left) != 1 || !strings.Contains(left[0], "node-b") {
+		t.Fatalf("left %v, want node-b's worker only", left)
+	}
+	again, err := a.RemoveContainers(ctx, RemoveRequest{Node: "node-a", Cluster: c.Name})
+	if err != nil || len(again.Removed) != 0 {
+		t.Fatalf("second removal = %+v, %v; want nothing, no error", again, err)
+	}
+	if _, err := b.RemoveContainers(ctx, RemoveRequest{Node: "node-b", Cluster: c.Name, Roles: []string{RoleVLLM}}); err != nil {
+		t.Fatal(err)
+	}
+	if left := containersOf(t, eng, c.Name); len(left) != 1 {
+		t.Fatalf("a vllm-only removal removed the worker: left %v", left)
+	}
+	if res, err := b.RemoveContainers(ctx, RemoveRequest{Node: "node-b", Cluster: c.Name}); err != nil || len(res.Removed) != 1 {
+		t.Fatalf("node-b teardown = %+v, %v", res, err)
+	}
+	if left := containersOf(t, eng, c.Name); len(left) != 0 {
+		t.Fatalf("left %v after teardown of both nodes", left)
+	}
+	if res, err := b.RemoveContainers(ctx, RemoveRequest{Node: "node-b", Cluster: "tpdtest-never-deployed"}); err != nil || len(res.Removed) != 0 {
+		t.Fatalf("unknown deployment = %+v, %v; want a no-op", res, err)
+	}
+}
+
+func appError(t *testing.T, err error) *temporal.ApplicationError {
+	t.Helper()
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) {
+		t.Fatalf("error %v (%T) is not an application error", err, err)
+	}
+	return app
+}
+
+func TestPreflightImage(t *testing.T) {
+	engineForTest(t)
+	ctx := context.Background()
+	b := testNode("node-b")
+	res, err := b.PreflightNode(ctx, PreflightRequest{Node: "node-b", Image: lab.SimImage})
+	if err != nil || !strings.HasPrefix(res.ImageID, "sha256:") {
+		t.Fatalf("present image = %+v, %v", res, err)
+	}
+	_, err = b.PreflightNode(ctx, PreflightRequest{Node: "node-b", Image: "vllm/vllm-openai:v0.17.0-tpdtest-absent"})
+	app := appError(t, err)
+	if app.Type() != ErrImageMissing || !app.NonRetryable() || !strings.Contains(app.Message(), "image vllm/vllm-openai:v0.17.0-tpdtest-absent not present") {
+		t.Fatalf("missing image: type %s non-retryable %v: %s", app.Type(), app.NonRetryable(), app.Message())
+	}
+}
+
+func TestUnreachableEngineIsRetryableAndNamed(t *testing.T) {
+	ctx := context.Background()
+	b := testNode("node-b")
+	for _, host := range []string{"unix://" + filepath.Join(t.TempDir(), "docker.sock"), "tcp://127.0.0.1:1"} {
+		_, err := b.PreflightNode(ctx, PreflightRequest{Node: "node-b", DockerHost: host, Image: lab.SimImage})
+		app := appError(t, err)
+		if app.Type() != ErrDockerUnreachable || app.NonRetryable() || !strings.Contains(app.Message(), host) {
+			t.Errorf("%s: type %s non-retryable %v: %s", host, app.Type(), app.NonRetryable(), app.Message())
+		}
+	}
+}
+
+// TestFollowLogsResumes follows a container's output in pieces, as a watch does across
+// agent restarts, and gets every line exactly once, in order, whole.
+func TestFollowLogsResumes(t *testing.T) {
+	eng := engineForTest(t)
+	ctx := context.Background()
+	c := testCluster(t)
+	const lines = 80
+	created, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: "tpd-" + c.Name + "-chatter",
+		Config: &container.Config{Image: chatterImage, Labels: map[string]string{LabelCluster: c.Name},
+			Env: []string{"CHATTER_LINES=" + strconv.Itoa(lines), "CHATTER_EVERY=15ms"}},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var cur logCursor
+	errStop := errors.New("agent restarts")
+	for piece := 0; piece < 50; piece++ {
+		// Each piece stops after a few lines, as if the agent died mid-follow.
+		n := 0
+		cur, err = followLogs(ctx, eng, created.ID, cur, func(l logLine) error {
+			got = append(got, l.Text)
+			if n++; n == 7+piece%5 {
+				return errStop
+			}
+			return nil
+		})
+		if err == nil {
+			break // the output ended: the container exited
+		}
+		if !errors.Is(err, errStop) {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != lines {
+		t.Fatalf("got %d lines, want %d (lost or duplicated)", len(got), lines)
+	}
+	for i, text := range got {
+		l := logscan.Parse(text)
+		want := fmt.Sprintf("line %d", i+1)
+		if !strings.HasPrefix(l.Text, want) || (len(l.Text) > len(want) && l.Text[len(want)] != ' ') {
+			t.Fatalf("line %d = %.60q, want %q", i+1, l.Text, want)
+		}
+		if (i+1)%10 == 0 && (i+1)%7 != 0 && len(l.Text) != len(want)+1+40000 {
+			t.Errorf("long line %d has %d bytes, want %d (split or cut)", i+1, len(l.Text), len(want)+40001)
+		}
+		if (i+1)%7 == 0 && l.Source != fmt.Sprintf("RayWorkerWrapper pid=%d, ip=10.0.0.2", i+1) {
+			t.Errorf("line %d: Ray prefix %q", i+1, l.Source)
+		}
+	}
+}
