@@ -117,6 +117,8 @@ func host(p netip.Prefix, last int) netip.Addr {
 }
 
 // Up builds the images if stale and starts a lab. On failure it removes what it made.
+// Without temporalBin the lab has no Temporal server (the agents wait for one): enough
+// for driving the simulator by hand, as the seed's script did.
 func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config) (*Lab, error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = 2
@@ -136,7 +138,7 @@ func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config)
 		_ = Down(ctx, eng, cfg.Prefix)
 		return nil, err
 	}
-	if err := l.start(ctx, cfg); err != nil {
+	if err := l.start(ctx, cfg, temporalBin != ""); err != nil {
 		_ = Down(ctx, eng, cfg.Prefix)
 		return nil, err
 	}
@@ -195,16 +197,18 @@ func (l *Lab) removeNetworks(ctx context.Context) {
 	}
 }
 
-func (l *Lab) start(ctx context.Context, cfg Config) error {
+func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 	tAddr := host(l.Mgmt, 254)
 	l.Temporal, l.UI = net.JoinHostPort(tAddr.String(), "7233"), "http://"+net.JoinHostPort(tAddr.String(), "8233")
-	err := l.run(ctx, l.Prefix+"-temporal", &container.Config{
-		Image: TemporalImage, Labels: map[string]string{LabelLab: l.Prefix},
-		Cmd: []string{"server", "start-dev", "--ip", "0.0.0.0", "--ui-ip", "0.0.0.0", "--log-level", "error",
-			"--search-attribute", "ClusterName=Keyword", "--search-attribute", "DeployPhase=Keyword"},
-	}, map[string]netip.Addr{"mgmt": tAddr})
-	if err != nil {
-		return err
+	if withTemporal {
+		err := l.run(ctx, l.Prefix+"-temporal", &container.Config{
+			Image: TemporalImage, Labels: map[string]string{LabelLab: l.Prefix},
+			Cmd: []string{"server", "start-dev", "--ip", "0.0.0.0", "--ui-ip", "0.0.0.0", "--log-level", "error",
+				"--search-attribute", "ClusterName=Keyword", "--search-attribute", "DeployPhase=Keyword"},
+		}, map[string]netip.Addr{"mgmt": tAddr}, nil)
+		if err != nil {
+			return err
+		}
 	}
 	for i := 0; i < cfg.Nodes; i++ {
 		n := Node{Name: NodeName(i), Container: l.Prefix + "-" + NodeName(i), Mgmt: host(l.Mgmt, 10+i), Fast: host(l.Fast, 12+i)}
@@ -220,16 +224,22 @@ func (l *Lab) start(ctx context.Context, cfg Config) error {
 			"TPDEPLOY_ULIMITS=",
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
 		}
+		if i > 0 {
+			env = append(env, "TPDEPLOY_LAB_NO_DEFAULT_ROUTE=1")
+		}
 		for k, v := range cfg.NodeEnv {
 			env = append(env, k+"="+v)
 		}
 		err := l.run(ctx, n.Container, &container.Config{
 			Image: NodeImage, Hostname: n.Name, Env: env, Labels: map[string]string{LabelLab: l.Prefix, "tpdeploy.lab.node": n.Name},
-		}, nets, "/var/run/docker.sock:/var/run/docker.sock")
+		}, nets, []string{"NET_ADMIN"}, "/var/run/docker.sock:/var/run/docker.sock")
 		if err != nil {
 			return err
 		}
 		l.Nodes = append(l.Nodes, n)
+	}
+	if !withTemporal {
+		return nil
 	}
 	return waitTCP(ctx, l.Temporal, 60*time.Second)
 }
@@ -237,14 +247,14 @@ func (l *Lab) start(ctx context.Context, cfg Config) error {
 // run creates a container attached to the lab networks named in nets (first the
 // management network, then the others in a fixed order, so interface names are
 // predictable: eth0 mgmt, then ext, then fast) and starts it.
-func (l *Lab) run(ctx context.Context, name string, cfg *container.Config, nets map[string]netip.Addr, binds ...string) error {
+func (l *Lab) run(ctx context.Context, name string, cfg *container.Config, nets map[string]netip.Addr, caps []string, binds ...string) error {
 	order := []string{"mgmt", "ext", "fast"}
 	ep := func(n string) *network.EndpointSettings {
 		return &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: nets[n]}}
 	}
 	created, err := l.eng.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: name, Config: cfg,
-		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(l.Prefix + "-mgmt"), Binds: binds},
+		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(l.Prefix + "-mgmt"), Binds: binds, CapAdd: caps},
 		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
 			l.Prefix + "-mgmt": ep("mgmt"),
 		}},
@@ -359,4 +369,45 @@ func Down(ctx context.Context, eng *client.Client, prefix string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Iface is the name of a node's interface on a lab network ("mgmt", "ext", "fast"), read
+// with netlink from the node container's network namespace (Docker does not say, and the
+// names differ per node, as on real machines).
+func (l *Lab) Iface(ctx context.Context, node, network string) (string, error) {
+	n, ok := l.Node(node)
+	if !ok {
+		return "", fmt.Errorf("lab: no node %s", node)
+	}
+	var want netip.Addr
+	switch network {
+	case "mgmt":
+		want = n.Mgmt
+	case "fast":
+		want = n.Fast
+	case "ext":
+		want = n.Ext
+	}
+	info, err := l.eng.ContainerInspect(ctx, n.Container, client.ContainerInspectOptions{})
+	if err != nil {
+		return "", err
+	}
+	h, err := netlinkHandle(info.Container.State.Pid)
+	if err != nil {
+		return "", err
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return "", err
+	}
+	for _, link := range links {
+		addrs, _ := h.AddrList(link, 2 /* AF_INET */)
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && ip == want {
+				return link.Attrs().Name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("lab: %s has no interface with %s", node, want)
 }

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 func main() {
@@ -38,6 +40,14 @@ func run(args []string) error {
 		return err
 	}
 	fmt.Printf("nodeinit: boot %s\n", id)
+	if os.Getenv("TPDEPLOY_LAB_NO_DEFAULT_ROUTE") != "" {
+		// Docker gives a container a default route even on internal networks; a node
+		// with only the fast link has none (the seed's node B), so unroutable addresses
+		// fail with "Network is unreachable", not a timeout.
+		if err := dropDefaultRoute(); err != nil {
+			return fmt.Errorf("drop default route: %w", err)
+		}
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	for {
@@ -66,6 +76,30 @@ func run(args []string) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+func dropDefaultRoute() error {
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	for _, r := range routes {
+		if r.Dst == nil || r.Dst.IP.IsUnspecified() && isZeroMask(r.Dst.Mask) {
+			if err := netlink.RouteDel(&r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func isZeroMask(m []byte) bool {
+	for _, b := range m {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func newUUID() string {
