@@ -222,7 +222,7 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 		}
 	}
 
-	wctx, cancel := context.WithTimeout(ctx, max(req.ReportWithin, time.Second))
+	wctx, cancel := context.WithTimeout(ctx, max(req.ReportWithin, 2*time.Second))
 	defer cancel()
 	type verdict struct {
 		err     error
@@ -287,17 +287,19 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 		}
 	}()
 	go func() {
+		// Check at once, then every second: a short ReportWithin must not end each call
+		// before the first check.
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
+			if a.serving(wctx, req) {
+				done <- verdict{serving: true}
+				return
+			}
 			select {
 			case <-wctx.Done():
 				return
 			case <-t.C:
-			}
-			if a.serving(wctx, req) {
-				done <- verdict{serving: true}
-				return
 			}
 		}
 	}()

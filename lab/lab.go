@@ -312,6 +312,18 @@ func (l *Lab) Cut(ctx context.Context, node, net string) error {
 	return err
 }
 
+// Restore reconnects a node to a lab network with its old address.
+func (l *Lab) Restore(ctx context.Context, node, net string) error {
+	n, ok := l.Node(node)
+	if !ok {
+		return fmt.Errorf("lab: no node %s", node)
+	}
+	addr := map[string]netip.Addr{"mgmt": n.Mgmt, "fast": n.Fast, "ext": n.Ext}[net]
+	_, err := l.eng.NetworkConnect(ctx, l.Prefix+"-"+net, client.NetworkConnectOptions{Container: n.Container,
+		EndpointConfig: &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: addr}}})
+	return err
+}
+
 // Down removes everything a lab made: the containers joined to its nodes' network
 // namespaces (Ray, vLLM), the nodes, Temporal, and the networks. A lab that is not there
 // is fine.

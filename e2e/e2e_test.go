@@ -1,0 +1,364 @@
+// Package e2e runs tpdeploy end to end: the real Temporal dev server, the lab's node
+// containers running the real worker binary, the Ray/vLLM simulator, and the real starter.
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/workflows"
+)
+
+var (
+	theLab  *lab.Lab
+	eng     *client.Client
+	tc      tclient.Client
+	starter string
+)
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	ctx := context.Background()
+	root, err := images.ModuleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	temporal := filepath.Join(root, "bin", "temporal")
+	if _, err := os.Stat(temporal); err != nil {
+		// No skip: `make test` builds it; its absence is a failure to be seen.
+		fmt.Fprintln(os.Stderr, "FAIL: e2e needs the pinned Temporal CLI at bin/temporal (make bin/temporal):", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "tpd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if starter, err = images.GoBinary(ctx, "./starter", dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if eng, err = client.New(client.FromEnv); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	prefix := "tpd-e2e-" + hex.EncodeToString(b)
+	theLab, err = lab.Up(ctx, eng, temporal, lab.Config{Prefix: prefix})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: lab up (Docker engine and root required):", err)
+		return 1
+	}
+	defer func() {
+		if err := lab.Down(context.Background(), eng, prefix); err != nil {
+			fmt.Fprintln(os.Stderr, "lab down:", err)
+		}
+	}()
+	if tc, err = tclient.Dial(tclient.Options{HostPort: theLab.Temporal}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer tc.Close()
+	return m.Run()
+}
+
+// labSpec is examples/lab.yaml under a cluster name of the test's own.
+func labSpec(t *testing.T, name string) spec.Cluster {
+	t.Helper()
+	root, _ := images.ModuleRoot()
+	b, err := os.ReadFile(filepath.Join(root, "examples", "lab.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := spec.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Name = name
+	t.Cleanup(func() { assertNoContainers(t, name) })
+	return s
+}
+
+func writeSpec(t *testing.T, s spec.Cluster) string {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), s.Name+".json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runStarter(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, starter, args...)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+theLab.Temporal)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(out), exit.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("starter %v: %v\n%s", args, err, out)
+	}
+	return string(out), 0
+}
+
+func containersOf(t *testing.T, cluster string) []string {
+	t.Helper()
+	f := client.Filters{}
+	f.Add("label", activities.LabelCluster+"="+cluster)
+	list, err := eng.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range list.Items {
+		names = append(names, strings.TrimPrefix(c.Names[0], "/"))
+	}
+	return names
+}
+
+func assertNoContainers(t *testing.T, cluster string) {
+	t.Helper()
+	if left := containersOf(t, cluster); len(left) > 0 {
+		t.Errorf("containers left for %s: %v", cluster, left)
+		for _, c := range left {
+			_, _ = eng.ContainerRemove(context.Background(), c, client.ContainerRemoveOptions{Force: true})
+		}
+	}
+}
+
+// (a) The asymmetric two-node lab deploys with no network settings; the plan finds the
+// shared fast subnet and the endpoint serves.
+func TestDeployServesOnTheSharedFastSubnet(t *testing.T) {
+	s := labSpec(t, "e2e-serve")
+	out, code := runStarter(t, "deploy", "-f", writeSpec(t, s), "--watch")
+	if code != 0 {
+		t.Fatalf("deploy exit %d:\n%s", code, out)
+	}
+	a := theLab.Nodes[0]
+	endpoint := fmt.Sprintf("http://%s:8000", a.Fast)
+	if !strings.Contains(out, "serving: "+endpoint) || !strings.Contains(out, "subnet:  "+theLab.Fast.String()) {
+		t.Fatalf("deploy output lacks the endpoint %s on subnet %s:\n%s", endpoint, theLab.Fast, out)
+	}
+	resp, err := http.Get(endpoint + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var models struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&models)
+	resp.Body.Close()
+	if err != nil || len(models.Data) != 1 || models.Data[0].ID != s.Model.ServedName {
+		t.Fatalf("/v1/models: %+v %v", models, err)
+	}
+	if got := containersOf(t, s.Name); len(got) != 3 {
+		t.Errorf("containers %v, want ray head, ray worker, vllm", got)
+	}
+	if out, code := runStarter(t, "teardown", s.Name); code != 0 {
+		t.Fatalf("teardown exit %d:\n%s", code, out)
+	}
+}
+
+// (b) A spec that leaves only the external subnet is refused at planning, with the reason.
+func TestExternalOnlySubnetRefusedAtPlanning(t *testing.T) {
+	s := labSpec(t, "e2e-external")
+	s.Network.ExcludeCIDRs = []string{theLab.Fast.String(), theLab.Mgmt.String()}
+	out, code := runStarter(t, "deploy", "-f", writeSpec(t, s), "--watch")
+	if code == 0 {
+		t.Fatalf("deploy succeeded:\n%s", out)
+	}
+	for _, want := range []string{"NoViableSubnet", theLab.Ext.String() + " rejected: node-b has no address in it"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func deployFor(t *testing.T, s spec.Cluster) tclient.WorkflowRun {
+	t.Helper()
+	run, err := control.Controller{Client: tc}.StartDeploy(context.Background(), workflows.DeployRequest{Spec: s, Trigger: "test", ReportEvery: spec.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func failure(t *testing.T, run tclient.WorkflowRun) (*control.Failure, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := run.Get(ctx, nil)
+	if err == nil {
+		t.Fatal("deploy succeeded")
+	}
+	var f *control.Failure
+	if !errors.As(control.Reason(err), &f) {
+		t.Fatalf("deploy error %v is not a classified failure", err)
+	}
+	return f, time.Since(start)
+}
+
+// (c) A Ray image that ignores --node-ip-address registers the head under its default
+// route's address: CheckPlacement names the mismatch before vLLM starts.
+func TestWrongRayRegistrationFailsAtPlacement(t *testing.T) {
+	s := labSpec(t, "e2e-mismatch")
+	s.Nodes[0].Env = map[string]string{"TPDEPLOY_SIM_IGNORE_NODE_IP": "1"}
+	start := time.Now()
+	f, _ := failure(t, deployFor(t, s))
+	a := theLab.Nodes[0]
+	want := fmt.Sprintf("node-a registered with Ray as %s, planned %s", a.Ext, a.Fast)
+	if f.Type != activities.ErrPlacementMismatch || !strings.Contains(f.Message, want) {
+		t.Fatalf("failure %s: %s\nwant %s naming %q", f.Type, f.Message, activities.ErrPlacementMismatch, want)
+	}
+	t.Logf("classified %s %.1fs after start (vLLM alone would wait ~42 minutes)", f.Type, time.Since(start).Seconds())
+}
+
+func waitPhase(t *testing.T, run tclient.WorkflowRun, phase string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		v, err := tc.QueryWorkflow(context.Background(), run.GetID(), run.GetRunID(), workflows.QueryProgress)
+		if err == nil {
+			var p activities.ServingProgress
+			if v.Get(&p) == nil && p.Phase == phase && p.ShardsLoaded > 0 {
+				return
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Fatalf("deploy never reached %s", phase)
+}
+
+func slowLoading(s *spec.Cluster) {
+	s.Nodes[0].Env = map[string]string{"TPDEPLOY_SIM_SHARDS": "30", "TPDEPLOY_SIM_SHARD_SECONDS": "0.5"}
+}
+
+// (f) A cancel during shard loading tears everything down.
+func TestCancelDuringLoadingTearsDown(t *testing.T) {
+	s := labSpec(t, "e2e-cancel")
+	slowLoading(&s)
+	run := deployFor(t, s)
+	waitPhase(t, run, "loading")
+	if err := tc.CancelWorkflow(context.Background(), run.GetID(), run.GetRunID()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run.Get(ctx, nil); err == nil {
+		t.Fatal("canceled deploy succeeded")
+	}
+	if left := containersOf(t, s.Name); len(left) != 0 {
+		t.Fatalf("containers left after cancel: %v", left)
+	}
+}
+
+// (d) node-b loses the fast network during shard loading: the failure is classified and
+// compensated, and no container is left.
+func TestFastLinkCutDuringLoading(t *testing.T) {
+	s := labSpec(t, "e2e-cut")
+	slowLoading(&s)
+	run := deployFor(t, s)
+	waitPhase(t, run, "loading")
+	if err := theLab.Cut(context.Background(), "node-b", "fast"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := theLab.Restore(context.Background(), "node-b", "fast"); err != nil {
+			t.Errorf("restore node-b's fast link: %v", err)
+		}
+	})
+	f, took := failure(t, run)
+	switch f.Type {
+	case activities.ErrEngineDead, activities.ErrNCCL:
+	default:
+		t.Fatalf("failure %s: %s; want the lost rank classified (EngineDead or NCCLError)", f.Type, f.Message)
+	}
+	t.Logf("cut classified as %s in %.1fs: %s", f.Type, took.Seconds(), f.Message)
+	if left := containersOf(t, s.Name); len(left) != 0 {
+		t.Fatalf("containers left: %v", left)
+	}
+}
+
+// (e) The head node's agent is killed during loading and restarted by the node's init:
+// the deploy completes, with no duplicated container.
+func TestAgentRestartDuringLoading(t *testing.T) {
+	s := labSpec(t, "e2e-restart")
+	slowLoading(&s)
+	s.Nodes[0].Env["TPDEPLOY_SIM_SHARDS"] = "16"
+	run := deployFor(t, s)
+	waitPhase(t, run, "loading")
+	killWorker(t, theLab.Nodes[0].Container)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var res workflows.DeployResult
+	if err := run.Get(ctx, &res); err != nil {
+		st, _ := control.Controller{Client: tc}.Status(context.Background(), s.Name)
+		t.Fatalf("deploy after agent restart: %v (state: %+v)", control.Reason(err), st.State)
+	}
+	if got := containersOf(t, s.Name); len(got) != 3 {
+		t.Errorf("containers %v, want exactly three", got)
+	}
+	if _, err := (control.Controller{Client: tc}).Teardown(context.Background(), s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killWorker kills the worker process inside a node container (a child of its init), as
+// a crash would; the init restarts it.
+func killWorker(t *testing.T, node string) {
+	t.Helper()
+	info, err := eng.ContainerInspect(context.Background(), node, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Go forks from any of its threads, so the child may be listed under any task.
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", info.Container.State.Pid))
+	var fields []string
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		fields = append(fields, strings.Fields(string(b))...)
+	}
+	if len(fields) == 0 {
+		t.Fatalf("%s: init has no worker child", node)
+	}
+	child, _ := strconv.Atoi(fields[0])
+	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+}
