@@ -5,30 +5,43 @@ TEMPORAL_VERSION := v1.5.1
 BIN := $(CURDIR)/bin
 DATA := $(CURDIR)/.tpdeploy-data
 
-.PHONY: build test lint deps dev demo demo-down bench fuzz clean
+.PHONY: build test lint deps dev demo demo-down bench fuzz clean lab-images lab-up lab-down
 
 build:
-	$(GO) build -o $(BIN)/ ./worker ./starter ./lab/netns
+	$(GO) build -o $(BIN)/ ./worker ./starter ./lab/netns ./lab/labctl
 
 # The Temporal CLI (dev server + Web UI), built from the Go module proxy at a pinned
 # version: about 8 minutes the first time, cached by Go after that.
 $(BIN)/temporal:
 	CGO_ENABLED=0 GOBIN=$(BIN) $(GO) install -trimpath github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
 
-# iproute2 gives `ip netns`, which the network tests and the demo use.
+# iproute2 gives `ip netns` (network tests); curl is used by the demo. The Docker engine
+# must be running (the lab's containers); the tests fail loudly without it.
 deps:
-	@command -v ip >/dev/null || { apt-get update -qq && apt-get install -y -qq iproute2; }
+	@command -v ip >/dev/null && command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq iproute2 curl; }
+	@docker version --format '{{.Server.Version}}' >/dev/null || { echo "the Docker engine is not running"; exit 1; }
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
 test: deps lint $(BIN)/temporal
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 25m ./...
 
 # Short fuzz runs of the parsers that read outside input.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./spec
+	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime 30s ./logscan
+
+# The lab alone (see lab/README.md); `docker-compose --profile lab up` needs these images.
+lab-images: $(BIN)/temporal
+	$(GO) run ./lab/labctl images --temporal $(BIN)/temporal
+
+lab-up: build $(BIN)/temporal
+	$(BIN)/labctl up --prefix tpd-lab --temporal $(BIN)/temporal
+
+lab-down: build
+	$(BIN)/labctl down --prefix tpd-lab
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./...
@@ -40,7 +53,7 @@ dev: $(BIN)/temporal
 demo: deps build $(BIN)/temporal
 	./scripts/demo.sh up
 
-demo-down:
+demo-down: build
 	./scripts/demo.sh down
 
 clean: demo-down

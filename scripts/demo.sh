@@ -1,54 +1,40 @@
 #!/usr/bin/env bash
-# demo.sh up|down — the Temporal dev server, two node agents in network namespaces that
-# reproduce the seed's topology, and tpdeploy planning and deploying onto them.
+# demo.sh up|down — the lab (Temporal dev server + two simulated GPU nodes running the real
+# node agent, with the seed's asymmetric networks), then a real deploy to a serving endpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=.tpdeploy-data
 PREFIX=tpd-demo
-export TEMPORAL_ADDRESS=127.0.0.1:7233
+DATA=.tpdeploy-data
 
 down() {
-  for f in "$DATA"/*.pid; do
-    [ -e "$f" ] || continue
-    kill "$(cat "$f")" 2>/dev/null || true
-    rm -f "$f"
-  done
-  bin/netns down --prefix "$PREFIX" 2>/dev/null || true
+  bin/labctl down --prefix "$PREFIX"
+  echo "demo removed (containers and networks with prefix $PREFIX)"
 }
 
 up() {
-  down
   mkdir -p "$DATA"
-  bin/temporal server start-dev --ip 127.0.0.1 --db-filename "$DATA/temporal.db" --ui-port 8233 \
-    --log-level error >"$DATA/temporal.log" 2>&1 &
-  echo $! >"$DATA/temporal.pid"
-  for _ in $(seq 1 60); do
-    bin/temporal operator cluster health >/dev/null 2>&1 && break
-    sleep 1
-  done
-  bin/temporal operator cluster health >/dev/null || { echo "dev server did not start; see $DATA/temporal.log"; exit 1; }
-
-  echo "== seed topology in network namespaces (node-a: external + fast link; node-b: fast link only)"
-  bin/netns up --prefix "$PREFIX" --nodes 2
-  for n in a b; do
-    bin/worker --node "node-$n" --netns "$PREFIX-$n" --log-console --log-level warn >"$DATA/worker-$n.log" 2>&1 &
-    echo $! >"$DATA/worker-$n.pid"
-  done
+  echo "== lab: building images if stale, starting Temporal and node-a, node-b"
+  bin/labctl up --prefix "$PREFIX" --temporal bin/temporal | tee "$DATA/lab.env"
+  TEMPORAL_ADDRESS=$(sed -n 's/^TEMPORAL_ADDRESS=//p' "$DATA/lab.env")
+  UI=$(sed -n 's/^TEMPORAL_UI=//p' "$DATA/lab.env")
+  export TEMPORAL_ADDRESS
+  sleep 2 # the agents connect
 
   echo
-  echo "== starter plan -f examples/lab.yaml"
+  echo "== starter plan -f examples/lab.yaml   (no network settings in the spec)"
   bin/starter plan -f examples/lab.yaml
   echo
   echo "== starter deploy -f examples/lab.yaml --watch"
-  if bin/starter deploy -f examples/lab.yaml --watch; then
-    echo "deployed."
-  else
-    echo
-    echo "The deploy stops at preflight: container activities (issue 4) and the simulated GPU lab"
-    echo "(issue 7) are not built yet, so nothing can serve. Its failure and compensations above are real."
-  fi
+  bin/starter deploy -f examples/lab.yaml --watch --report-every 1s | tee "$DATA/deploy.out"
+  endpoint=$(sed -n 's/^serving: //p' "$DATA/deploy.out" | head -1)
   echo
-  echo "Temporal UI: http://localhost:8233   (make demo-down removes everything)"
+  echo "== GET $endpoint/v1/models"
+  curl -fsS "$endpoint/v1/models"
+  echo
+  echo
+  echo "endpoint:    $endpoint"
+  echo "Temporal UI: $UI   (TEMPORAL_ADDRESS=$TEMPORAL_ADDRESS)"
+  echo "again:       make demo        remove: make demo-down"
 }
 
 case "${1:-up}" in
