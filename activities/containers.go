@@ -88,7 +88,7 @@ func (s containerSpec) hash() string {
 	c := s
 	c.Labels = map[string]string{}
 	for k, v := range s.Labels {
-		if k != LabelDeployment && k != LabelSpecHash {
+		if k != LabelDeployment {
 			c.Labels[k] = v
 		}
 	}
@@ -118,14 +118,21 @@ func containerEnv(np netplan.NodePlan, node spec.Node, extra map[string]string) 
 	return out
 }
 
-func labels(d Deployment, node, role string) map[string]string {
-	return map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node}
+// roleSpec is what every container of a role shares: name, image, labels, the HF cache.
+func roleSpec(c spec.Cluster, d Deployment, node, role string, o ContainerOptions) containerSpec {
+	return containerSpec{
+		Name: ContainerName(c.Name, node, role), Image: c.Image,
+		Labels:  map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node},
+		Binds:   []string{c.HFCache + ":" + hfCacheMount},
+		Options: o,
+	}
 }
 
 // hfCacheMount is where stock vLLM images look for the Hugging Face cache.
 const hfCacheMount = "/root/.cache/huggingface"
 
-func rayArgs(c spec.Cluster, n spec.Node) []string {
+// rayGPUArgs passes the spec's GPU count to Ray where the spec gives one.
+func rayGPUArgs(n spec.Node) []string {
 	if n.GPUs > 0 {
 		return []string{"--num-gpus=" + strconv.Itoa(n.GPUs)}
 	}
@@ -137,24 +144,20 @@ func rayHeadSpec(req StartRayRequest, o ContainerOptions) containerSpec {
 	n, _ := req.Spec.Node(req.Node)
 	cmd := []string{"start", "--head", "--node-ip-address=" + req.Plan.Address.String(),
 		"--port=" + strconv.Itoa(req.Spec.Ports.Ray), "--dashboard-port=" + strconv.Itoa(req.Spec.Ports.Dashboard)}
-	cmd = append(append(cmd, rayArgs(req.Spec, n)...), "--block")
-	return containerSpec{
-		Name: ContainerName(req.Spec.Name, req.Node, RoleRayHead), Image: req.Spec.Image,
-		Entrypoint: []string{"ray"}, Cmd: cmd, Env: containerEnv(req.Plan, n, nil),
-		Labels: labels(req.Deployment, req.Node, RoleRayHead), Binds: []string{req.Spec.HFCache + ":" + hfCacheMount}, Options: o,
-	}
+	cmd = append(append(cmd, rayGPUArgs(n)...), "--block")
+	s := roleSpec(req.Spec, req.Deployment, req.Node, RoleRayHead, o)
+	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, nil)
+	return s
 }
 
 // rayWorkerSpec: `ray start --address=HEAD:P --node-ip-address=IP --block`.
 func rayWorkerSpec(req StartRayRequest, o ContainerOptions) containerSpec {
 	n, _ := req.Spec.Node(req.Node)
 	cmd := []string{"start", "--address=" + req.RayAddress, "--node-ip-address=" + req.Plan.Address.String()}
-	cmd = append(append(cmd, rayArgs(req.Spec, n)...), "--block")
-	return containerSpec{
-		Name: ContainerName(req.Spec.Name, req.Node, RoleRayWorker), Image: req.Spec.Image,
-		Entrypoint: []string{"ray"}, Cmd: cmd, Env: containerEnv(req.Plan, n, nil),
-		Labels: labels(req.Deployment, req.Node, RoleRayWorker), Binds: []string{req.Spec.HFCache + ":" + hfCacheMount}, Options: o,
-	}
+	cmd = append(append(cmd, rayGPUArgs(n)...), "--block")
+	s := roleSpec(req.Spec, req.Deployment, req.Node, RoleRayWorker, o)
+	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, nil)
+	return s
 }
 
 // vllmSpec: `vllm serve MODEL --tensor-parallel-size T --pipeline-parallel-size P
@@ -172,11 +175,9 @@ func vllmSpec(req LaunchRequest, o ContainerOptions, secrets map[string]string) 
 		"--host", "0.0.0.0", "--port", strconv.Itoa(c.Ports.VLLM),
 		"--served-model-name", c.Model.ServedName}
 	cmd = append(cmd, c.Model.ExtraArgs...)
-	return containerSpec{
-		Name: ContainerName(c.Name, req.Node, RoleVLLM), Image: c.Image,
-		Entrypoint: []string{"vllm"}, Cmd: cmd, Env: containerEnv(np, n, secrets),
-		Labels: labels(req.Deployment, req.Node, RoleVLLM), Binds: []string{c.HFCache + ":" + hfCacheMount}, Options: o,
-	}
+	s := roleSpec(c, req.Deployment, req.Node, RoleVLLM, o)
+	s.Entrypoint, s.Cmd, s.Env = []string{"vllm"}, cmd, containerEnv(np, n, secrets)
+	return s
 }
 
 // createOptions renders the spec for the engine.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -224,68 +225,19 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 
 	wctx, cancel := context.WithTimeout(ctx, max(req.ReportWithin, 2*time.Second))
 	defer cancel()
-	type verdict struct {
-		err     error
-		serving bool
+	var mu sync.Mutex // guards p while the follower updates it
+	snapshot := func() ServingProgress {
+		mu.Lock()
+		defer mu.Unlock()
+		q := p
+		q.Elapsed = time.Since(started)
+		return q
 	}
-	done := make(chan verdict, 2)
-	progress := make(chan ServingProgress, 1)
-	latest := p
-	// The log follower owns p; it publishes copies.
+	followed := make(chan error, 1)
 	go func() {
-		var tail []string
-		cur, err := followLogs(wctx, eng, id, logCursor{Since: p.Since, Seen: p.SeenAtSince}, func(l logLine) error {
-			line := logscan.Parse(l.Text)
-			tail = append(tail, line.Text)
-			if len(tail) > 5 {
-				tail = tail[1:]
-			}
-			if ph := logscan.Phase(line.Text); ph != "" {
-				p.Phase = ph
-			}
-			if sp, ok := logscan.ParseProgress(line.Text); ok {
-				p.ShardsLoaded, p.ShardsTotal, p.Percent, p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining
-			}
-			if l.Time.Equal(p.Since) {
-				p.SeenAtSince++
-			} else {
-				p.Since, p.SeenAtSince = l.Time, 1
-			}
-			if f := logscan.Classify(line); f != nil {
-				if f.Fatal {
-					return temporal.NewNonRetryableApplicationError(f.Message()+" [line: "+clipLine(f.Line)+"]", f.Type, nil)
-				}
-				if !slices.Contains(p.Warnings, f.Message()) {
-					p.Warnings = append(p.Warnings, f.Message())
-				}
-			}
-			select {
-			case <-progress:
-			default:
-			}
-			progress <- p
-			return nil
-		})
-		p.Since, p.SeenAtSince = cur.Since, cur.Seen
-		select {
-		case <-progress:
-		default:
-		}
-		progress <- p
-		if err != nil {
-			done <- verdict{err: err}
-			return
-		}
-		if wctx.Err() == nil {
-			// The output ended: the container stopped.
-			code := -1
-			if info, err := eng.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil && info.Container.State != nil {
-				code = info.Container.State.ExitCode
-			}
-			done <- verdict{err: temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("vllm container %s exited with code %d; last lines: %s", req.Container.Name, code, strings.Join(tail, " | ")), ErrContainerExited, nil)}
-		}
+		followed <- a.followVLLM(wctx, ctx, eng, id, req.Container.Name, &mu, &p)
 	}()
+	ready := make(chan struct{}, 1)
 	go func() {
 		// Check at once, then every second: a short ReportWithin must not end each call
 		// before the first check.
@@ -293,7 +245,7 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 		defer t.Stop()
 		for {
 			if a.serving(wctx, req) {
-				done <- verdict{serving: true}
+				ready <- struct{}{}
 				return
 			}
 			select {
@@ -307,46 +259,66 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 	defer hb.Stop()
 	for {
 		select {
-		case v := <-done:
+		case <-ready:
 			cancel()
-			latest = drain(progress, latest)
-			latest.Elapsed = time.Since(started)
-			if v.serving {
-				latest.Serving, latest.Phase = true, "serving"
-				return latest, nil
+			<-followed
+			q := snapshot()
+			q.Serving, q.Phase = true, "serving"
+			return q, nil
+		case err := <-followed:
+			if err == nil && ctx.Err() != nil {
+				err = ctx.Err()
 			}
-			return latest, v.err
-		case latest = <-progress:
+			q := snapshot()
+			a.logger().Debug("vllm progress", zap.String("phase", q.Phase), zap.Int("shards", q.ShardsLoaded), zap.Error(err))
+			return q, err
 		case <-hb.C:
-			latest.Elapsed = time.Since(started)
-			activity.RecordHeartbeat(ctx, latest)
-		case <-wctx.Done():
-			latest = waitProgress(progress, latest)
-			latest.Elapsed = time.Since(started)
-			if ctx.Err() != nil {
-				return latest, ctx.Err()
-			}
-			a.logger().Debug("vllm progress", zap.String("phase", latest.Phase), zap.Int("shards", latest.ShardsLoaded))
-			return latest, nil
+			activity.RecordHeartbeat(ctx, snapshot())
 		}
 	}
 }
 
-func drain(ch chan ServingProgress, p ServingProgress) ServingProgress {
-	select {
-	case p = <-ch:
-	default:
+// followVLLM reads vLLM's output into *p (under mu) until wctx ends (nil), a fatal line
+// appears (its typed error) or the output ends because the container stopped
+// (ContainerExited with the exit code and the last lines).
+func (a *Node) followVLLM(wctx, ctx context.Context, eng containerEngine, id, name string, mu *sync.Mutex, p *ServingProgress) error {
+	var tail []string
+	cur := logCursor{Since: p.Since, Seen: p.SeenAtSince}
+	_, err := followLogs(wctx, eng, id, cur, func(l logLine) error {
+		line := logscan.Parse(l.Text)
+		tail = append(tail, line.Text)
+		if len(tail) > 5 {
+			tail = tail[1:]
+		}
+		cur.advance(l.Time)
+		mu.Lock()
+		defer mu.Unlock()
+		p.Since, p.SeenAtSince = cur.Since, cur.Seen
+		if ph := logscan.Phase(line.Text); ph != "" {
+			p.Phase = ph
+		}
+		if sp, ok := logscan.ParseProgress(line.Text); ok {
+			p.ShardsLoaded, p.ShardsTotal, p.Percent, p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining
+		}
+		f := logscan.Classify(line)
+		switch {
+		case f == nil:
+		case f.Fatal:
+			return temporal.NewNonRetryableApplicationError(f.Message()+" [line: "+clipLine(f.Line)+"]", f.Type, nil)
+		case !slices.Contains(p.Warnings, f.Message()):
+			p.Warnings = append(p.Warnings, f.Message())
+		}
+		return nil
+	})
+	if err != nil || wctx.Err() != nil {
+		return err
 	}
-	return p
-}
-
-// waitProgress takes the follower's final cursor, which it publishes as it stops.
-func waitProgress(ch chan ServingProgress, p ServingProgress) ServingProgress {
-	select {
-	case p = <-ch:
-	case <-time.After(2 * time.Second):
+	code := -1
+	if info, err := eng.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil && info.Container.State != nil {
+		code = info.Container.State.ExitCode
 	}
-	return drain(ch, p)
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("vllm container %s exited with code %d; last lines: %s", name, code, strings.Join(tail, " | ")), ErrContainerExited, nil)
 }
 
 func clipLine(s string) string {
@@ -368,21 +340,20 @@ func (a *Node) serving(ctx context.Context, req WatchRequest) bool {
 		return false
 	}
 	var models struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
+		Data []modelEntry `json:"data"`
 	}
-	if json.Unmarshal(body, &models) != nil || !slices.ContainsFunc(models.Data, func(m struct {
-		ID string `json:"id"`
-	}) bool {
-		return m.ID == req.Spec.Model.ServedName
-	}) {
+	if json.Unmarshal(body, &models) != nil || !slices.Contains(models.Data, modelEntry{ID: req.Spec.Model.ServedName}) {
 		return false
 	}
 	if req.Spec.SmokeTest {
 		return a.smokeTest(ctx, req) == nil
 	}
 	return true
+}
+
+// modelEntry is the part of a /v1/models entry the readiness check compares.
+type modelEntry struct {
+	ID string `json:"id"`
 }
 
 func (a *Node) smokeTest(ctx context.Context, req WatchRequest) error {

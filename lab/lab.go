@@ -103,6 +103,19 @@ type Node struct {
 	Ext       netip.Addr // head only
 }
 
+// Addr is the node's address on a lab network ("mgmt", "ext", "fast"); invalid if none.
+func (n Node) Addr(network string) netip.Addr {
+	switch network {
+	case "mgmt":
+		return n.Mgmt
+	case "fast":
+		return n.Fast
+	case "ext":
+		return n.Ext
+	}
+	return netip.Addr{}
+}
+
 // NodeName is the spec name of the i-th node.
 func NodeName(i int) string { return fmt.Sprintf("node-%c", 'a'+i) }
 
@@ -318,7 +331,7 @@ func (l *Lab) Restore(ctx context.Context, node, net string) error {
 	if !ok {
 		return fmt.Errorf("lab: no node %s", node)
 	}
-	addr := map[string]netip.Addr{"mgmt": n.Mgmt, "fast": n.Fast, "ext": n.Ext}[net]
+	addr := n.Addr(net)
 	_, err := l.eng.NetworkConnect(ctx, l.Prefix+"-"+net, client.NetworkConnectOptions{Container: n.Container,
 		EndpointConfig: &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: addr}}})
 	return err
@@ -391,15 +404,7 @@ func (l *Lab) Iface(ctx context.Context, node, network string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("lab: no node %s", node)
 	}
-	var want netip.Addr
-	switch network {
-	case "mgmt":
-		want = n.Mgmt
-	case "fast":
-		want = n.Fast
-	case "ext":
-		want = n.Ext
-	}
+	want := n.Addr(network)
 	info, err := l.eng.ContainerInspect(ctx, n.Container, client.ContainerInspectOptions{})
 	if err != nil {
 		return "", err
