@@ -159,7 +159,7 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 				return PlacementReport{}, temporal.NewApplicationError(fmt.Sprintf("placement not proven: %v", last), ErrNodeNotRegistered)
 			}
 			return PlacementReport{}, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
@@ -234,8 +234,11 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 		return q
 	}
 	followed := make(chan error, 1)
+	// announced is poked when vLLM logs that its server is up, so readiness is checked
+	// then rather than on the next tick.
+	announced := make(chan struct{}, 1)
 	go func() {
-		followed <- a.followVLLM(wctx, ctx, eng, id, req.Container.Name, &mu, &p)
+		followed <- a.followVLLM(wctx, ctx, eng, id, req.Container.Name, &mu, &p, announced)
 	}()
 	ready := make(chan struct{}, 1)
 	go func() {
@@ -252,6 +255,7 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 			case <-wctx.Done():
 				return
 			case <-t.C:
+			case <-announced:
 			}
 		}
 	}()
@@ -281,7 +285,7 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 // followVLLM reads vLLM's output into *p (under mu) until wctx ends (nil), a fatal line
 // appears (its typed error) or the output ends because the container stopped
 // (ContainerExited with the exit code and the last lines).
-func (a *Node) followVLLM(wctx, ctx context.Context, eng containerEngine, id, name string, mu *sync.Mutex, p *ServingProgress) error {
+func (a *Node) followVLLM(wctx, ctx context.Context, eng containerEngine, id, name string, mu *sync.Mutex, p *ServingProgress, announced chan<- struct{}) error {
 	var tail []string
 	cur := logCursor{Since: p.Since, Seen: p.SeenAtSince}
 	_, err := followLogs(wctx, eng, id, cur, func(l logLine) error {
@@ -296,6 +300,12 @@ func (a *Node) followVLLM(wctx, ctx context.Context, eng containerEngine, id, na
 		p.Since, p.SeenAtSince = cur.Since, cur.Seen
 		if ph := logscan.Phase(line.Text); ph != "" {
 			p.Phase = ph
+			if ph == "ready" {
+				select {
+				case announced <- struct{}{}:
+				default:
+				}
+			}
 		}
 		if sp, ok := logscan.ParseProgress(line.Text); ok {
 			p.ShardsLoaded, p.ShardsTotal, p.Percent, p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining

@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/workflows"
+)
+
+// Benchmarks print figures measured in one run; they assert nothing about time. Run with
+// `make bench` (-benchtime 1x: each benchmark does its own repetitions).
+
+func benchPairs() int {
+	if n, err := strconv.Atoi(os.Getenv("TPDEPLOY_BENCH_PAIRS")); err == nil && n > 0 {
+		return n
+	}
+	return 5
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func benchSpec(b *testing.B, name string) spec.Cluster {
+	root, _ := images.ModuleRoot()
+	raw, err := os.ReadFile(filepath.Join(root, "examples", "lab.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := spec.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Name = name
+	return s
+}
+
+// deployOnce runs the deploy workflow to serving and returns the time from start to the
+// workflow's result (it returns when vLLM answers /health and /v1/models).
+func deployOnce(b *testing.B, s spec.Cluster) (time.Duration, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	run, err := control.Controller{Client: tc}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		b.Fatalf("deploy: %v", control.Reason(err))
+	}
+	return time.Since(start), run.GetRunID()
+}
+
+// scriptOnce runs lab/bench/seed-final.sh, which knows the right addresses already.
+func scriptOnce(b *testing.B, name string, ifA, ifB string) time.Duration {
+	root, _ := images.ModuleRoot()
+	a, bn := theLab.Nodes[0], theLab.Nodes[1]
+	cmd := exec.Command("bash", filepath.Join(root, "lab", "bench", "seed-final.sh"))
+	cmd.Env = append(os.Environ(), "NAME="+name, "IMAGE="+lab.SimImage, "NODE_A="+a.Container, "NODE_B="+bn.Container,
+		"IP_A="+a.Fast.String(), "IP_B="+bn.Fast.String(), "IF_A="+ifA, "IF_B="+ifB,
+		"EXTRA_A=-e TPDEPLOY_SIM_SHARDS=12 -e TPDEPLOY_SIM_SHARD_SECONDS=0.5")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	for _, role := range []string{"vllm", "worker", "head"} {
+		_, _ = eng.ContainerRemove(context.Background(), name+"-"+role, client.ContainerRemoveOptions{Force: true})
+	}
+	if err != nil {
+		b.Fatalf("script: %v\n%s", err, out)
+	}
+	return took
+}
+
+// BenchmarkDeployVsScript interleaves the deploy workflow and the hand-written script on the
+// same lab (A B A B ...) at the lab's default shard pacing (12 shards x 0.5 s) and reports
+// their median time to serving and the ratio. It also reports the history events of a
+// two-node deploy.
+func BenchmarkDeployVsScript(b *testing.B) {
+	ctx := context.Background()
+	ifA, err := theLab.Iface(ctx, "node-a", "fast")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ifB, err := theLab.Iface(ctx, "node-b", "fast")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := benchSpec(b, "bench")
+	ctl := control.Controller{Client: tc}
+	var wf, script []time.Duration
+	var lastRun string
+	for i := 0; i < benchPairs(); i++ {
+		d, runID := deployOnce(b, s)
+		wf, lastRun = append(wf, d), runID
+		if _, err := ctl.Teardown(ctx, s.Name, nil); err != nil {
+			b.Fatal(err)
+		}
+		script = append(script, scriptOnce(b, "tpd-bench-script", ifA, ifB))
+	}
+	events := historyEvents(b, workflows.DeployWorkflowID(s.Name), lastRun)
+	mw, ms := median(wf), median(script)
+	b.ReportMetric(mw.Seconds(), "s-workflow")
+	b.ReportMetric(ms.Seconds(), "s-script")
+	b.ReportMetric(mw.Seconds()/ms.Seconds(), "ratio")
+	b.ReportMetric(float64(events), "history-events")
+	fmt.Printf("deploy vs script, %d interleaved pairs: workflow median %.2fs %v, script median %.2fs %v, ratio %.2f (target <= 1.10); %d history events per 2-node deploy\n",
+		len(wf), mw.Seconds(), rounded(wf), ms.Seconds(), rounded(script), mw.Seconds()/ms.Seconds(), events)
+}
+
+func rounded(d []time.Duration) []string {
+	out := make([]string, len(d))
+	for i, x := range d {
+		out[i] = fmt.Sprintf("%.2f", x.Seconds())
+	}
+	return out
+}
+
+func historyEvents(b *testing.B, id, runID string) int {
+	it := tc.GetWorkflowHistory(context.Background(), id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	n := 0
+	for it.HasNext() {
+		if _, err := it.Next(); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	return n
+}
+
+// BenchmarkSeedFailure1 times the seed's failure 1 (Ray registers the head under its
+// default route's address) from the start of the deploy to the classified failure; vLLM
+// alone would wait about 42 minutes.
+func BenchmarkSeedFailure1(b *testing.B) {
+	s := benchSpec(b, "bench-f1")
+	s.Nodes[0].Env = map[string]string{"TPDEPLOY_SIM_IGNORE_NODE_IP": "1"}
+	var took []time.Duration
+	for i := 0; i < benchPairs(); i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		start := time.Now()
+		run, err := control.Controller{Client: tc}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = run.Get(ctx, nil)
+		took = append(took, time.Since(start))
+		cancel()
+		var f *control.Failure
+		if err == nil || !errors.As(control.Reason(err), &f) || f.Type != "PlacementMismatch" {
+			b.Fatalf("want PlacementMismatch, got %v", err)
+		}
+	}
+	m := median(took)
+	b.ReportMetric(m.Seconds(), "s-to-failure")
+	fmt.Printf("seed failure 1, %d runs: start to classified PlacementMismatch (compensations done) median %.2fs %v (target < 10s)\n", len(took), m.Seconds(), rounded(took))
+}
