@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/lab"
@@ -349,4 +352,56 @@ func TestFollowLogsResumes(t *testing.T) {
 			t.Errorf("line %d: Ray prefix %q", i+1, l.Source)
 		}
 	}
+}
+
+// TestPlacementNotProvenSaysWhatRaySees runs a real (simulated) Ray head on host
+// networking with ports of its own, plans a second node that never joins, and expects
+// CheckPlacement to give up before its step times out, naming the missing node and
+// quoting `ray status` from the head's container.
+func TestPlacementNotProvenSaysWhatRaySees(t *testing.T) {
+	engineForTest(t)
+	c := testCluster(t)
+	c.Ports.Ray, c.Ports.Dashboard = freePort(t), freePort(t)
+	a := testNode("node-a")
+	a.Containers.Network = "host"
+	if _, err := a.StartRayHead(context.Background(), headRequest(c, "run-1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	plan := netplan.Plan{Head: "node-a", Nodes: []netplan.NodePlan{
+		{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1")},
+		{Name: "node-b", Role: spec.RoleWorker, Address: netip.MustParseAddr("127.0.0.2")},
+	}}
+	req := PlacementRequest{Node: "node-a", Plan: plan, NeedGPUs: 2, DashboardPort: c.Ports.Dashboard,
+		RayHead: ContainerName(c.Name, "node-a", RoleRayHead)}
+	// A one-activity workflow gives the activity the step's StartToClose deadline.
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(30 * time.Second)
+	env.RegisterActivity(a)
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 8 * time.Second,
+			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
+		return workflow.ExecuteActivity(ctx, a.CheckPlacement, req).Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: "placement"})
+	start := time.Now()
+	env.ExecuteWorkflow("placement")
+	app := appError(t, env.GetWorkflowError())
+	if app.Type() != ErrNodeNotRegistered || !app.NonRetryable() {
+		t.Fatalf("type %s non-retryable %v: %s", app.Type(), app.NonRetryable(), app.Message())
+	}
+	for _, want := range []string{"not registered with Ray yet: node-b", "ray status: 1 active nodes, 0/1 GPUs"} {
+		if !strings.Contains(app.Message(), want) {
+			t.Errorf("message %q lacks %q", app.Message(), want)
+		}
+	}
+	t.Logf("gave up after %.1fs: %s", time.Since(start).Seconds(), app.Message())
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -134,7 +134,11 @@ type ContainerRef struct {
 
 // PlacementRequest asks the head to prove Ray's view matches the plan.
 type PlacementRequest struct {
-	Node          string       `json:"node"`
+	Node       string `json:"node"`
+	DockerHost string `json:"docker_host,omitempty"`
+	// RayHead is the head's Ray container, asked for `ray status` when placement cannot be
+	// proven in time.
+	RayHead       string       `json:"ray_head,omitempty"`
 	Plan          netplan.Plan `json:"plan"`
 	NeedGPUs      int          `json:"need_gpus"`
 	DashboardPort int          `json:"dashboard_port"`

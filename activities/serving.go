@@ -138,6 +138,12 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 		return PlacementReport{}, err
 	}
 	hc := &http.Client{Timeout: 3 * time.Second}
+	// Give up a little before the step's own timeout, so the operator gets the reason (and
+	// Ray's own view) rather than a bare timeout.
+	deadline := time.Now().Add(time.Minute)
+	if d := activity.GetInfo(ctx).Deadline; !d.IsZero() {
+		deadline = d.Add(-3 * time.Second)
+	}
 	var last error
 	for {
 		activity.RecordHeartbeat(ctx, fmt.Sprint(last))
@@ -153,15 +159,34 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 			}
 		}
 		last = err
+		if time.Now().After(deadline) {
+			return PlacementReport{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("placement not proven: %v%s", last, a.rayStatusSummary(ctx, req)), ErrNodeNotRegistered, nil)
+		}
 		select {
 		case <-ctx.Done():
-			if last != nil {
-				return PlacementReport{}, temporal.NewApplicationError(fmt.Sprintf("placement not proven: %v", last), ErrNodeNotRegistered)
-			}
 			return PlacementReport{}, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// rayStatusSummary is Ray's own account for an error message, or "" when it cannot be had.
+func (a *Node) rayStatusSummary(ctx context.Context, req PlacementRequest) string {
+	if req.RayHead == "" {
+		return ""
+	}
+	eng, _, err := a.engines.engine(req.DockerHost)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	st, err := execRayStatus(ctx, eng, req.RayHead)
+	if err != nil {
+		return fmt.Sprintf(" (ray status: %v)", err)
+	}
+	return " (ray status: " + st.String() + ")"
 }
 
 func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {

@@ -387,7 +387,8 @@ func (d *deployment) checkPlacement(ctx workflow.Context) error {
 		o := stepOptions{startToClose: d.spec.Timeouts.Placement.D(), heartbeat: 20 * time.Second, attempts: 3}
 		var report activities.PlacementReport
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), na.CheckPlacement,
-			activities.PlacementRequest{Node: head, Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize(), DashboardPort: d.spec.Ports.Dashboard},
+			activities.PlacementRequest{Node: head, DockerHost: d.spec.Head().DockerHost, RayHead: activities.ContainerName(d.spec.Name, head, activities.RoleRayHead),
+				Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize(), DashboardPort: d.spec.Ports.Dashboard},
 		).Get(ctx, &report)
 		if err != nil {
 			return classify("check placement", head, err)
