@@ -51,7 +51,8 @@ bench: deps $(BIN)/temporal
 
 dev: $(BIN)/temporal
 	@mkdir -p $(DATA)
-	$(BIN)/temporal server start-dev --db-filename $(DATA)/temporal.db --ui-port 8233
+	$(BIN)/temporal server start-dev --db-filename $(DATA)/temporal.db --ui-port 8233 \
+	  --search-attribute ClusterName=Keyword --search-attribute DeployPhase=Keyword
 
 demo: deps build $(BIN)/temporal
 	./scripts/demo.sh up

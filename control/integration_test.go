@@ -13,6 +13,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -123,9 +124,36 @@ func TestDeployCompletesOnDevServer(t *testing.T) {
 	if got := fakeagents.Calls(f, "RemoveContainers"); len(got) != 0 {
 		t.Errorf("successful deploy removed %q", got)
 	}
+	// The UI's list filter finds the run by cluster and phase.
+	query := fmt.Sprintf(`ClusterName = %q AND DeployPhase = %q`, s.Name, workflows.PhaseServed)
+	if ids := listWorkflows(t, ctx, query); !slices.Equal(ids, []string{run.GetRunID()}) {
+		t.Errorf("list %s = %v, want the run %s", query, ids, run.GetRunID())
+	}
 	if os.Getenv("TPDEPLOY_UPDATE_HISTORY") != "" {
 		writeHistory(t, ctx, run.GetID(), run.GetRunID(), "../workflows/testdata/deploy-happy.json")
 	}
+}
+
+// listWorkflows returns the run IDs a visibility query finds, waiting briefly for the
+// dev server's visibility store to catch up.
+func listWorkflows(t *testing.T, ctx context.Context, query string) []string {
+	t.Helper()
+	var ids []string
+	for try := 0; try < 50; try++ {
+		resp, err := temporalClient.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		if err != nil {
+			t.Fatalf("list %s: %v", query, err)
+		}
+		ids = ids[:0]
+		for _, e := range resp.Executions {
+			ids = append(ids, e.Execution.RunId)
+		}
+		if len(ids) > 0 {
+			return ids
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return ids
 }
 
 // writeHistory saves a run's history for the replay test (TPDEPLOY_UPDATE_HISTORY=1).

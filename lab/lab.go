@@ -24,6 +24,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/searchattr"
 )
 
 // Image tags the lab builds.
@@ -216,8 +217,8 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 	if withTemporal {
 		err := l.run(ctx, l.Prefix+"-temporal", &container.Config{
 			Image: TemporalImage, Labels: map[string]string{LabelLab: l.Prefix},
-			Cmd: []string{"server", "start-dev", "--ip", "0.0.0.0", "--ui-ip", "0.0.0.0", "--log-level", "error",
-				"--search-attribute", "ClusterName=Keyword", "--search-attribute", "DeployPhase=Keyword"},
+			Cmd: append([]string{"server", "start-dev", "--ip", "0.0.0.0", "--ui-ip", "0.0.0.0", "--log-level", "error"},
+				searchattr.DevServerFlags()...),
 		}, map[string]netip.Addr{"mgmt": tAddr}, nil)
 		if err != nil {
 			return err

@@ -105,6 +105,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	if err := d.registerQueries(ctx); err != nil {
 		return DeployResult{}, err
 	}
+	d.searchAttrs = workflow.GetVersion(ctx, searchAttributesVersion, workflow.DefaultVersion, 1) == 1
 	err := d.run(ctx)
 	if err == nil {
 		d.setPhase(ctx, PhaseServed, fmt.Sprintf("serving %s at %s", d.spec.Model.ServedName, d.result.Endpoint))
@@ -139,6 +140,9 @@ type deployment struct {
 	result DeployResult
 	probes []netplan.NodeProbe
 	matrix []netplan.PairResult
+	// searchAttrs says this run records ClusterName/DeployPhase; searchPhase is the last.
+	searchAttrs bool
+	searchPhase string
 }
 
 func newDeployment(ctx workflow.Context, req DeployRequest) *deployment {
@@ -190,6 +194,7 @@ func (d *deployment) run(ctx workflow.Context) error {
 func (d *deployment) setPhase(ctx workflow.Context, phase, details string) {
 	d.state.Phase = phase
 	d.state.Details = details
+	d.upsertSearch(ctx, phase)
 	workflow.SetCurrentDetails(ctx, details)
 	workflow.GetLogger(ctx).Info(details, "phase", phase, "cluster", d.spec.Name)
 }

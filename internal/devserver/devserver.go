@@ -3,6 +3,8 @@
 package devserver
 
 import (
+	"github.com/tpdeploy/tpdeploy/searchattr"
+
 	"context"
 	"errors"
 	"fmt"
@@ -62,7 +64,7 @@ func FreePort() (int, error) {
 }
 
 // Start runs `temporal server start-dev` with its database in dataDir and waits until
-// it answers. extraArgs are passed on (e.g. --search-attribute).
+// it answers, with tpdeploy's search attributes registered. extraArgs are passed on.
 func Start(ctx context.Context, dataDir string, extraArgs ...string) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
@@ -78,7 +80,7 @@ func Start(ctx context.Context, dataDir string, extraArgs ...string) (*Server, e
 	}
 	args := append([]string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--ui-port", strconv.Itoa(uiPort), "--db-filename", filepath.Join(dataDir, "temporal.db"),
-		"--log-level", "error"}, extraArgs...)
+		"--log-level", "error"}, append(searchattr.DevServerFlags(), extraArgs...)...)
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logFile, err := os.Create(filepath.Join(dataDir, "temporal.log"))
