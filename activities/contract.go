@@ -209,3 +209,24 @@ type RemoveResult struct {
 	Node    string   `json:"node"`
 	Removed []string `json:"removed"`
 }
+
+// ActivityCheckDeployment is the operations activity every agent serves on the workflow
+// queue: what the cluster's latest deploy is and whether its endpoint serves.
+const ActivityCheckDeployment = "CheckDeployment"
+
+// CheckDeploymentRequest asks about a cluster's latest deploy.
+type CheckDeploymentRequest struct {
+	Cluster string `json:"cluster"`
+}
+
+// DeploymentCheck is a cluster's latest deploy as Temporal and its endpoint see it.
+type DeploymentCheck struct {
+	Exists   bool   `json:"exists"`
+	Running  bool   `json:"running"`
+	RunID    string `json:"run_id,omitempty"`
+	Closed   string `json:"closed,omitempty"` // Completed, Failed, ...
+	SpecHash string `json:"spec_hash,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Healthy  bool   `json:"healthy"`
+	Detail   string `json:"detail,omitempty"`
+}

@@ -367,23 +367,36 @@ func clipLine(s string) string {
 // and, when the spec asks for a smoke test, one completion answers.
 func (a *Node) serving(ctx context.Context, req WatchRequest) bool {
 	hc := &http.Client{Timeout: 3 * time.Second}
-	if _, err := a.fetch(ctx, hc, req.Endpoint+"/health"); err != nil {
-		return false
-	}
-	body, err := a.fetch(ctx, hc, req.Endpoint+"/v1/models")
-	if err != nil {
-		return false
-	}
-	var models struct {
-		Data []modelEntry `json:"data"`
-	}
-	if json.Unmarshal(body, &models) != nil || !slices.Contains(models.Data, modelEntry{ID: req.Spec.Model.ServedName}) {
+	fetch := func(ctx context.Context, url string) ([]byte, error) { return a.fetch(ctx, hc, url) }
+	if CheckServing(ctx, fetch, req.Endpoint, req.Spec.Model.ServedName) != nil {
 		return false
 	}
 	if req.Spec.SmokeTest {
 		return a.smokeTest(ctx, req) == nil
 	}
 	return true
+}
+
+// CheckServing is the readiness test every part of tpdeploy uses: GET /health answers 200
+// and GET /v1/models lists the served name. fetch returns a body for a 200 answer only.
+func CheckServing(ctx context.Context, fetch func(ctx context.Context, url string) ([]byte, error), endpoint, served string) error {
+	if _, err := fetch(ctx, endpoint+"/health"); err != nil {
+		return err
+	}
+	body, err := fetch(ctx, endpoint+"/v1/models")
+	if err != nil {
+		return err
+	}
+	var models struct {
+		Data []modelEntry `json:"data"`
+	}
+	if err := json.Unmarshal(body, &models); err != nil {
+		return fmt.Errorf("GET %s/v1/models: %w", endpoint, err)
+	}
+	if !slices.Contains(models.Data, modelEntry{ID: served}) {
+		return fmt.Errorf("GET %s/v1/models does not list %q", endpoint, served)
+	}
+	return nil
 }
 
 // modelEntry is the part of a /v1/models entry the readiness check compares.

@@ -26,6 +26,9 @@ Commands:
   plan -f spec.yaml [--json]      probe nodes, test reachability, show the subnet plan; starts nothing
   status CLUSTER [--watch]        show the latest deploy's phase, progress, plan and result
   teardown CLUSTER [-f spec.yaml] cancel a running deploy and remove the cluster's containers
+  schedule create CLUSTER -f spec.yaml --every 24h | --cron '0 3 * * *'
+                                  redeploy on a schedule (no-op while the spec is unchanged and serving)
+  schedule list [--json] | pause CLUSTER | unpause CLUSTER | delete CLUSTER
 
 Every command takes --address and --namespace (env TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE)
 and --help. Exit status: 0 on success, 1 with a one-line reason on failure, 2 on usage errors.
@@ -66,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdStatus(ctx, rest, stdout, stderr)
 	case "teardown":
 		return cmdTeardown(ctx, rest, stdout, stderr)
+	case "schedule":
+		return cmdSchedule(ctx, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "starter: unknown command %q\n\n%s", cmd, usage)
 		return errUsage

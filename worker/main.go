@@ -20,6 +20,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/connect"
+	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/logging"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
@@ -82,6 +83,8 @@ func run(args []string) error {
 	wf.RegisterWorkflow(workflows.DeployCluster)
 	wf.RegisterWorkflow(workflows.PlanCluster)
 	wf.RegisterWorkflow(workflows.TeardownCluster)
+	wf.RegisterWorkflow(workflows.RedeployCluster)
+	wf.RegisterActivity(&control.Checks{Controller: control.Controller{Client: c}})
 
 	nodeWorker := worker.New(c, activities.NodeQueue(*node), worker.Options{})
 	nodeWorker.RegisterActivity(&activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr})

@@ -1,0 +1,109 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/searchattr"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// RedeployWorkflowID is the ID a schedule gives its trigger runs (Temporal appends the
+// time of each run).
+func RedeployWorkflowID(cluster string) string { return "tpdeploy-redeploy-" + cluster }
+
+// RedeployRequest is RedeployCluster's input: the spec the cluster should run.
+type RedeployRequest struct {
+	Spec    spec.Cluster `json:"spec"`
+	Trigger string       `json:"trigger,omitempty"`
+}
+
+// Redeploy actions.
+const (
+	RedeployNoop     = "noop"     // the latest deploy serves this very spec
+	RedeployDeployed = "deployed" // a deploy ran to serving
+	RedeploySkipped  = "skipped"  // a deploy of the cluster was already running
+)
+
+// RedeployResult says what a trigger did and why.
+type RedeployResult struct {
+	Cluster     string `json:"cluster"`
+	Action      string `json:"action"`
+	Reason      string `json:"reason"`
+	DeployRunID string `json:"deploy_run_id,omitempty"`
+}
+
+// RedeployCluster is what schedules (and recovery) start: it converges on the cluster's
+// one deploy workflow ID, so it can never run a second deploy beside one started from the
+// UI or the CLI. A deploy that serves the same spec and answers is left alone (a no-op,
+// recorded); otherwise DeployCluster runs as a child under DeployWorkflowID and this run
+// fails if it fails (a schedule then pauses).
+func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult, error) {
+	s := req.Spec.WithDefaults()
+	res := RedeployResult{Cluster: s.Name}
+	if err := s.Validate(); err != nil {
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(s.Name)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           activities.WorkflowQueue,
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	var chk activities.DeploymentCheck
+	if err := workflow.ExecuteActivity(actx, activities.ActivityCheckDeployment,
+		activities.CheckDeploymentRequest{Cluster: s.Name}).Get(ctx, &chk); err != nil {
+		return res, err
+	}
+	done := func(action, reason string) (RedeployResult, error) {
+		res.Action, res.Reason = action, reason
+		workflow.SetCurrentDetails(ctx, action+": "+reason)
+		workflow.GetLogger(ctx).Info("redeploy "+action, "cluster", s.Name, "reason", reason)
+		return res, nil
+	}
+	switch {
+	case chk.Running:
+		return done(RedeploySkipped, "deploy "+chk.RunID+" is running")
+	case chk.Closed == "Completed" && chk.SpecHash == s.Hash() && chk.Healthy:
+		res.DeployRunID = chk.RunID
+		return done(RedeployNoop, fmt.Sprintf("deploy %s serves spec %s at %s", chk.RunID, s.Hash(), chk.Endpoint))
+	}
+	why := "never deployed"
+	switch {
+	case !chk.Exists:
+	case chk.Closed != "Completed":
+		why = "latest deploy ended " + chk.Closed
+	case chk.SpecHash != s.Hash():
+		why = fmt.Sprintf("spec changed (%s -> %s)", chk.SpecHash, s.Hash())
+	default:
+		why = "not serving: " + chk.Detail
+	}
+	workflow.SetCurrentDetails(ctx, "redeploying: "+why)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            DeployWorkflowID(s.Name),
+		TaskQueue:             activities.WorkflowQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		// The deploy is the cluster's, not the trigger's: it outlives a terminated trigger.
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
+	})
+	child := workflow.ExecuteChildWorkflow(cctx, DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger})
+	var exec workflow.Execution
+	if err := child.GetChildWorkflowExecution().Get(ctx, &exec); err != nil {
+		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+			return done(RedeploySkipped, "a deploy of "+s.Name+" started meanwhile")
+		}
+		return res, err
+	}
+	res.DeployRunID = exec.RunID
+	if err := child.Get(ctx, nil); err != nil {
+		return res, err
+	}
+	return done(RedeployDeployed, why)
+}
