@@ -226,7 +226,7 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 // ensureContainer creates and starts s, or adopts the container of the same name: one
 // with the same spec hash is reused (and started if it is stopped — a crash between
 // create and start leaves exactly that), one with another hash is replaced.
-func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec) (ContainerRef, error) {
+func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (ContainerRef, error) {
 	eng, addr, err := a.engines.engine(host)
 	if err != nil {
 		return ContainerRef{}, err
@@ -255,7 +255,7 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 			a.logger().Info("container created", zap.String("name", s.Name), zap.String("hash", want))
 		case err != nil:
 			return ref, engineError(addr, "inspect "+s.Name, err)
-		case got.Container.Config != nil && got.Container.Config.Labels[LabelSpecHash] == want:
+		case !replace && got.Container.Config != nil && got.Container.Config.Labels[LabelSpecHash] == want:
 			ref.ID, ref.Adopted = got.Container.ID, true
 			if got.Container.State != nil && got.Container.State.Running {
 				return ref, nil
@@ -264,7 +264,8 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 			if err := a.removeContainer(ctx, eng, addr, got.Container.ID, s.Options.StopTimeout); err != nil {
 				return ref, err
 			}
-			a.logger().Info("container replaced: spec changed", zap.String("name", s.Name))
+			a.logger().Info("container replaced", zap.String("name", s.Name), zap.Bool("forced", replace))
+			replace = false
 			continue
 		}
 		if _, err := eng.ContainerStart(ctx, ref.ID, client.ContainerStartOptions{}); err != nil {

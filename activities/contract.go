@@ -121,6 +121,9 @@ type StartRayRequest struct {
 	Spec       spec.Cluster     `json:"spec"`
 	Plan       netplan.NodePlan `json:"plan"`
 	RayAddress string           `json:"ray_address"`
+	// Replace recreates the container even when one with the same spec runs (recovery:
+	// a running container may be stale after a node rebooted).
+	Replace bool `json:"replace,omitempty"`
 }
 
 // ContainerRef names a container an activity started or adopted.
@@ -165,6 +168,7 @@ type LaunchRequest struct {
 	Deployment Deployment   `json:"deployment"`
 	Spec       spec.Cluster `json:"spec"`
 	Plan       netplan.Plan `json:"plan"`
+	Replace    bool         `json:"replace,omitempty"`
 }
 
 // WatchRequest follows vLLM until it serves, returning early with progress.
@@ -229,4 +233,9 @@ type DeploymentCheck struct {
 	Endpoint string `json:"endpoint,omitempty"`
 	Healthy  bool   `json:"healthy"`
 	Detail   string `json:"detail,omitempty"`
+}
+
+// BootIDRequest asks a node for its boot ID.
+type BootIDRequest struct {
+	Node string `json:"node"`
 }

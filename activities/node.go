@@ -121,7 +121,7 @@ func (a *Node) StartRayHead(ctx context.Context, req StartRayRequest) (Container
 		return ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
-	return a.ensureContainer(ctx, n.DockerHost, rayHeadSpec(req, a.containerOptions()))
+	return a.ensureContainer(ctx, n.DockerHost, rayHeadSpec(req, a.containerOptions()), req.Replace)
 }
 
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
@@ -130,7 +130,7 @@ func (a *Node) StartRayWorker(ctx context.Context, req StartRayRequest) (Contain
 		return ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
-	return a.ensureContainer(ctx, n.DockerHost, rayWorkerSpec(req, a.containerOptions()))
+	return a.ensureContainer(ctx, n.DockerHost, rayWorkerSpec(req, a.containerOptions()), req.Replace)
 }
 
 // LaunchVLLM starts (or adopts) the vLLM container on the head.
@@ -143,7 +143,7 @@ func (a *Node) LaunchVLLM(ctx context.Context, req LaunchRequest) (ContainerRef,
 		return ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
 	}
 	n, _ := req.Spec.Node(req.Node)
-	return a.ensureContainer(ctx, n.DockerHost, vllmSpec(req, a.containerOptions(), secrets))
+	return a.ensureContainer(ctx, n.DockerHost, vllmSpec(req, a.containerOptions(), secrets), req.Replace)
 }
 
 // RemoveContainers stops and removes the cluster's containers on this node (only the
@@ -183,4 +183,12 @@ func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveR
 		a.logger().Info("container removed", zap.String("name", name))
 	}
 	return res, nil
+}
+
+// BootID reports the node's boot ID; the supervisor compares it to notice reboots.
+func (a *Node) BootID(ctx context.Context, req BootIDRequest) (string, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return "", err
+	}
+	return a.bootID()
 }

@@ -88,6 +88,8 @@ type Status struct {
 	Result *workflows.DeployResult
 	Err    error
 	Spec   *spec.Cluster
+	// Supervision is the cluster supervisor's state (incidents), when one has run.
+	Supervision *workflows.Supervision
 }
 
 // Status reports the latest deploy of cluster.
@@ -120,6 +122,12 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 	}
 	if s, err := c.deploySpec(ctx, id, st.RunID); err == nil {
 		st.Spec = &s
+	}
+	if q, err := c.Client.QueryWorkflow(ctx, workflows.SuperviseWorkflowID(cluster), "", workflows.QuerySupervision); err == nil {
+		var sv workflows.Supervision
+		if q.Get(&sv) == nil {
+			st.Supervision = &sv
+		}
 	}
 	return st, nil
 }
@@ -176,14 +184,11 @@ func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluste
 		}
 		s = &got
 	}
-	if desc, err := c.Client.DescribeWorkflowExecution(ctx, id, ""); err == nil &&
-		desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-		if err := c.Client.CancelWorkflow(ctx, id, runID); err != nil {
-			return res, fmt.Errorf("cancel running deploy %s: %w", id, err)
+	// The supervisor first, or it would redeploy what is being removed.
+	for _, id := range []string{workflows.SuperviseWorkflowID(cluster), id} {
+		if err := c.cancelRunning(ctx, id); err != nil {
+			return res, err
 		}
-		// Wait for its compensations; the outcome is a cancel, not an error here.
-		_ = c.Client.GetWorkflow(ctx, id, runID).Get(ctx, nil)
 	}
 	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       workflows.TeardownWorkflowID(cluster),
@@ -198,6 +203,22 @@ func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluste
 		return res, Reason(err)
 	}
 	return res, nil
+}
+
+// cancelRunning cancels a running workflow and waits for it to close (a deploy runs its
+// compensations meanwhile); a workflow that is not running is fine.
+func (c Controller) cancelRunning(ctx context.Context, id string) error {
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return nil
+	}
+	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	if err := c.Client.CancelWorkflow(ctx, id, runID); err != nil {
+		return fmt.Errorf("cancel %s: %w", id, err)
+	}
+	// The outcome is a cancel, not an error here.
+	_ = c.Client.GetWorkflow(ctx, id, runID).Get(ctx, nil)
+	return nil
 }
 
 // Reason reduces a workflow failure to its one-line cause, with the error type the

@@ -131,6 +131,25 @@ func printOutcome(w io.Writer, st control.Status) error {
 	return fmt.Errorf("deploy %s", strings.ToLower(st.Closed))
 }
 
+// printSupervision shows the supervisor's view and every incident it recorded.
+func printSupervision(w io.Writer, sv *workflows.Supervision) {
+	if sv == nil {
+		return
+	}
+	health := "not serving"
+	if sv.Healthy {
+		health = "serving"
+	}
+	fmt.Fprintf(w, "  supervisor: %s at last check %s (%s); %d incidents\n", health, clockOrDash(sv.LastCheck), sv.Detail, len(sv.Incidents))
+	for _, inc := range sv.Incidents {
+		where := ""
+		if inc.Node != "" {
+			where = " " + inc.Node
+		}
+		fmt.Fprintf(w, "  incident %s%s: %s -> %s; %s (took %s)\n", clockOrDash(inc.At), where, inc.Seen, inc.Action, inc.Outcome, inc.Took.Round(time.Second))
+	}
+}
+
 func printSteps(w io.Writer, steps []workflows.StepTiming) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, s := range steps {
@@ -178,6 +197,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, ctr := range st.State.Containers {
 		fmt.Fprintf(stdout, "  container %s on %s (%s)\n", ctr.Name, ctr.Node, ctr.Role)
 	}
+	printSupervision(stdout, st.Supervision)
 	if st.Running {
 		return nil
 	}

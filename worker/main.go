@@ -12,9 +12,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/docker/go-units"
 
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/zap"
 
@@ -84,10 +87,12 @@ func run(args []string) error {
 	wf.RegisterWorkflow(workflows.PlanCluster)
 	wf.RegisterWorkflow(workflows.TeardownCluster)
 	wf.RegisterWorkflow(workflows.RedeployCluster)
+	wf.RegisterWorkflow(workflows.SuperviseCluster)
 	wf.RegisterActivity(&control.Checks{Controller: control.Controller{Client: c}})
 
 	nodeWorker := worker.New(c, activities.NodeQueue(*node), worker.Options{})
-	nodeWorker.RegisterActivity(&activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr})
+	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr}
+	nodeWorker.RegisterActivity(agent)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -100,6 +105,7 @@ func run(args []string) error {
 	}
 	defer nodeWorker.Stop()
 	z.Info("node agent serving", zap.String("queue", activities.NodeQueue(*node)), zap.String("temporal", conn.Address))
+	go informSupervisors(ctx, c, agent, z)
 	<-ctx.Done()
 	z.Info("shutting down")
 	return nil
@@ -128,4 +134,33 @@ func containerOptions(network, ipc, gpus, shm, ulimits string) (activities.Conta
 		o.Ulimits = append(o.Ulimits, u)
 	}
 	return o, nil
+}
+
+// informSupervisors tells every running cluster supervisor this node's boot ID, once at
+// start-up: a supervisor that knew another ID learns the node rebooted. Supervisors of
+// clusters without this node ignore it.
+func informSupervisors(ctx context.Context, c client.Client, agent *activities.Node, z *zap.Logger) {
+	boot, err := agent.BootID(ctx, activities.BootIDRequest{Node: agent.Name})
+	if err != nil {
+		z.Warn("boot id unknown; supervisors not informed", zap.Error(err))
+		return
+	}
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", "SuperviseCluster")
+	for attempt := 0; attempt < 5; attempt++ {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		if err == nil {
+			for _, e := range resp.Executions {
+				id := e.GetExecution().GetWorkflowId()
+				err := c.SignalWorkflow(ctx, id, "", workflows.SignalNodeBooted, workflows.NodeBoot{Node: agent.Name, BootID: boot})
+				z.Info("informed supervisor of boot", zap.String("supervisor", id), zap.String("boot_id", boot), zap.Error(err))
+			}
+			return
+		}
+		z.Warn("list supervisors", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(attempt+1) * time.Second):
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -35,6 +36,9 @@ type DeployRequest struct {
 	// ReportEvery is how often the serving watch reports progress to the workflow
 	// (default 10s).
 	ReportEvery spec.Duration `json:"report_every,omitempty"`
+	// Replace recreates every container instead of adopting running ones with the same
+	// spec (recovery after a reboot, where a running container may be stale).
+	Replace bool `json:"replace,omitempty"`
 }
 
 // DeployResult is a serving deployment.
@@ -109,6 +113,9 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	err := d.run(ctx)
 	if err == nil {
 		d.setPhase(ctx, PhaseServed, fmt.Sprintf("serving %s at %s", d.spec.Model.ServedName, d.result.Endpoint))
+		if workflow.GetVersion(ctx, superviseVersion, workflow.DefaultVersion, 1) == 1 {
+			d.ensureSupervisor(ctx)
+		}
 		d.result.Steps = d.state.Steps
 		d.result.Containers = d.state.Containers
 		d.result.Warnings = d.state.Warnings
@@ -362,7 +369,7 @@ func (d *deployment) startHead(ctx workflow.Context) error {
 
 func (d *deployment) startRayRequest(n netplan.NodePlan) activities.StartRayRequest {
 	return activities.StartRayRequest{
-		Node: n.Name, Deployment: d.deploymentRef(), Spec: d.spec, Plan: n, RayAddress: d.state.Plan.RayAddress,
+		Node: n.Name, Deployment: d.deploymentRef(), Spec: d.spec, Plan: n, RayAddress: d.state.Plan.RayAddress, Replace: d.req.Replace,
 	}
 }
 
@@ -409,7 +416,7 @@ func (d *deployment) launch(ctx workflow.Context) error {
 		o := stepOptions{startToClose: d.spec.Timeouts.Launch.D(), attempts: 3}
 		var ref activities.ContainerRef
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), na.LaunchVLLM,
-			activities.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan},
+			activities.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace},
 		).Get(ctx, &ref)
 		if err != nil {
 			return classify("launch vllm", head, err)
@@ -473,5 +480,27 @@ func describeProgress(p activities.ServingProgress, node string) string {
 		return fmt.Sprintf("vllm %s on %s", p.Phase, node)
 	default:
 		return "waiting for vllm on " + node
+	}
+}
+
+// superviseVersion guards the supervisor start: histories from before it replay as they were.
+const superviseVersion = "supervise"
+
+// ensureSupervisor starts the cluster's supervisor (it outlives this run), or, when one
+// runs, tells it the spec now serving.
+func (d *deployment) ensureSupervisor(ctx workflow.Context) {
+	id := SuperviseWorkflowID(d.spec.Name)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            id,
+		TaskQueue:             activities.WorkflowQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+	})
+	err := workflow.ExecuteChildWorkflow(cctx, SuperviseCluster, SuperviseRequest{Spec: d.spec}).GetChildWorkflowExecution().Get(ctx, nil)
+	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		err = workflow.SignalExternalWorkflow(ctx, id, "", SignalDeployed, d.spec).Get(ctx, nil)
+	}
+	if err != nil {
+		d.state.Warnings = append(d.state.Warnings, "supervisor: "+err.Error())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -22,6 +23,12 @@ func newEnv(t *testing.T, f *fakeagents.Agents) *testsuite.TestWorkflowEnvironme
 	env.RegisterWorkflow(DeployCluster)
 	env.RegisterWorkflow(PlanCluster)
 	env.RegisterWorkflow(TeardownCluster)
+	env.RegisterWorkflow(SuperviseCluster)
+	// A deploy that serves starts the cluster's supervisor, which runs until cancelled;
+	// its own tests are in supervise_test.go.
+	env.OnWorkflow(SuperviseCluster, mock.Anything, mock.Anything).Return(nil)
+	// Teardown cancels the supervisor (not running here).
+	env.OnRequestCancelExternalWorkflow(mock.Anything, mock.Anything, mock.Anything).Return(nil).Maybe()
 	env.RegisterActivity(f)
 	env.SetTestTimeout(time.Minute)
 	return env

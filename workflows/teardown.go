@@ -30,6 +30,10 @@ func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult,
 		return TeardownResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
 	}
 	var res TeardownResult
+	if workflow.GetVersion(ctx, superviseVersion, workflow.DefaultVersion, 1) == 1 {
+		// A supervisor left running would redeploy what is being removed. Not running is fine.
+		_ = workflow.RequestCancelExternalWorkflow(ctx, SuperviseWorkflowID(d.spec.Name), "").Get(ctx, nil)
+	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("removing cluster %s from %d nodes", d.spec.Name, len(d.spec.Nodes)))
 	o := stepOptions{startToClose: d.spec.Timeouts.Teardown.D(), attempts: 5}
 	// Removal by label is idempotent, so a node whose agent is slow to return can wait

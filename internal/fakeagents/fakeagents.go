@@ -40,6 +40,8 @@ type Agents struct {
 	// BlockWatch makes WatchServing wait for cancellation, heartbeating.
 	BlockWatch bool
 	Started    chan string // receives "Method node" when an activity starts, if set
+	// BootIDs are the nodes' boot IDs (default "boot-1").
+	BootIDs map[string]string
 }
 
 // New returns agents for the seed topology where every call succeeds.
@@ -50,6 +52,7 @@ func New() *Agents {
 		attempts:    map[string]int{},
 		Unreachable: map[string]bool{},
 		ImageIDs:    map[string]string{},
+		BootIDs:     map[string]string{},
 		Probes: map[string]netplan.NodeProbe{
 			"node-a": SeedProbe("node-a", true),
 			"node-b": SeedProbe("node-b", false),
@@ -207,7 +210,11 @@ func (f *Agents) CheckPlacement(ctx context.Context, req activities.PlacementReq
 }
 
 func (f *Agents) LaunchVLLM(ctx context.Context, req activities.LaunchRequest) (activities.ContainerRef, error) {
-	if err := f.record(ctx, "LaunchVLLM", req.Node, ""); err != nil {
+	detail := ""
+	if req.Replace {
+		detail = "replace"
+	}
+	if err := f.record(ctx, "LaunchVLLM", req.Node, detail); err != nil {
 		return activities.ContainerRef{}, err
 	}
 	return activities.ContainerRef{Node: req.Node, Role: activities.RoleVLLM, Name: "tpdeploy-" + req.Deployment.Cluster + "-vllm", ID: "c-vllm"}, nil
@@ -258,4 +265,16 @@ func SeedSpec() spec.Cluster {
 			{Name: "node-b", Role: spec.RoleWorker, GPUs: 1},
 		},
 	}.WithDefaults()
+}
+
+func (f *Agents) BootID(ctx context.Context, req activities.BootIDRequest) (string, error) {
+	if err := f.record(ctx, "BootID", req.Node, ""); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if id := f.BootIDs[req.Node]; id != "" {
+		return id, nil
+	}
+	return "boot-1", nil
 }

@@ -1,0 +1,285 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/searchattr"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// SuperviseWorkflowID is the one supervisor of a cluster.
+func SuperviseWorkflowID(cluster string) string { return "tpdeploy-supervise-" + cluster }
+
+// Supervisor signals and query.
+const (
+	// SignalNodeBooted carries a NodeBoot; node agents send it at start-up.
+	SignalNodeBooted = "node-booted"
+	// SignalDeployed carries the spec of a deploy that reached serving.
+	SignalDeployed = "deployed"
+	// SignalRedeploy asks for a recovery redeploy now (an operator, or a test).
+	SignalRedeploy = "redeploy"
+	// QuerySupervision returns the Supervision.
+	QuerySupervision = "supervision"
+)
+
+// NodeBoot is what an agent tells the supervisors when it starts.
+type NodeBoot struct {
+	Node   string `json:"node"`
+	BootID string `json:"boot_id"`
+}
+
+// SuperviseRequest is SuperviseCluster's input; the last three fields carry state across
+// continue-as-new.
+type SuperviseRequest struct {
+	Spec spec.Cluster `json:"spec"`
+	// CheckEvery is the health-check period (default 5s); Unhealthy the failed checks in a
+	// row that count as an incident (default 3); MaxAttempts the redeploys per incident
+	// (default 5) before the supervisor waits for the next incident.
+	CheckEvery  spec.Duration     `json:"check_every,omitempty"`
+	Unhealthy   int               `json:"unhealthy,omitempty"`
+	MaxAttempts int               `json:"max_attempts,omitempty"`
+	BootIDs     map[string]string `json:"boot_ids,omitempty"`
+	Incidents   []Incident        `json:"incidents,omitempty"`
+}
+
+// Incident is one thing the supervisor saw and what it did about it.
+type Incident struct {
+	At       time.Time     `json:"at"`
+	Node     string        `json:"node,omitempty"`
+	Seen     string        `json:"seen"`
+	Action   string        `json:"action"`
+	Attempts int           `json:"attempts"`
+	Outcome  string        `json:"outcome"`
+	Took     time.Duration `json:"took"`
+}
+
+// Supervision is the supervisor's state, for the query and `starter status`.
+type Supervision struct {
+	Cluster   string            `json:"cluster"`
+	BootIDs   map[string]string `json:"boot_ids"`
+	Healthy   bool              `json:"healthy"`
+	LastCheck time.Time         `json:"last_check,omitzero"`
+	Failures  int               `json:"failures"`
+	Detail    string            `json:"detail,omitempty"`
+	Incidents []Incident        `json:"incidents"`
+}
+
+// keptIncidents bounds the incidents carried across continue-as-new.
+const keptIncidents = 50
+
+// SuperviseCluster watches a serving cluster: it checks the endpoint every CheckEvery and
+// listens for node agents reporting their boot ID. A changed boot ID (a reboot) or
+// Unhealthy failed checks in a row is an incident: it redeploys under the cluster's one
+// deploy ID (re-probing, since addresses can change after a reboot, and recreating the
+// containers), with backoff and at most MaxAttempts tries, and records what happened. It
+// continues as new before its history grows large, and ends when cancelled (teardown).
+func SuperviseCluster(ctx workflow.Context, req SuperviseRequest) error {
+	sv := newSupervisor(req)
+	if err := workflow.SetQueryHandler(ctx, QuerySupervision, func() (Supervision, error) { return sv.state, nil }); err != nil {
+		return err
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(sv.spec.Name)); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+	}
+	if len(sv.state.BootIDs) < len(sv.spec.Nodes) {
+		sv.baseline(ctx)
+	}
+	booted := workflow.GetSignalChannel(ctx, SignalNodeBooted)
+	deployed := workflow.GetSignalChannel(ctx, SignalDeployed)
+	manual := workflow.GetSignalChannel(ctx, SignalRedeploy)
+	for {
+		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() || workflow.GetInfo(ctx).GetCurrentHistoryLength() > 4000 {
+			return sv.continueAsNew(ctx)
+		}
+		var incident *Incident
+		tctx, cancelTimer := workflow.WithCancel(ctx)
+		sel := workflow.NewSelector(ctx)
+		sel.AddFuture(workflow.NewTimer(tctx, sv.every), func(workflow.Future) { incident = sv.check(ctx) })
+		sel.AddReceive(booted, func(c workflow.ReceiveChannel, _ bool) {
+			var b NodeBoot
+			c.Receive(ctx, &b)
+			incident = sv.boot(ctx, b)
+		})
+		sel.AddReceive(deployed, func(c workflow.ReceiveChannel, _ bool) {
+			var s spec.Cluster
+			c.Receive(ctx, &s)
+			sv.spec = s.WithDefaults()
+		})
+		sel.AddReceive(manual, func(c workflow.ReceiveChannel, _ bool) {
+			var why string
+			c.Receive(ctx, &why)
+			incident = sv.newIncident(ctx, "", "redeploy requested: "+why)
+		})
+		sel.Select(ctx)
+		cancelTimer()
+		if ctx.Err() != nil {
+			return temporal.NewCanceledError()
+		}
+		if incident != nil {
+			sv.recover(ctx, incident)
+		}
+	}
+}
+
+type supervisor struct {
+	spec        spec.Cluster
+	every       time.Duration
+	unhealthy   int
+	maxAttempts int
+	state       Supervision
+}
+
+func newSupervisor(req SuperviseRequest) *supervisor {
+	s := req.Spec.WithDefaults()
+	sv := &supervisor{spec: s, every: req.CheckEvery.D(), unhealthy: req.Unhealthy, maxAttempts: req.MaxAttempts,
+		state: Supervision{Cluster: s.Name, BootIDs: req.BootIDs, Incidents: req.Incidents}}
+	if sv.every <= 0 {
+		sv.every = 5 * time.Second
+	}
+	if sv.unhealthy <= 0 {
+		sv.unhealthy = 3
+	}
+	if sv.maxAttempts <= 0 {
+		sv.maxAttempts = 5
+	}
+	if sv.state.BootIDs == nil {
+		sv.state.BootIDs = map[string]string{}
+	}
+	if sv.state.Incidents == nil {
+		sv.state.Incidents = []Incident{}
+	}
+	return sv
+}
+
+func (sv *supervisor) continueAsNew(ctx workflow.Context) error {
+	inc := sv.state.Incidents
+	if len(inc) > keptIncidents {
+		inc = inc[len(inc)-keptIncidents:]
+	}
+	return workflow.NewContinueAsNewError(ctx, SuperviseCluster, SuperviseRequest{
+		Spec: sv.spec, CheckEvery: spec.Duration(sv.every), Unhealthy: sv.unhealthy, MaxAttempts: sv.maxAttempts,
+		BootIDs: sv.state.BootIDs, Incidents: inc,
+	})
+}
+
+// baseline asks every node for its boot ID; a node that does not answer is learnt from
+// its agent's report when it starts.
+func (sv *supervisor) baseline(ctx workflow.Context) {
+	futures := map[string]workflow.Future{}
+	for _, n := range sv.spec.Nodes {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue: activities.NodeQueue(n.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),
+			StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 2},
+		})
+		futures[n.Name] = workflow.ExecuteActivity(actx, na.BootID, activities.BootIDRequest{Node: n.Name})
+	}
+	for _, n := range sv.spec.Nodes {
+		var id string
+		if err := futures[n.Name].Get(ctx, &id); err == nil {
+			sv.state.BootIDs[n.Name] = id
+		}
+	}
+}
+
+func (sv *supervisor) newIncident(ctx workflow.Context, node, seen string) *Incident {
+	workflow.GetLogger(ctx).Warn("incident", "cluster", sv.spec.Name, "node", node, "seen", seen)
+	return &Incident{At: workflow.Now(ctx), Node: node, Seen: seen}
+}
+
+// boot compares a node's reported boot ID with the one known.
+func (sv *supervisor) boot(ctx workflow.Context, b NodeBoot) *Incident {
+	if _, ok := sv.spec.Node(b.Node); !ok || b.BootID == "" {
+		return nil
+	}
+	old := sv.state.BootIDs[b.Node]
+	sv.state.BootIDs[b.Node] = b.BootID
+	if old == "" || old == b.BootID {
+		return nil // first report, or the agent restarted without a reboot
+	}
+	return sv.newIncident(ctx, b.Node, fmt.Sprintf("boot ID changed %s -> %s: the node rebooted", short(old), short(b.BootID)))
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// check asks whether the endpoint serves; Unhealthy failures in a row are an incident.
+func (sv *supervisor) check(ctx workflow.Context) *Incident {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: activities.WorkflowQueue, StartToCloseTimeout: 20 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var chk activities.DeploymentCheck
+	err := workflow.ExecuteActivity(actx, activities.ActivityCheckDeployment, activities.CheckDeploymentRequest{Cluster: sv.spec.Name}).Get(ctx, &chk)
+	sv.state.LastCheck = workflow.Now(ctx)
+	switch {
+	case err != nil:
+		sv.state.Detail = "check failed: " + err.Error()
+		return nil // the check itself failing says nothing about the cluster
+	case chk.Running:
+		sv.state.Failures, sv.state.Detail = 0, "a deploy is running"
+		return nil
+	case chk.Healthy:
+		sv.state.Healthy, sv.state.Failures, sv.state.Detail = true, 0, "serving at "+chk.Endpoint
+		return nil
+	}
+	sv.state.Healthy = false
+	sv.state.Failures++
+	sv.state.Detail = chk.Detail
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%s: unhealthy (%d/%d): %s", sv.spec.Name, sv.state.Failures, sv.unhealthy, chk.Detail))
+	if sv.state.Failures < sv.unhealthy {
+		return nil
+	}
+	return sv.newIncident(ctx, "", fmt.Sprintf("not serving for %d checks: %s", sv.state.Failures, chk.Detail))
+}
+
+// recover redeploys with backoff until it serves or MaxAttempts is spent, and records
+// the incident. A deploy already running (from the UI, the CLI or a schedule) is left to
+// finish: there is never a second one.
+func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
+	workflow.SetCurrentDetails(ctx, "incident: "+inc.Seen+"; redeploying")
+	backoff := 10 * time.Second
+	for inc.Attempts < sv.maxAttempts {
+		inc.Attempts++
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+			WorkflowID:            DeployWorkflowID(sv.spec.Name),
+			TaskQueue:             activities.WorkflowQueue,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		})
+		child := workflow.ExecuteChildWorkflow(cctx, DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
+		if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
+			if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+				inc.Action, inc.Outcome = "none: a deploy was already running", "left to the running deploy"
+				break
+			}
+			inc.Outcome = "redeploy did not start: " + err.Error()
+		} else if err := child.Get(ctx, nil); err != nil {
+			inc.Outcome = "redeploy failed: " + err.Error()
+		} else {
+			inc.Action, inc.Outcome = fmt.Sprintf("redeployed (re-probed, containers recreated) in %d attempt(s)", inc.Attempts), "serving again"
+			sv.state.Healthy, sv.state.Failures = true, 0
+			break
+		}
+		if inc.Attempts < sv.maxAttempts {
+			_ = workflow.Sleep(ctx, backoff)
+			backoff = min(2*backoff, 2*time.Minute)
+		}
+	}
+	if inc.Action == "" {
+		inc.Action = fmt.Sprintf("gave up after %d redeploys", inc.Attempts)
+	}
+	inc.Took = workflow.Now(ctx).Sub(inc.At)
+	sv.state.Incidents = append(sv.state.Incidents, *inc)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%s at %s: %s; %s (%s)", inc.Seen, inc.At.Format(time.RFC3339), inc.Action, inc.Outcome, inc.Took.Round(time.Second)))
+	sv.baseline(ctx)
+}
