@@ -46,6 +46,12 @@ func (c *Checks) CheckDeployment(ctx context.Context, req activities.CheckDeploy
 	return chk, nil
 }
 
+// CheckEndpoint is the readiness check from this process: /health 200 and /v1/models
+// listing served.
+func CheckEndpoint(ctx context.Context, endpoint, served string) error {
+	return activities.CheckServing(ctx, fetchOK, endpoint, served)
+}
+
 // fetchOK GETs url and returns the body of a 200 answer.
 func fetchOK(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
