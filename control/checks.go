@@ -20,7 +20,7 @@ type Checks struct {
 // CheckDeployment reports the cluster's latest deploy and, when it completed, whether its
 // endpoint serves the model: /health answers 200 and /v1/models lists the served name.
 func (c *Checks) CheckDeployment(ctx context.Context, req activities.CheckDeploymentRequest) (activities.DeploymentCheck, error) {
-	st, err := c.Controller.Status(ctx, req.Cluster)
+	st, err := c.Controller.latest(ctx, req.Cluster)
 	if err != nil {
 		// Never deployed is an answer, not a failure.
 		return activities.DeploymentCheck{Detail: err.Error()}, nil

@@ -92,8 +92,29 @@ type Status struct {
 	Supervision *workflows.Supervision
 }
 
-// Status reports the latest deploy of cluster.
+// Status reports the latest deploy of cluster: its state (a query), result, spec, and the
+// supervisor's incidents.
 func (c Controller) Status(ctx context.Context, cluster string) (Status, error) {
+	st, err := c.latest(ctx, cluster)
+	if err != nil {
+		return st, err
+	}
+	if q, err := c.Client.QueryWorkflow(ctx, st.WorkflowID, st.RunID, workflows.QueryState); err == nil {
+		_ = q.Get(&st.State)
+	}
+	if q, err := c.Client.QueryWorkflow(ctx, workflows.SuperviseWorkflowID(cluster), "", workflows.QuerySupervision); err == nil {
+		var sv workflows.Supervision
+		if q.Get(&sv) == nil {
+			st.Supervision = &sv
+		}
+	}
+	return st, nil
+}
+
+// latest is the cheap part of Status, without queries (a query on a closed run replays
+// its history on a worker): whether the latest deploy runs, its result and its spec. The
+// supervisor's periodic check uses it.
+func (c Controller) latest(ctx context.Context, cluster string) (Status, error) {
 	id := workflows.DeployWorkflowID(cluster)
 	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
 	var notFound *serviceerror.NotFound
@@ -108,11 +129,6 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 	st.Running = info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	if !st.Running {
 		st.Closed = closedName(info.GetStatus())
-	}
-	if q, err := c.Client.QueryWorkflow(ctx, id, st.RunID, workflows.QueryState); err == nil {
-		_ = q.Get(&st.State)
-	}
-	if !st.Running {
 		var res workflows.DeployResult
 		if err := c.Client.GetWorkflow(ctx, id, st.RunID).Get(ctx, &res); err != nil {
 			st.Err = Reason(err)
@@ -122,12 +138,6 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 	}
 	if s, err := c.deploySpec(ctx, id, st.RunID); err == nil {
 		st.Spec = &s
-	}
-	if q, err := c.Client.QueryWorkflow(ctx, workflows.SuperviseWorkflowID(cluster), "", workflows.QuerySupervision); err == nil {
-		var sv workflows.Supervision
-		if q.Get(&sv) == nil {
-			st.Supervision = &sv
-		}
 	}
 	return st, nil
 }

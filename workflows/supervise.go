@@ -41,11 +41,15 @@ type SuperviseRequest struct {
 	// CheckEvery is the health-check period (default 5s); Unhealthy the failed checks in a
 	// row that count as an incident (default 3); MaxAttempts the redeploys per incident
 	// (default 5) before the supervisor waits for the next incident.
-	CheckEvery  spec.Duration     `json:"check_every,omitempty"`
-	Unhealthy   int               `json:"unhealthy,omitempty"`
-	MaxAttempts int               `json:"max_attempts,omitempty"`
-	BootIDs     map[string]string `json:"boot_ids,omitempty"`
-	Incidents   []Incident        `json:"incidents,omitempty"`
+	CheckEvery  spec.Duration `json:"check_every,omitempty"`
+	Unhealthy   int           `json:"unhealthy,omitempty"`
+	MaxAttempts int           `json:"max_attempts,omitempty"`
+	// MaxLoops is how many checks and signals one run handles before it continues as
+	// new (default 500, about 3500 history events); it also does when the server suggests
+	// it or the history passes 4000 events.
+	MaxLoops  int               `json:"max_loops,omitempty"`
+	BootIDs   map[string]string `json:"boot_ids,omitempty"`
+	Incidents []Incident        `json:"incidents,omitempty"`
 }
 
 // Incident is one thing the supervisor saw and what it did about it.
@@ -93,8 +97,27 @@ func SuperviseCluster(ctx workflow.Context, req SuperviseRequest) error {
 	booted := workflow.GetSignalChannel(ctx, SignalNodeBooted)
 	deployed := workflow.GetSignalChannel(ctx, SignalDeployed)
 	manual := workflow.GetSignalChannel(ctx, SignalRedeploy)
-	for {
-		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() || workflow.GetInfo(ctx).GetCurrentHistoryLength() > 4000 {
+	for loop := 0; ; loop++ {
+		info := workflow.GetInfo(ctx)
+		if loop >= sv.maxLoops || info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > 4000 {
+			// Signals not yet handled would be lost with this run: handle them first.
+			for {
+				var b NodeBoot
+				if !booted.ReceiveAsync(&b) {
+					break
+				}
+				if inc := sv.boot(ctx, b); inc != nil {
+					sv.recover(ctx, inc)
+				}
+			}
+			var s spec.Cluster
+			for deployed.ReceiveAsync(&s) {
+				sv.spec = s.WithDefaults()
+			}
+			var why string
+			if manual.ReceiveAsync(&why) {
+				sv.recover(ctx, sv.newIncident(ctx, "", "redeploy requested: "+why))
+			}
 			return sv.continueAsNew(ctx)
 		}
 		var incident *Incident
@@ -132,6 +155,7 @@ type supervisor struct {
 	every       time.Duration
 	unhealthy   int
 	maxAttempts int
+	maxLoops    int
 	state       Supervision
 }
 
@@ -147,6 +171,9 @@ func newSupervisor(req SuperviseRequest) *supervisor {
 	}
 	if sv.maxAttempts <= 0 {
 		sv.maxAttempts = 5
+	}
+	if sv.maxLoops = req.MaxLoops; sv.maxLoops <= 0 {
+		sv.maxLoops = 500
 	}
 	if sv.state.BootIDs == nil {
 		sv.state.BootIDs = map[string]string{}
@@ -164,7 +191,7 @@ func (sv *supervisor) continueAsNew(ctx workflow.Context) error {
 	}
 	return workflow.NewContinueAsNewError(ctx, SuperviseCluster, SuperviseRequest{
 		Spec: sv.spec, CheckEvery: spec.Duration(sv.every), Unhealthy: sv.unhealthy, MaxAttempts: sv.maxAttempts,
-		BootIDs: sv.state.BootIDs, Incidents: inc,
+		MaxLoops: sv.maxLoops, BootIDs: sv.state.BootIDs, Incidents: inc,
 	})
 }
 

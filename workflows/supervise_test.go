@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -9,7 +10,9 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
@@ -126,5 +129,26 @@ func TestSuperviseGivesUpAfterMaxAttempts(t *testing.T) {
 	// 10 s then 20 s of backoff between the three attempts, plus the deploys.
 	if inc.Took < 30*time.Second {
 		t.Errorf("took %s: no backoff between attempts", inc.Took)
+	}
+}
+
+func TestSuperviseContinuesAsNewWithItsState(t *testing.T) {
+	f := fakeagents.New()
+	env := superviseEnv(t, f, func() bool { return true })
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
+	}, 10*time.Second)
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 20})
+	err := env.GetWorkflowError()
+	var can *workflow.ContinueAsNewError
+	if !errors.As(err, &can) {
+		t.Fatalf("want continue-as-new, got %v", err)
+	}
+	var next SuperviseRequest
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	if len(next.Incidents) != 1 || next.Incidents[0].Node != "node-b" || next.BootIDs["node-a"] != "boot-1" || next.MaxLoops != 20 || next.Spec.Name != "seed" {
+		t.Errorf("carried state = %+v", next)
 	}
 }
