@@ -233,6 +233,8 @@ type DeploymentCheck struct {
 	Endpoint string `json:"endpoint,omitempty"`
 	Healthy  bool   `json:"healthy"`
 	Detail   string `json:"detail,omitempty"`
+	// Plan is the serving deploy's plan (for the Ray check on the head).
+	Plan *netplan.Plan `json:"plan,omitempty"`
 }
 
 // BootIDRequest asks a node for its boot ID.

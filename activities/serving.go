@@ -189,6 +189,28 @@ func (a *Node) rayStatusSummary(ctx context.Context, req PlacementRequest) strin
 	return " (ray status: " + st.String() + ")"
 }
 
+// RayNodesAlive checks once that every planned node is alive in Ray under its planned
+// address (the supervisor's periodic Ray check): a node that died or came back under
+// another address is an error naming it.
+func (a *Node) RayNodesAlive(ctx context.Context, req PlacementRequest) (PlacementReport, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return PlacementReport{}, err
+	}
+	body, err := a.fetch(ctx, &http.Client{Timeout: 3 * time.Second}, rayNodesURL(req.DashboardPort))
+	if err != nil {
+		return PlacementReport{}, temporal.NewNonRetryableApplicationError("ray dashboard: "+err.Error(), ErrDashboard, nil)
+	}
+	nodes, err := parseStateNodes(body)
+	if err != nil {
+		return PlacementReport{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrDashboard, nil)
+	}
+	report, wait, err := placementVerdict(req, nodes)
+	if wait {
+		return report, temporal.NewNonRetryableApplicationError(err.Error(), ErrNodeNotRegistered, nil)
+	}
+	return report, err
+}
+
 func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
 	var body []byte
 	err := a.inNetNS(func() error {

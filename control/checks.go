@@ -34,6 +34,7 @@ func (c *Checks) CheckDeployment(ctx context.Context, req activities.CheckDeploy
 		return chk, nil
 	}
 	chk.Endpoint = st.Result.Endpoint
+	chk.Plan = &st.Result.Plan
 	served := ""
 	if st.Spec != nil {
 		served = st.Spec.Model.ServedName

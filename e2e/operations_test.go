@@ -169,6 +169,27 @@ func TestScheduleNoopThenRedeploy(t *testing.T) {
 	if got := containersOf(t, s.Name); len(got) != 3 {
 		t.Errorf("containers %v, want three", got)
 	}
+
+	// The operator's side of it, through the real starter.
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"schedule", "list"}, s.Name + "  every 4s  active"},
+		{[]string{"schedule", "pause", s.Name, "--note", "maintenance"}, "schedule of " + s.Name + ": paused"},
+		{[]string{"schedule", "list"}, "paused (maintenance)"},
+		{[]string{"schedule", "unpause", s.Name}, "unpaused"},
+		{[]string{"schedule", "list"}, "every 4s  active"},
+		{[]string{"schedule", "delete", s.Name}, "deleted"},
+	} {
+		out, code := runStarter(t, step.args...)
+		if code != 0 || !strings.Contains(out, step.want) {
+			t.Errorf("starter %v (exit %d):\n%s\nwant %q", step.args, code, out, step.want)
+		}
+	}
+	if out, _ := runStarter(t, "schedule", "list"); strings.Contains(out, s.Name) {
+		t.Errorf("deleted schedule still listed:\n%s", out)
+	}
 }
 
 func containerID(t *testing.T, cluster, role string) string {

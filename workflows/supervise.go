@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -256,8 +257,12 @@ func (sv *supervisor) check(ctx workflow.Context) *Incident {
 		sv.state.Failures, sv.state.Detail = 0, "a deploy is running"
 		return nil
 	case chk.Healthy:
-		sv.state.Healthy, sv.state.Failures, sv.state.Detail = true, 0, "serving at "+chk.Endpoint
-		return nil
+		detail, ok := sv.rayAlive(ctx, chk)
+		if ok {
+			sv.state.Healthy, sv.state.Failures, sv.state.Detail = true, 0, "serving at "+chk.Endpoint+"; "+detail
+			return nil
+		}
+		chk.Detail = detail
 	}
 	sv.state.Healthy = false
 	sv.state.Failures++
@@ -267,6 +272,30 @@ func (sv *supervisor) check(ctx workflow.Context) *Incident {
 		return nil
 	}
 	return sv.newIncident(ctx, "", fmt.Sprintf("not serving for %d checks: %s", sv.state.Failures, chk.Detail))
+}
+
+// rayAlive asks the head's agent whether every planned node is alive in Ray under its
+// address. An agent that does not answer says nothing about Ray (ok stays true).
+func (sv *supervisor) rayAlive(ctx workflow.Context, chk activities.DeploymentCheck) (string, bool) {
+	if chk.Plan == nil {
+		return "ray not checked (no plan)", true
+	}
+	head := sv.spec.Head()
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: activities.NodeQueue(head.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),
+		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	err := workflow.ExecuteActivity(actx, na.RayNodesAlive, activities.PlacementRequest{
+		Node: head.Name, Plan: *chk.Plan, NeedGPUs: sv.spec.WorldSize(), DashboardPort: sv.spec.Ports.Dashboard,
+	}).Get(ctx, nil)
+	var app *temporal.ApplicationError
+	switch {
+	case err == nil:
+		return fmt.Sprintf("ray: %d nodes alive", len(chk.Plan.Nodes)), true
+	case errors.As(err, &app):
+		return "ray: " + app.Message(), false
+	}
+	return "ray not checked: " + err.Error(), true
 }
 
 // recover redeploys with backoff until it serves or MaxAttempts is spent, and records

@@ -11,11 +11,13 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
+	"github.com/tpdeploy/tpdeploy/netplan"
 )
 
 // superviseEnv runs SuperviseCluster under its real ID (so the deploys it starts find it
@@ -28,7 +30,7 @@ func superviseEnv(t *testing.T, f *fakeagents.Agents, healthy func() bool) *test
 	env.RegisterActivity(f)
 	env.RegisterActivityWithOptions(func(ctx context.Context, req activities.CheckDeploymentRequest) (activities.DeploymentCheck, error) {
 		if healthy() {
-			return activities.DeploymentCheck{Exists: true, Closed: "Completed", Healthy: true, Endpoint: "http://192.168.200.12:8000"}, nil
+			return activities.DeploymentCheck{Exists: true, Closed: "Completed", Healthy: true, Endpoint: "http://192.168.200.12:8000", Plan: &netplan.Plan{Head: "node-a"}}, nil
 		}
 		return activities.DeploymentCheck{Exists: true, Closed: "Completed", Detail: "GET http://192.168.200.12:8000/health: 503 Service Unavailable"}, nil
 	}, activity.RegisterOptions{Name: activities.ActivityCheckDeployment})
@@ -150,5 +152,23 @@ func TestSuperviseContinuesAsNewWithItsState(t *testing.T) {
 	}
 	if len(next.Incidents) != 1 || next.Incidents[0].Node != "node-b" || next.BootIDs["node-a"] != "boot-1" || next.MaxLoops != 20 || next.Spec.Name != "seed" {
 		t.Errorf("carried state = %+v", next)
+	}
+}
+
+// A Ray node that died while vLLM still answers is an incident too.
+func TestSuperviseRedeploysWhenARayNodeIsDead(t *testing.T) {
+	f := fakeagents.New()
+	env := superviseEnv(t, f, func() bool { return true })
+	var got Supervision
+	env.RegisterDelayedCallback(func() {
+		fakeagents.SetFailure(f, "RayNodesAlive node-a", temporal.NewNonRetryableApplicationError("not registered with Ray yet: node-b", activities.ErrNodeNotRegistered, nil))
+	}, time.Minute)
+	env.RegisterDelayedCallback(func() {
+		got = supervision(t, env)
+		env.CancelWorkflow()
+	}, 3*time.Minute)
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxAttempts: 1})
+	if len(got.Incidents) == 0 || !strings.Contains(got.Incidents[0].Seen, "not serving for 3 checks: ray: not registered with Ray yet: node-b") {
+		t.Fatalf("incidents = %+v", got.Incidents)
 	}
 }

@@ -114,6 +114,14 @@ func (f *Agents) record(ctx context.Context, method, node, detail string) error 
 	return nil
 }
 
+// SetFailure makes every later attempt of "Method node" return err (safe while activities
+// run; a function, not a method, since every method of Agents is an activity).
+func SetFailure(f *Agents, key string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Failures[key] = err
+}
+
 // Calls returns the recorded calls of the given methods, in order.
 func Calls(f *Agents, methods ...string) []string {
 	f.mu.Lock()
@@ -265,6 +273,13 @@ func SeedSpec() spec.Cluster {
 			{Name: "node-b", Role: spec.RoleWorker, GPUs: 1},
 		},
 	}.WithDefaults()
+}
+
+func (f *Agents) RayNodesAlive(ctx context.Context, req activities.PlacementRequest) (activities.PlacementReport, error) {
+	if err := f.record(ctx, "RayNodesAlive", req.Node, ""); err != nil {
+		return activities.PlacementReport{}, err
+	}
+	return activities.PlacementReport{GPUs: float64(req.NeedGPUs)}, nil
 }
 
 func (f *Agents) BootID(ctx context.Context, req activities.BootIDRequest) (string, error) {
