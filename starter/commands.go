@@ -162,13 +162,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c := newCommand("status", "status CLUSTER [--watch] [--json]", stderr)
 	watch := c.fs.Bool("watch", false, "follow a running deploy")
 	asJSON := c.fs.Bool("json", false, "print the state as JSON")
-	pos, err := c.parse(args)
+	cluster, err := c.cluster(args)
 	if err != nil {
 		return helpOK(err)
-	}
-	if len(pos) != 1 {
-		c.fs.Usage()
-		return errUsage
 	}
 	ctl, closeFn, err := c.controller()
 	if err != nil {
@@ -176,9 +172,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer closeFn()
 	if *watch {
-		return watchDeploy(ctx, ctl, pos[0], stdout)
+		return watchDeploy(ctx, ctl, cluster, stdout)
 	}
-	st, err := ctl.Status(ctx, pos[0])
+	st, err := ctl.Status(ctx, cluster)
 	if err != nil {
 		return err
 	}
@@ -189,7 +185,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !st.Running {
 		state = strings.ToLower(st.Closed)
 	}
-	fmt.Fprintf(stdout, "cluster %s: %s (workflow %s run %s)\n", pos[0], state, st.WorkflowID, st.RunID)
+	fmt.Fprintf(stdout, "cluster %s: %s (workflow %s run %s)\n", cluster, state, st.WorkflowID, st.RunID)
 	fmt.Fprintf(stdout, "  phase:   %s\n  details: %s\n", st.State.Phase, st.State.Details)
 	if st.State.Plan != nil {
 		fmt.Fprintf(stdout, "  subnet:  %s (ray at %s)\n", st.State.Plan.Subnet, st.State.Plan.RayAddress)
@@ -207,13 +203,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommand("teardown", "teardown CLUSTER [-f spec.yaml]", stderr)
 	file := c.fs.String("f", "", "cluster spec; default: the spec of the cluster's latest deploy")
-	pos, err := c.parse(args)
+	cluster, err := c.cluster(args)
 	if err != nil {
 		return helpOK(err)
-	}
-	if len(pos) != 1 {
-		c.fs.Usage()
-		return errUsage
 	}
 	var s *spec.Cluster
 	if *file != "" {
@@ -221,8 +213,8 @@ func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		if got.Name != pos[0] {
-			return fmt.Errorf("%s describes cluster %q, not %q", *file, got.Name, pos[0])
+		if got.Name != cluster {
+			return fmt.Errorf("%s describes cluster %q, not %q", *file, got.Name, cluster)
 		}
 		s = &got
 	}
@@ -231,7 +223,7 @@ func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer closeFn()
-	res, err := ctl.Teardown(ctx, pos[0], s)
+	res, err := ctl.Teardown(ctx, cluster, s)
 	if err != nil {
 		return err
 	}
@@ -242,7 +234,7 @@ func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			n++
 		}
 	}
-	fmt.Fprintf(stdout, "cluster %s torn down (%d containers removed)\n", pos[0], n)
+	fmt.Fprintf(stdout, "cluster %s torn down (%d containers removed)\n", cluster, n)
 	return nil
 }
 

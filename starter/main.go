@@ -112,6 +112,20 @@ func (c *command) parse(args []string) ([]string, error) {
 	}
 }
 
+// cluster parses args that must name exactly one cluster; a wrong count prints the usage
+// and is errUsage, --help is flag.ErrHelp.
+func (c *command) cluster(args []string) (string, error) {
+	pos, err := c.parse(args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		c.fs.Usage()
+		return "", errUsage
+	}
+	return pos[0], nil
+}
+
 func (c *command) controller() (control.Controller, func(), error) {
 	z, err := logging.New("warn", true)
 	if err != nil {

@@ -41,11 +41,11 @@ func scheduleCreate(ctx context.Context, args []string, stdout, stderr io.Writer
 	file := c.fs.String("f", "", "cluster spec (YAML or JSON)")
 	every := c.fs.Duration("every", 0, "redeploy interval, e.g. 24h")
 	cron := c.fs.String("cron", "", "cron expression, e.g. '0 3 * * *'")
-	pos, err := c.parse(args)
+	cluster, err := c.cluster(args)
 	if err != nil {
 		return helpOK(err)
 	}
-	if len(pos) != 1 || (*every > 0) == (*cron != "") {
+	if (*every > 0) == (*cron != "") {
 		c.fs.Usage()
 		return errUsage
 	}
@@ -57,8 +57,8 @@ func scheduleCreate(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer closeFn()
-	if s.Name != pos[0] {
-		return fmt.Errorf("%s describes cluster %q, not %q", *file, s.Name, pos[0])
+	if s.Name != cluster {
+		return fmt.Errorf("%s describes cluster %q, not %q", *file, s.Name, cluster)
 	}
 	created, err := ctl.Schedule(ctx, s, control.When{Every: *every, Cron: *cron})
 	if err != nil {
@@ -120,13 +120,9 @@ func scheduleOp(ctx context.Context, op string, args []string, stdout, stderr io
 	if op != "delete" {
 		c.fs.StringVar(&note, "note", "", "why (shown by schedule list)")
 	}
-	pos, err := c.parse(args)
+	cluster, err := c.cluster(args)
 	if err != nil {
 		return helpOK(err)
-	}
-	if len(pos) != 1 {
-		c.fs.Usage()
-		return errUsage
 	}
 	ctl, closeFn, err := c.controller()
 	if err != nil {
@@ -135,15 +131,15 @@ func scheduleOp(ctx context.Context, op string, args []string, stdout, stderr io
 	defer closeFn()
 	switch op {
 	case "pause":
-		err = ctl.PauseSchedule(ctx, pos[0], note)
+		err = ctl.PauseSchedule(ctx, cluster, note)
 	case "unpause":
-		err = ctl.UnpauseSchedule(ctx, pos[0], note)
+		err = ctl.UnpauseSchedule(ctx, cluster, note)
 	default:
-		err = ctl.DeleteSchedule(ctx, pos[0])
+		err = ctl.DeleteSchedule(ctx, cluster)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "schedule of %s: %sd\n", pos[0], op)
+	fmt.Fprintf(stdout, "schedule of %s: %sd\n", cluster, op)
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -490,13 +489,7 @@ const superviseVersion = "supervise"
 // runs, tells it the spec now serving.
 func (d *deployment) ensureSupervisor(ctx workflow.Context) {
 	id := SuperviseWorkflowID(d.spec.Name)
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            id,
-		TaskQueue:             activities.WorkflowQueue,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-	})
-	err := workflow.ExecuteChildWorkflow(cctx, SuperviseCluster, SuperviseRequest{Spec: d.spec}).GetChildWorkflowExecution().Get(ctx, nil)
+	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: d.spec}).GetChildWorkflowExecution().Get(ctx, nil)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 		err = workflow.SignalExternalWorkflow(ctx, id, "", SignalDeployed, d.spec).Get(ctx, nil)
 	}

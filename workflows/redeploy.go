@@ -86,14 +86,7 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 		why = "not serving: " + chk.Detail
 	}
 	workflow.SetCurrentDetails(ctx, "redeploying: "+why)
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            DeployWorkflowID(s.Name),
-		TaskQueue:             activities.WorkflowQueue,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		// The deploy is the cluster's, not the trigger's: it outlives a terminated trigger.
-		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
-	})
-	child := workflow.ExecuteChildWorkflow(cctx, DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger})
+	child := workflow.ExecuteChildWorkflow(clusterChild(ctx, DeployWorkflowID(s.Name)), DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger})
 	var exec workflow.Execution
 	if err := child.GetChildWorkflowExecution().Get(ctx, &exec); err != nil {
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
@@ -106,4 +99,16 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 		return res, err
 	}
 	return done(RedeployDeployed, why)
+}
+
+// clusterChild sets ctx to start a workflow that belongs to the cluster, not to the
+// workflow starting it: under the cluster's fixed ID (so a second one is refused while one
+// runs), reusable once closed, and left running if the starter ends.
+func clusterChild(ctx workflow.Context, id string) workflow.Context {
+	return workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            id,
+		TaskQueue:             activities.WorkflowQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+	})
 }

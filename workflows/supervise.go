@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -306,13 +305,7 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	backoff := 10 * time.Second
 	for inc.Attempts < sv.maxAttempts {
 		inc.Attempts++
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:            DeployWorkflowID(sv.spec.Name),
-			TaskQueue:             activities.WorkflowQueue,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-		})
-		child := workflow.ExecuteChildWorkflow(cctx, DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
+		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
 		if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 			if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 				inc.Action, inc.Outcome = "none: a deploy was already running", "left to the running deploy"
