@@ -189,6 +189,11 @@ func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluste
 	id := workflows.DeployWorkflowID(cluster)
 	if s == nil {
 		got, err := c.deploySpec(ctx, id, "")
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			// Never deployed: nothing of it can be running, so there is nothing to do.
+			return workflows.TeardownResult{NeverDeployed: true}, nil
+		}
 		if err != nil {
 			return res, fmt.Errorf("cluster %s: no spec given and none found from a previous deploy (%v); pass -f spec.yaml", cluster, err)
 		}

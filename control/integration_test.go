@@ -281,3 +281,14 @@ func TestPlanOnDevServer(t *testing.T) {
 		t.Errorf("plan went on to %q", got)
 	}
 }
+
+// A teardown of a cluster that was never deployed is a no-op, not an error: a test's
+// cleanup after a deploy that never started must not bury the test's own failure.
+func TestTeardownOfNeverDeployedClusterIsNoOp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := Controller{Client: temporalClient}.Teardown(ctx, "it-never-deployed", nil)
+	if err != nil || !res.NeverDeployed || len(res.Removed) != 0 {
+		t.Fatalf("teardown = %+v, %v; want a no-op", res, err)
+	}
+}

@@ -11,8 +11,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -142,20 +144,103 @@ var DefaultTimeouts = Timeouts{
 }
 
 // Parse decodes a YAML or JSON spec strictly (unknown fields and duplicate keys are errors),
-// applies defaults and validates it.
+// applies defaults and validates it. Every problem is reported at once with its field path,
+// unknown keys among them (with the field they most likely meant).
 func Parse(data []byte) (Cluster, error) {
 	var c Cluster
 	if len(bytes.TrimSpace(data)) == 0 {
 		return c, fmt.Errorf("spec is empty")
 	}
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	var problems []FieldError
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		// A duplicate key is a problem among others; a syntax error ends the parse.
+		lenient, lerr := yaml.YAMLToJSON(data)
+		if lerr != nil {
+			return Cluster{}, fmt.Errorf("parse spec: %s", cleanDecodeError(err))
+		}
+		problems = append(problems, FieldError{Field: "spec", Message: cleanDecodeError(err)})
+		js = lenient
+	}
+	var tree any
+	if err := json.Unmarshal(js, &tree); err != nil {
 		return Cluster{}, fmt.Errorf("parse spec: %s", cleanDecodeError(err))
+	}
+	if _, ok := tree.(map[string]any); !ok {
+		return Cluster{}, fmt.Errorf("parse spec: a spec is a mapping of fields (name, image, model, ...), got %s", jsonKind(tree))
+	}
+	unknownFields(tree, reflect.TypeFor[Cluster](), "", &problems)
+	if err := json.Unmarshal(js, &c); err != nil {
+		problems = append(problems, decodeProblem(err))
 	}
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
-		return Cluster{}, err
+		var ve *ValidationError
+		if !errors.As(err, &ve) {
+			return Cluster{}, err
+		}
+		for _, p := range ve.Problems {
+			if !coveredBy(p.Field, problems) {
+				problems = append(problems, p)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return Cluster{}, &ValidationError{Problems: problems}
 	}
 	return c, nil
+}
+
+// decodeProblem is a decoding error as a problem at its field, where the decoder says.
+func decodeProblem(err error) FieldError {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return FieldError{Field: te.Field, Message: fmt.Sprintf("want %s, got %s", jsonTypeName(te.Type), te.Value)}
+	}
+	return FieldError{Field: "spec", Message: cleanDecodeError(err)}
+}
+
+// coveredBy says a validation problem is about a field that already failed to decode
+// (its zero value would only repeat that problem in other words).
+func coveredBy(field string, problems []FieldError) bool {
+	for _, p := range problems {
+		if p.Field == field || strings.HasPrefix(field, p.Field+".") || strings.HasPrefix(field, p.Field+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+func jsonTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping"
+	}
+	return t.String()
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // cleanDecodeError drops the library's layered prefixes so the operator sees the field.
@@ -164,7 +249,7 @@ func cleanDecodeError(err error) string {
 	for _, p := range []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
 		msg = strings.ReplaceAll(msg, p, "")
 	}
-	return msg
+	return strings.TrimSpace(msg)
 }
 
 // WithDefaults returns a copy with every unset optional field given its default.

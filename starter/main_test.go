@@ -16,6 +16,10 @@ func TestBadInputIsRefusedBeforeConnecting(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("name: lab\nimage: x\nmodel: {path: m}\nparallel: {tensor: 8}\nnodes: [{name: a, role: head, gpus: 1}, {name: a, role: worker, gpus: 1}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	unknown := filepath.Join(dir, "unknown.yaml")
+	if err := os.WriteFile(unknown, []byte("name: lab\nimage: x\nmodel: {name: m}\nparallel: {tensor: 8}\nnodes: [{name: a, role: head, gpus: 1}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// Port 1 refuses connections: reaching it would be a different error.
 	addr := []string{"--address", "127.0.0.1:1"}
 	tests := []struct {
@@ -25,6 +29,8 @@ func TestBadInputIsRefusedBeforeConnecting(t *testing.T) {
 	}{
 		{args: append([]string{"deploy", "-f", bad}, addr...), want: []string{`nodes[1].name: duplicate "a"`, "parallel: tensor 8 x pipeline 1 = 8 GPUs, nodes provide 2"}},
 		{args: append([]string{"plan", "-f", bad}, addr...), want: []string{`nodes[1].name: duplicate "a"`}},
+		{args: append([]string{"plan", "-f", unknown}, addr...), want: []string{"model.name: unknown field (did you mean model.path or model.served_name?)",
+			"model.path: required", "parallel: tensor 8 x pipeline 1 = 8 GPUs, nodes provide 1"}},
 		{args: append([]string{"deploy", "-f", filepath.Join(dir, "missing.yaml")}, addr...), want: []string{"read spec", "missing.yaml"}},
 		{args: []string{"deploy"}, usage: true},
 		{args: []string{"status"}, usage: true},

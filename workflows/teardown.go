@@ -20,6 +20,8 @@ type TeardownRequest struct {
 // TeardownResult lists what was removed on each node.
 type TeardownResult struct {
 	Removed []activities.RemoveResult `json:"removed"`
+	// NeverDeployed says the cluster had no deploy to tear down (nothing was done).
+	NeverDeployed bool `json:"never_deployed,omitempty"`
 }
 
 // TeardownCluster removes every container of the cluster on every node (all roles, any
