@@ -75,13 +75,18 @@ func TestParseErrors(t *testing.T) {
 		want []string // every one must appear in the error
 	}{
 		{"empty", ``, []string{"spec is empty"}},
-		{"unknown field", validYAML + "colour: blue\n", []string{`unknown field "colour"`}},
-		{"unknown nested field", strings.Replace(validYAML, "served_name: tiny", "served_name: tiny, tp: 2", 1), []string{`unknown field "tp"`}},
+		{"unknown field", validYAML + "colour: blue\n", []string{`colour: unknown field`}},
+		{"unknown nested field", strings.Replace(validYAML, "served_name: tiny", "served_name: tiny, tp: 2", 1), []string{`model.tp: unknown field (did you mean parallel.tensor?)`}},
+		{"unknown field with a hint, among other problems", strings.Replace(validYAML, "served_name: tiny", "served_name: tiny, name: x", 1) + "colour: blue\nports: {vllm: 70000}\n",
+			[]string{`model.name: unknown field (did you mean model.path or model.served_name?)`, "colour: unknown field", "ports.vllm: 70000 is not a TCP port"}},
+		{"unknown field in a node", strings.Replace(validYAML, "role: worker, gpus: 1", "role: worker, gpu: 1", 1),
+			[]string{`nodes[1].gpu: unknown field (did you mean nodes[1].gpus?)`}},
 		{"duplicate key", validYAML + "name: other\n", []string{`"name"`}},
 		{"not yaml", "name: [unclosed", []string{"parse spec"}},
 		{"bad duration", validYAML + "timeouts: {probe: 5}\n", []string{"duration must be a string"}},
 		{"bad duration text", validYAML + "timeouts: {probe: soon}\n", []string{`duration "soon"`}},
-		{"wrong type", strings.Replace(validYAML, "tensor: 2", "tensor: two", 1), []string{"parse spec"}},
+		{"wrong type", strings.Replace(validYAML, "tensor: 2", "tensor: two", 1), []string{"parallel.tensor: want a number, got string"}},
+		{"not a mapping", "- a\n- b\n", []string{"a spec is a mapping of fields"}},
 		{"bad cluster name", strings.Replace(validYAML, "name: lab", `name: "bad cluster!"`, 1),
 			[]string{`name: "bad cluster!" must match [a-z0-9-]+`}},
 		{"duplicate node", strings.Replace(validYAML, "name: node-b", "name: node-a", 1),
@@ -144,6 +149,52 @@ func TestGPUCheckWaitsForDetection(t *testing.T) {
 	y := strings.Replace(strings.Replace(validYAML, "tensor: 2", "tensor: 16", 1), "role: worker, gpus: 1", "role: worker", 1)
 	if _, err := Parse([]byte(y)); err != nil {
 		t.Fatalf("undeclared GPU count rejected: %v", err)
+	}
+}
+
+// TestSecretsRefused: the spec is recorded in Temporal's history, so secret-looking env
+// values and vLLM's secret flags are refused with a pointer to secrets.
+func TestSecretsRefused(t *testing.T) {
+	withEnv := func(env string) string {
+		return strings.Replace(validYAML, "gpus: 1}\n  - {name: node-b", "gpus: 1, env: {"+env+"}}\n  - {name: node-b", 1)
+	}
+	withArgs := func(args string) string {
+		return strings.Replace(validYAML, "served_name: tiny", "served_name: tiny, extra_args: "+args, 1)
+	}
+	tests := []struct {
+		name string
+		yaml string
+		want string // "" accepted
+	}{
+		{"HF_TOKEN", withEnv("HF_TOKEN: hf_abc"), "nodes[0].env.HF_TOKEN: secret values do not belong in the spec; use secrets.hf_token with env or file"},
+		{"HUGGING_FACE_HUB_TOKEN", withEnv("HUGGING_FACE_HUB_TOKEN: hf_abc"), "nodes[0].env.HUGGING_FACE_HUB_TOKEN: secret values do not belong in the spec; use secrets.hf_token"},
+		{"*_TOKEN", withEnv("WANDB_TOKEN: abc"), "nodes[0].env.WANDB_TOKEN: looks like a secret: secret values do not belong in the spec, which Temporal's history records; reference them under secrets"},
+		{"*_KEY", withEnv("VLLM_API_KEY: sk-1"), "nodes[0].env.VLLM_API_KEY: looks like a secret"},
+		{"*_SECRET", withEnv("AWS_SECRET: s"), "nodes[0].env.AWS_SECRET: looks like a secret"},
+		{"*PASSWORD*", withEnv("DB_PASSWORD_FILE: /x"), "nodes[0].env.DB_PASSWORD_FILE: looks like a secret"},
+		{"lower case", withEnv("my_token: x"), "nodes[0].env.my_token: looks like a secret"},
+		{"ordinary env", withEnv("NCCL_DEBUG: WARN"), ""},
+		{"KEY inside a name", withEnv("KEYBOARD_LAYOUT: us, TOKENIZERS_PARALLELISM: 'false'"), ""},
+		{"--hf-token value", withArgs("[--hf-token, hf_abc]"), "model.extra_args[0]: --hf-token: secret values do not belong in the spec, which Temporal's history records; use secrets.hf_token"},
+		{"--hf-token=value", withArgs("[--max-model-len, '4096', --hf-token=hf_abc]"), "model.extra_args[2]: --hf-token: secret values"},
+		{"--hf_token", withArgs("[--hf_token=hf_abc]"), "model.extra_args[0]: --hf_token: secret values"},
+		{"--api-key value", withArgs("[--api-key, sk-1]"), "model.extra_args[0]: --api-key: secret values do not belong in the spec, which Temporal's history records; reference them under secrets"},
+		{"--api-key=value", withArgs("['--api-key=sk-1']"), "model.extra_args[0]: --api-key: secret values"},
+		{"ordinary args", withArgs("[--max-model-len, '32768', --trust-remote-code]"), ""},
+		{"a value that mentions a flag", withArgs("[--served-model-name-suffix, --api-keys-doc]"), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && err == nil:
+				t.Fatalf("accepted:\n%s", tt.yaml)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Errorf("error lacks %q:\n%v", tt.want, err)
+			}
+		})
 	}
 }
 

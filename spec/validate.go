@@ -56,6 +56,20 @@ var plannedEnv = map[string]string{
 // secretEnv are variables that carry secret values; they belong in secrets as references.
 var secretEnv = map[string]bool{"HF_TOKEN": true, "HUGGING_FACE_HUB_TOKEN": true}
 
+// secretLooking says a variable name looks like it carries a secret: *_TOKEN, *_KEY,
+// *_SECRET, *PASSWORD*. The spec is recorded in Temporal's history, so such values are
+// refused there and belong in secrets as references resolved on the node.
+func secretLooking(name string) bool {
+	n := strings.ToUpper(name)
+	return strings.HasSuffix(n, "_TOKEN") || strings.HasSuffix(n, "_KEY") || strings.HasSuffix(n, "_SECRET") || strings.Contains(n, "PASSWORD")
+}
+
+// secretArgs are vLLM flags whose value is a secret (vLLM reads --hf_token as --hf-token).
+var secretArgs = map[string]bool{"--hf-token": true, "--api-key": true}
+
+const secretsPointer = "secret values do not belong in the spec, which Temporal's history records; " +
+	"reference them under secrets (env: a variable of the node agent, or file: a path on the node)"
+
 // maxParallel bounds each parallel size far above any real cluster, so products cannot overflow.
 const maxParallel = 4096
 
@@ -149,6 +163,13 @@ func (v *validator) model(m Model) {
 		if field, ok := managedArgs[flag]; ok {
 			v.add(fmt.Sprintf("model.extra_args[%d]", i), fmt.Sprintf("%s is set by tpdeploy from %s", flag, field))
 		}
+		if name := "--" + strings.ReplaceAll(strings.TrimLeft(flag, "-"), "_", "-"); strings.HasPrefix(flag, "--") && secretArgs[name] {
+			hint := secretsPointer
+			if name == "--hf-token" {
+				hint = "secret values do not belong in the spec, which Temporal's history records; use secrets.hf_token with env or file"
+			}
+			v.add(fmt.Sprintf("model.extra_args[%d]", i), fmt.Sprintf("%s: %s", flag, hint))
+		}
 	}
 }
 
@@ -232,6 +253,8 @@ func (v *validator) nodes(nodes []Node) {
 				v.add(field, "is set per node from "+plannedEnv[k])
 			case secretEnv[k]:
 				v.add(field, "secret values do not belong in the spec; use secrets.hf_token with env or file")
+			case secretLooking(k):
+				v.add(field, "looks like a secret: "+secretsPointer)
 			}
 		}
 	}
