@@ -1,6 +1,9 @@
 // Package logscan reads Ray's and vLLM's output: it splits off Ray's process prefixes,
-// removes colour codes, follows weight loading, and classifies fatal lines into typed
-// failures with a one-line diagnosis and the fix. It does no I/O.
+// removes colour codes (real ones and the caret notation of pasted logs), follows weight
+// loading, and classifies fatal lines into typed failures with a one-line diagnosis and the
+// fix. Classify judges one line; a Scanner follows a stream, keeps Python tracebacks apart
+// per process and reports the exception a traceback ends with rather than its source lines.
+// It does no I/O.
 package logscan
 
 import (
@@ -10,8 +13,12 @@ import (
 	"time"
 )
 
-// Failure types; the deploy workflow branches on them (they are the activities' error types).
+// Failure types; the deploy workflow branches on them (they are the activities' error
+// types, and operators' scripts match their string values).
 const (
+	// PlacementPending: vLLM's placement group is not placed. The waiting line is not
+	// fatal (Finding.Pinned and Finding.Waited say what it waits for); the caller decides
+	// with Finding.ResolvePending. "Cannot provide a placement group" is fatal.
 	PlacementPending = "PlacementGroupPending"
 	C10dUnreachable  = "C10dUnreachable"
 	NCCLNoInterface  = "NCCLNoInterface"
@@ -22,6 +29,27 @@ const (
 	DuplicateAddress = "DuplicateAddress"
 	GCSUnreachable   = "GCSUnreachable"
 	NoGPU            = "InsufficientGPUs"
+
+	// ModelUnsupported: the image's vLLM (or transformers) does not know the model's
+	// architecture; a newer image is the fix.
+	ModelUnsupported = "ModelUnsupported"
+	// ModelUnavailable: the weights cannot be had: Hugging Face refused (401/403, gated),
+	// the repository does not exist, or the path lacks config.json or weight files.
+	ModelUnavailable = "ModelUnavailable"
+	// KVCacheTooSmall: the memory left after the weights holds less KV cache than one
+	// request of --max-model-len needs.
+	KVCacheTooSmall = "KVCacheTooSmall"
+	// InvalidParallelLayout: the model cannot be split the requested way (attention heads
+	// not divisible by the tensor-parallel size, and the like).
+	InvalidParallelLayout = "InvalidParallelLayout"
+	// GlooNoInterface: GLOO_SOCKET_IFNAME names an interface the node does not have.
+	GlooNoInterface = "GlooNoInterface"
+	// ResourcesBusy: the GPUs exist but something else holds them (another process or
+	// container, a stale placement group); decided by ResolvePending for a pending group.
+	ResourcesBusy = "ResourcesBusy"
+	// RayDriverAttach: the Ray driver (`vllm serve`) cannot attach to a raylet of its own
+	// node: it runs outside the Ray node's container or under an address Ray does not know.
+	RayDriverAttach = "RayDriverAttach"
 )
 
 // Line is one output line: the Ray process prefix it carried, if any, and its text.
@@ -30,9 +58,31 @@ type Line struct {
 	// ip=10.254.20.30"; nested prefixes are joined with " / ".
 	Source string
 	Text   string
+	// Repeated is N of Ray's "[repeated Nx across cluster]" suffix (removed from Text),
+	// 0 when the line carried none.
+	Repeated int
 }
 
-var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
+// Node is the address of the Ray node the line came from (the last "ip=" of Source), or
+// "" for a line of the local process.
+func (l Line) Node() string {
+	i := strings.LastIndex(l.Source, "ip=")
+	if i < 0 {
+		return ""
+	}
+	ip := l.Source[i+3:]
+	if j := strings.IndexAny(ip, ", /)"); j >= 0 {
+		ip = ip[:j]
+	}
+	return ip
+}
+
+var (
+	ansi      = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
+	caretCSI  = regexp.MustCompile(`\^\[\[[0-9;?]*[ -/]*[@-~]`)
+	repeated  = regexp.MustCompile(`\s*\[repeated (\d+)x across cluster\]\s*$`)
+	dedupNote = regexp.MustCompile(`\s*\(Ray deduplicates logs by default\.[^()]*(?:\([^()]*\)[^()]*)*\)\s*$`)
+)
 
 // StripANSI removes terminal colour and cursor codes, and any stray escape byte left, so
 // that stripping twice changes nothing.
@@ -40,27 +90,78 @@ func StripANSI(s string) string {
 	return strings.ReplaceAll(ansi.ReplaceAllString(s, ""), "\x1b", "")
 }
 
-// Parse removes colours and carriage returns (tqdm redraws) and splits off Ray's
-// `(Name pid=N, ip=X)` prefixes.
+// stripCaret removes escapes as they look once pasted into an issue: "^[[36m" for ESC [36m.
+func stripCaret(s string) string {
+	for i := 0; i < 64 && strings.Contains(s, "^[["); i++ {
+		n := caretCSI.ReplaceAllString(s, "")
+		if n == s {
+			break
+		}
+		s = n
+	}
+	return s
+}
+
+// Parse removes colours (ANSI and caret notation) and carriage returns (tqdm redraws,
+// "^M"), splits off Ray's and vLLM's `(Name pid=N, ip=X)` prefixes (one space after each
+// prefix is removed, so a traceback's indentation survives) and Ray's
+// "[repeated Nx across cluster]" suffix.
 func Parse(raw string) Line {
-	s := strings.TrimRight(StripANSI(raw), "\r\n")
+	s := StripANSI(raw)
+	if strings.Contains(s, "^") {
+		s = strings.ReplaceAll(stripCaret(s), "^M", "\r")
+	}
+	s = strings.TrimRight(s, "\r\n")
 	if i := strings.LastIndexByte(s, '\r'); i >= 0 {
 		s = s[i+1:]
 	}
+	var l Line
 	var sources []string
 	for strings.HasPrefix(s, "(") {
-		end := strings.IndexByte(s, ')')
-		inner := ""
-		if end > 0 {
-			inner = s[1:end]
+		end := closing(s)
+		if end < 0 {
+			break
 		}
-		if end < 0 || !strings.Contains(inner, "pid=") {
+		inner := s[1:end]
+		if !strings.Contains(inner, "pid=") && !strings.Contains(inner, "ip=") {
 			break
 		}
 		sources = append(sources, inner)
-		s = strings.TrimLeft(s[end+1:], " ")
+		s = strings.TrimPrefix(s[end+1:], " ")
 	}
-	return Line{Source: strings.Join(sources, " / "), Text: s}
+	l.Source = strings.Join(sources, " / ")
+	for i := 0; i < 8; i++ {
+		t := dedupNote.ReplaceAllString(s, "")
+		if m := repeated.FindStringSubmatchIndex(t); m != nil {
+			if n, err := strconv.Atoi(t[m[2]:m[3]]); err == nil && n > l.Repeated {
+				l.Repeated = n
+			}
+			t = t[:m[0]]
+		}
+		if t == s {
+			break
+		}
+		s = t
+	}
+	l.Text = s
+	return l
+}
+
+// closing is the index of the parenthesis that closes s[0], or -1.
+func closing(s string) int {
+	depth := 0
+	for i := 0; i < len(s) && i < 300; i++ {
+		switch s[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // Finding is a classified line.
@@ -71,6 +172,16 @@ type Finding struct {
 	// Fatal findings end the deploy; the others are recorded as warnings.
 	Fatal bool
 	Line  string
+	// Node is the Ray node the line came from (its "ip="), "" for the local process.
+	Node string
+	// Pinned is the address vLLM pinned its placement group to ('node:IP' in the specs),
+	// "" when the specs pin nothing. Set for PlacementGroupPending only.
+	Pinned string
+	// Waited is how long vLLM had waited for its placement group when it printed the line.
+	Waited time.Duration
+
+	header bool   // an engine line that announces a traceback (a Scanner waits for its cause)
+	where  string // the process part of Diagnosis, to rebuild it
 }
 
 // Message is the one-line account an operator reads.
@@ -78,75 +189,54 @@ func (f *Finding) Message() string {
 	return f.Diagnosis + ". Fix: " + f.Fix
 }
 
-var (
-	pgWait     = regexp.MustCompile(`Waiting for creating a placement group of specs for (\d+) seconds\. specs=(.*?)\. Check`)
-	pgFail     = regexp.MustCompile(`Cannot provide a placement group requiring (\d+) GPUs \(placement_group_specs=(.*)\) within`)
-	pinnedNode = regexp.MustCompile(`'node:([0-9a-fA-F.:]+)'`)
-	c10dClient = regexp.MustCompile(`failed to connect to ([^\s]+?):(\d+) \(errno: (\d+) - ([^)]*)\)`)
-	c10dServer = regexp.MustCompile(`Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined`)
-	glooMesh   = regexp.MustCompile(`Gloo connectFullMesh failed with .*remote=\[([^\]]+)\]`)
-)
-
-// Classify returns what a line means for the deploy, or nil for an ordinary line.
-func Classify(l Line) *Finding {
-	t := l.Text
+// ResolvePending decides a PlacementGroupPending finding, which one line cannot: the caller
+// passes the addresses Ray has registered its nodes under (`ray status` / the state API;
+// nil when unknown) and how long a group pinned to a live node may stay pending before the
+// deploy gives up (the placement proof has passed by then, so a pending group most often
+// means GPUs held by something else; vllm PR #11138 shows a late worker and then success,
+// hence the bound).
+//
+//   - pinned to an address no Ray node has: fatal PlacementGroupPending (Ray registered
+//     the node under another address);
+//   - vLLM gave up ("Cannot provide …", Fatal) or waited at least bound: fatal ResourcesBusy;
+//   - otherwise nil: keep waiting.
+//
+// It returns nil for a finding of another type.
+func (f *Finding) ResolvePending(registered []string, bound time.Duration) *Finding {
+	if f == nil || f.Type != PlacementPending {
+		return nil
+	}
 	where := ""
-	if l.Source != "" {
-		where = " (on " + l.Source + ")"
+	if f.Node != "" {
+		where = " (on " + f.Node + ")"
 	}
-	f := func(typ, diag, fix string, fatal bool) *Finding {
-		return &Finding{Type: typ, Diagnosis: diag + where, Fix: fix, Fatal: fatal, Line: t}
+	if f.Pinned != "" && registered != nil && !containsAddr(registered, f.Pinned) {
+		return &Finding{Type: PlacementPending, Fatal: true, Line: f.Line, Node: f.Node, Pinned: f.Pinned, Waited: f.Waited,
+			Diagnosis: "vLLM pinned its placement group to node:" + f.Pinned + " but Ray registered its nodes as " + strings.Join(registered, ", ") +
+				": the node running vllm serve is known to Ray under another address, so the group can never be placed" + where,
+			Fix: "start that node's Ray with --node-ip-address " + f.Pinned + " (the planned subnet), or set its VLLM_HOST_IP to the address Ray registered; the two must be equal on every node"}
 	}
-	switch {
-	case strings.Contains(t, "Waiting for creating a placement group"), strings.Contains(t, "Cannot provide a placement group requiring"):
-		specs := ""
-		if m := pgWait.FindStringSubmatch(t); m != nil {
-			specs = m[2]
-		} else if m := pgFail.FindStringSubmatch(t); m != nil {
-			specs = m[2]
-		}
-		diag := "vLLM's placement group cannot be placed"
-		if m := pinnedNode.FindStringSubmatch(specs); m != nil {
-			diag = "vLLM pinned its placement group to node:" + m[1] + " but no Ray node offers that resource (Ray registered the node under another address; vLLM would wait about 42 minutes)"
-		}
-		return f(PlacementPending, diag, "start every Ray node with --node-ip-address on the planned subnet and set VLLM_HOST_IP to the same address on each node", true)
-	case strings.Contains(t, "Every node should have a unique IP address"):
-		return f(DuplicateAddress, "two Ray nodes registered under the same IP address", "give every node its own --node-ip-address and VLLM_HOST_IP", true)
-	case c10dClient.MatchString(t) && (strings.Contains(t, "c10d") || strings.Contains(t, "DistNetworkError") || strings.Contains(t, "client socket")):
-		m := c10dClient.FindStringSubmatch(t)
-		errno, _ := strconv.Atoi(m[3])
-		if errno == 111 { // refused: the store is not listening yet, torch retries
-			return nil
-		}
-		return f(C10dUnreachable, "a worker cannot reach the torch c10d rendezvous at "+m[1]+":"+m[2]+" (errno "+m[3]+" - "+m[4]+")",
-			"set VLLM_HOST_IP on the head to an address every node can route to (the shared subnet)", true)
-	case c10dServer.MatchString(t):
-		m := c10dServer.FindStringSubmatch(t)
-		return f(C10dUnreachable, "the c10d rendezvous timed out after "+m[1]+" s with "+m[2]+"/"+m[3]+" ranks joined: the other ranks cannot reach the head's rendezvous address",
-			"set VLLM_HOST_IP on the head to an address every node can route to (the shared subnet)", true)
-	case strings.Contains(t, "Bootstrap : no socket interface found"), strings.Contains(t, "NET/Socket : no interface found"):
-		return f(NCCLNoInterface, "NCCL found no interface matching NCCL_SOCKET_IFNAME", "set NCCL_SOCKET_IFNAME to =<interface> naming an existing interface on that node (names differ per node)", true)
-	case strings.Contains(t, "ncclNetSocketListen"), strings.Contains(t, "NCCL error"), strings.Contains(t, "NCCL WARN Net : Connect to"):
-		return f(NCCLError, "NCCL failed: "+clip(t, 160), "set NCCL_SOCKET_IFNAME=<=interface> on every node to the shared subnet's interface; with it unset a multi-NIC head uses several interfaces and the ranks disagree", true)
-	case strings.Contains(t, "Using the loopback address as fallback"):
-		return f(GlooLoopback, "Gloo fell back to the loopback address", "set GLOO_SOCKET_IFNAME to the shared subnet's interface on every node", false)
-	case glooMesh.MatchString(t):
-		m := glooMesh.FindStringSubmatch(t)
-		diag := "Gloo could not connect its mesh (remote " + m[1] + ")"
-		if strings.HasPrefix(m[1], "127.") {
-			diag = "Gloo bound the loopback address on a rank, so its peers cannot reach it (remote " + m[1] + ")"
-		}
-		return f(GlooLoopback, diag, "set GLOO_SOCKET_IFNAME to the shared subnet's interface on every node", true)
-	case strings.Contains(t, "CUDA out of memory"), strings.Contains(t, "OutOfMemoryError"):
-		return f(CUDAOutOfMemory, "a GPU ran out of memory", "lower --gpu-memory-utilization or --max-model-len, or use more GPUs (tensor/pipeline size)", true)
-	case strings.Contains(t, "Current node has no GPU available"):
-		return f(NoGPU, "vLLM's driver node offers no GPU to Ray", "run vLLM on a node whose Ray registration has GPUs (check --num-gpus and the GPU device request)", true)
-	case strings.Contains(t, "Unable to connect to GCS at"):
-		return f(GCSUnreachable, "Ray cannot reach the GCS: "+clip(t, 120), "RAY_ADDRESS must name the head's planned address and port, reachable from every node", true)
-	case strings.Contains(t, "EngineDeadError"), strings.Contains(t, "Engine core initialization failed"), strings.Contains(t, "EngineCore encountered a fatal error"), strings.Contains(t, "EngineCore failed to start"):
-		return f(EngineDead, "vLLM's engine died: "+clip(t, 160), "see the lines above it; a lost rank (node down, network cut) is the usual cause", true)
+	if !f.Fatal && (bound <= 0 || f.Waited < bound) {
+		return nil
 	}
-	return nil
+	on := "the nodes"
+	if f.Pinned != "" {
+		on = f.Pinned
+	}
+	return &Finding{Type: ResourcesBusy, Fatal: true, Line: f.Line, Node: f.Node, Pinned: f.Pinned, Waited: f.Waited,
+		Diagnosis: "vLLM's placement group stayed pending for " + f.Waited.String() + " although Ray knows " + on +
+			": the GPUs are held by something else (a stale placement group of a killed vllm serve, another container or process) or a planned node's GPUs never joined" + where,
+		Fix: "free the GPUs on " + on + " (stop the other vllm/ray containers there, `ray list placement-groups` for stale groups) and check `ray status` shows the planned GPU count, then redeploy"}
+}
+
+func containsAddr(list []string, a string) bool {
+	a = strings.Trim(a, "[]")
+	for _, x := range list {
+		if strings.Trim(strings.TrimSpace(x), "[]") == a {
+			return true
+		}
+	}
+	return false
 }
 
 func clip(s string, n int) string {

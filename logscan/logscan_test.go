@@ -15,7 +15,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"placement wait (seed failure 1)",
 			"(EngineCore_DP0 pid=2301) INFO 04-08 20:32:02 [ray_utils.py:241] Waiting for creating a placement group of specs for 10 seconds. specs=[{'GPU': 1.0, 'node:192.168.200.12': 0.001}, {'GPU': 1.0}]. Check `ray status` and `ray list nodes` to see if you have enough resources, and make sure the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment variable specified in each node if you are running on a multi-node.",
-			PlacementPending, true, []string{"node:192.168.200.12", "--node-ip-address"}},
+			PlacementPending, false, []string{"node:192.168.200.12", "--node-ip-address"}},
 		{"placement gives up",
 			"ValueError: Cannot provide a placement group requiring 2 GPUs (placement_group_specs=[{'GPU': 1.0, 'node:10.0.0.5': 0.001}, {'GPU': 1.0}]) within 1800 seconds.",
 			PlacementPending, true, []string{"node:10.0.0.5"}},
@@ -73,6 +73,12 @@ func TestParse(t *testing.T) {
 		{"(not a prefix) text", "", "(not a prefix) text"},
 		{"Loading:  0%|\rLoading: 50%|\r\n", "", "Loading: 50%|"},
 		{"(unclosed pid=1", "", "(unclosed pid=1"},
+		// Nested parentheses in a prefix (Ray Data), and a prefix without pid (raylet).
+		{"(MapWorker(MapBatches(vLLMEngineStageUDF)) pid=162837) (Worker pid=186718) INFO 09-23 17:01:42 [cuda.py:362] x", "MapWorker(MapBatches(vLLMEngineStageUDF)) pid=162837 / Worker pid=186718", "INFO 09-23 17:01:42 [cuda.py:362] x"},
+		{"(raylet, ip=10.0.0.3) y", "raylet, ip=10.0.0.3", "y"},
+		// One space goes with the prefix; a traceback's indentation stays.
+		{"(APIServer pid=151)     sys.exit(main())", "APIServer pid=151", "    sys.exit(main())"},
+		{"(APIServer pid=2960) (Worker_TP0 pid=1)", "APIServer pid=2960 / Worker_TP0 pid=1", ""},
 	} {
 		got := Parse(tc.raw)
 		if got.Source != tc.source || got.Text != tc.text {
@@ -119,13 +125,26 @@ func FuzzClassify(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	f.Add("(A pid=1) Traceback (most recent call last):\n(A pid=1)   File \"x\", line 1, in f\n(B pid=2) RuntimeError: NCCL error: x\n(A pid=1)     raise X(\n(A pid=1) ValueError: y")
+	f.Add("ERROR 04-30 10:20:36 [core.py:396] EngineCore failed to start.\n^[[31mERROR^[[0m x [repeated 2x across cluster]^M")
 	f.Fuzz(func(t *testing.T, raw string) {
+		var s Scanner
+		for _, part := range strings.Split(raw, "\n") {
+			if _, f := s.Scan(part); f != nil && (f.Type == "" || f.Diagnosis == "" || f.Fix == "") {
+				t.Fatalf("incomplete scanner finding %+v for %q", f, part)
+			}
+		}
+		if f := s.Flush(); f != nil && (f.Type == "" || f.Diagnosis == "" || f.Fix == "" || !f.Fatal) {
+			t.Fatalf("incomplete flushed finding %+v", f)
+		}
 		l := Parse(raw)
 		if again := Parse(l.Text); l.Source == "" && again.Text != l.Text && !strings.HasPrefix(l.Text, "(") {
 			t.Fatalf("Parse not stable: %q -> %q -> %q", raw, l.Text, again.Text)
 		}
 		if f := Classify(l); f != nil && (f.Type == "" || f.Diagnosis == "" || f.Fix == "") {
 			t.Fatalf("incomplete finding %+v for %q", f, raw)
+		} else if f != nil && f.Type == PlacementPending && f.Waited < 0 {
+			t.Fatalf("negative wait %+v", f)
 		}
 		if p, ok := ParseProgress(l.Text); ok && (p.Loaded < 0 || p.Total < 0) {
 			t.Fatalf("negative progress %+v", p)
