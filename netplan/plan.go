@@ -423,6 +423,7 @@ func Choose(c spec.Cluster, probes []NodeProbe, matrix []PairResult) (Plan, erro
 			plan.RayAddress = netip.AddrPortFrom(m.addr.Addr(), uint16(c.Ports.Ray)).String()
 		}
 	}
+	plan.NCCL = ncclForm(best.members, byNode)
 	for i, m := range best.members {
 		n := c.Nodes[i]
 		gpus := byNode[n.Name].GPUs
@@ -432,9 +433,10 @@ func Choose(c spec.Cluster, probes []NodeProbe, matrix []PairResult) (Plan, erro
 		plan.GPUs += gpus
 		plan.Nodes = append(plan.Nodes, NodePlan{
 			Name: n.Name, Role: n.Role, Address: m.addr.Addr(), Interface: m.link.Name, GPUs: gpus,
-			Env: nodeEnv(n, m, plan.RayAddress),
+			Env: nodeEnv(n, m, plan.RayAddress, plan.NCCL, best.members),
 		})
 	}
+	plan.Warnings = copiedEnvWarnings(c)
 	if need := c.WorldSize(); plan.GPUs < need {
 		var have []string
 		for _, np := range plan.Nodes {
@@ -448,25 +450,144 @@ func Choose(c spec.Cluster, probes []NodeProbe, matrix []PairResult) (Plan, erro
 
 // nodeEnv is every variable a node's containers need so that each layer uses the plan's
 // address and interface. Interface names are exact (NCCL's "=" form): as prefixes,
-// enp1s0f1 would also match enp1s0f1np1.
-func nodeEnv(n spec.Node, m member, rayAddress string) map[string]string {
+// enp1s0f1 would also match enp1s0f1np1. GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME and
+// VLLM_HOST_IP are always per node: Gloo wants every name it is given to exist (a list
+// fails on every node, measured), and vLLM copies none of the three to its workers.
+func nodeEnv(n spec.Node, m member, rayAddress string, form NCCLEnv, members []member) map[string]string {
 	env := map[string]string{}
 	for k, v := range n.Env {
 		env[k] = v
 	}
 	env["VLLM_HOST_IP"] = m.addr.Addr().String()
-	env["NCCL_SOCKET_IFNAME"] = "=" + m.link.Name
 	env["GLOO_SOCKET_IFNAME"] = m.link.Name
 	env["TP_SOCKET_IFNAME"] = m.link.Name
 	env["RAY_ADDRESS"] = rayAddress
-	if len(m.rdma) > 0 {
-		hcas := make([]string, len(m.rdma))
-		for i, d := range m.rdma {
-			hcas[i] = fmt.Sprintf("%s:%d", d.Name, max(d.Port, 1))
+	ifaces, hcas := []string{m.link.Name}, hcaNames(m.rdma)
+	if form.Form == NCCLClusterWide {
+		ifaces, hcas = nil, nil
+		for _, o := range members {
+			ifaces = appendNew(ifaces, o.link.Name)
+			for _, h := range hcaNames(o.rdma) {
+				hcas = appendNew(hcas, h)
+			}
 		}
+	}
+	env["NCCL_SOCKET_IFNAME"] = "=" + strings.Join(ifaces, ",")
+	if len(hcas) > 0 {
 		env["NCCL_IB_HCA"] = "=" + strings.Join(hcas, ",")
 	}
 	return env
+}
+
+func hcaNames(devs []RDMADevice) []string {
+	var out []string
+	for _, d := range devs {
+		out = append(out, fmt.Sprintf("%s:%d", d.Name, max(d.Port, 1)))
+	}
+	return out
+}
+
+func appendNew(list []string, v string) []string {
+	if slices.Contains(list, v) {
+		return list
+	}
+	return append(list, v)
+}
+
+// ncclForm decides whether one value of NCCL_SOCKET_IFNAME (and NCCL_IB_HCA) is right on
+// every node. vLLM's Ray executor (since vllm PR #34383) copies the driver's NCCL_* onto
+// every worker, overwriting the worker's own; the exact-name list of every node's chosen
+// interface survives that copy, measured on NCCL 2.28 (upstream.md §6), but only when it
+// selects exactly the chosen interface on each node: NCCL's socket transport uses every
+// interface that matches, and ranks that see different counts fail. Where the list would
+// select another interface too, each node keeps its own value and the copy is stopped.
+func ncclForm(members []member, probes map[string]NodeProbe) NCCLEnv {
+	var ifaces, hcas []string
+	for _, m := range members {
+		ifaces = appendNew(ifaces, m.link.Name)
+		for _, h := range hcaNames(m.rdma) {
+			hcas = appendNew(hcas, h)
+		}
+	}
+	var clashes []string
+	for _, m := range members {
+		for _, l := range probes[m.node].Links {
+			// NCCL considers interfaces that have an address; one without cannot match.
+			if l.Name != m.link.Name && len(l.Addrs) > 0 && slices.Contains(ifaces, l.Name) {
+				clashes = append(clashes, fmt.Sprintf("%s also has an interface named %s", m.node, l.Name))
+			}
+		}
+		own := hcaNames(m.rdma)
+		for _, d := range probes[m.node].RDMA {
+			h := fmt.Sprintf("%s:%d", d.Name, max(d.Port, 1))
+			if !slices.Contains(own, h) && slices.Contains(hcas, h) {
+				clashes = append(clashes, fmt.Sprintf("%s also has the HCA %s", m.node, h))
+			}
+		}
+	}
+	if len(clashes) > 0 {
+		no := []string{"NCCL_SOCKET_IFNAME"}
+		if len(hcas) > 0 {
+			no = append(no, "NCCL_IB_HCA")
+		}
+		return NCCLEnv{Form: NCCLPerNode, NoCarryOver: no,
+			Reason: "one list of every node's interface would select more than one interface on a node (" + strings.Join(clashes, "; ") +
+				"), so each node gets its own value and vLLM is told not to copy them from the driver (ray_non_carry_over_env_vars.json)"}
+	}
+	reason := fmt.Sprintf("=%s selects exactly the chosen interface on every node, so it survives vLLM copying the driver's NCCL_* to its workers", strings.Join(ifaces, ","))
+	if len(ifaces) == 1 {
+		reason = fmt.Sprintf("every node uses an interface named %s, so one value is right everywhere (and survives vLLM copying the driver's NCCL_*)", ifaces[0])
+	}
+	return NCCLEnv{Form: NCCLClusterWide, Reason: reason}
+}
+
+// copiedEnvWarnings names NCCL_* (and the other copied prefixes') values that differ
+// between a worker's env and the head's: newer vLLM replaces the worker's with the head's.
+func copiedEnvWarnings(c spec.Cluster) []string {
+	head := c.Head()
+	var out []string
+	for _, n := range c.Nodes {
+		if n.Name == head.Name {
+			continue
+		}
+		for _, k := range sortedEnvKeys(n.Env) {
+			if !copiedByVLLM(k) {
+				continue
+			}
+			if hv, ok := head.Env[k]; !ok || hv != n.Env[k] {
+				out = append(out, fmt.Sprintf("%s sets %s=%q but the head %s; vLLM's Ray executor (since v0.17) copies the head's value to every worker, so %s will not see its own",
+					n.Name, k, n.Env[k], describeHeadValue(head.Env, k), n.Name))
+			}
+		}
+	}
+	return out
+}
+
+// copiedByVLLM says whether vLLM's Ray executor copies a variable from the driver to its
+// workers by prefix (vllm/ray/ray_env.py, DEFAULT_ENV_VAR_PREFIXES).
+func copiedByVLLM(k string) bool {
+	for _, p := range []string{"VLLM_", "LMCACHE_", "NCCL_", "UCX_", "HF_", "HUGGING_FACE_"} {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func describeHeadValue(env map[string]string, k string) string {
+	if v, ok := env[k]; ok {
+		return fmt.Sprintf("sets %q", v)
+	}
+	return "does not set it"
+}
+
+func sortedEnvKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func chosenReason(cand candidate, s score, nodes int) string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,10 @@ import (
 type topo map[string][]Link
 
 func link(name, cidr string, mtu int, opts ...func(*Link)) Link {
-	l := Link{Name: name, Kind: "device", MTU: mtu, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix(cidr)}}
+	l := Link{Name: name, Kind: "device", MTU: mtu, Up: true}
+	if cidr != "" {
+		l.Addrs = []netip.Prefix{netip.MustParsePrefix(cidr)}
+	}
 	for _, o := range opts {
 		o(&l)
 	}
@@ -93,6 +97,7 @@ func TestChoose(t *testing.T) {
 		wantErr  []string // substrings of the error
 		reasons  []string // substrings of the decision, joined
 		env      map[string]map[string]string
+		nccl     string // the NCCL env form, when the case is about it
 	}{
 		{
 			name: "seed: the shared RoCE subnet wins, external rejected", c: two, topo: seedTopo,
@@ -109,7 +114,38 @@ func TestChoose(t *testing.T) {
 			c:    two,
 			topo: topo{"node-a": {link("vethA", "192.168.77.12/24", 9000)}, "node-b": {link("ibp1", "192.168.77.13/24", 9000)}},
 			want: "192.168.77.0/24",
-			env:  map[string]map[string]string{"node-a": {"NCCL_SOCKET_IFNAME": "=vethA"}, "node-b": {"NCCL_SOCKET_IFNAME": "=ibp1", "GLOO_SOCKET_IFNAME": "ibp1"}},
+			// One value survives vLLM's copy of the driver's NCCL_* (measured, upstream.md
+			// §6); Gloo wants a name that exists, so it stays per node.
+			env: map[string]map[string]string{
+				"node-a": {"NCCL_SOCKET_IFNAME": "=vethA,ibp1", "GLOO_SOCKET_IFNAME": "vethA", "TP_SOCKET_IFNAME": "vethA"},
+				"node-b": {"NCCL_SOCKET_IFNAME": "=vethA,ibp1", "GLOO_SOCKET_IFNAME": "ibp1", "TP_SOCKET_IFNAME": "ibp1"}},
+			nccl: NCCLClusterWide,
+		},
+		{
+			name: "the names' list would select a second interface: per node, copy stopped",
+			c:    two,
+			topo: topo{"node-a": {link("vethA", "192.168.77.12/24", 9000), link("ibp1", "10.9.0.1/24", 1500)}, "node-b": {link("ibp1", "192.168.77.13/24", 9000)}},
+			want: "192.168.77.0/24",
+			env: map[string]map[string]string{
+				"node-a": {"NCCL_SOCKET_IFNAME": "=vethA", "GLOO_SOCKET_IFNAME": "vethA"},
+				"node-b": {"NCCL_SOCKET_IFNAME": "=ibp1", "GLOO_SOCKET_IFNAME": "ibp1"}},
+			nccl: NCCLPerNode,
+		},
+		{
+			name: "an interface of that name without an address selects nothing: one value",
+			c:    two,
+			topo: topo{"node-a": {link("vethA", "192.168.77.12/24", 9000), link("ibp1", "", 1500)}, "node-b": {link("ibp1", "192.168.77.13/24", 9000)}},
+			want: "192.168.77.0/24",
+			env:  map[string]map[string]string{"node-a": {"NCCL_SOCKET_IFNAME": "=vethA,ibp1"}},
+			nccl: NCCLClusterWide,
+		},
+		{
+			name: "same names everywhere: one value",
+			c:    two,
+			topo: topo{"node-a": {link("eth1", "192.168.77.12/24", 9000)}, "node-b": {link("eth1", "192.168.77.13/24", 9000)}},
+			want: "192.168.77.0/24",
+			env:  map[string]map[string]string{"node-a": {"NCCL_SOCKET_IFNAME": "=eth1"}, "node-b": {"NCCL_SOCKET_IFNAME": "=eth1"}},
+			nccl: NCCLClusterWide,
 		},
 		{
 			name:    "MTU ranks a shared management network second",
@@ -194,7 +230,17 @@ func TestChoose(t *testing.T) {
 			rdma:    map[string][]RDMADevice{"node-a": {{Name: "mlx5_1", Port: 1, Netdev: "roce0", State: "ACTIVE"}}, "node-b": {{Name: "mlx5_0", Port: 1, Netdev: "roce0", State: "ACTIVE"}}},
 			want:    "192.168.77.0/24",
 			reasons: []string{"172.20.0.0/16 reachable, ranked 2nd: not RDMA-capable on every node", "RDMA-capable"},
-			env:     map[string]map[string]string{"node-a": {"NCCL_IB_HCA": "=mlx5_1:1"}, "node-b": {"NCCL_IB_HCA": "=mlx5_0:1"}},
+			env:     map[string]map[string]string{"node-a": {"NCCL_IB_HCA": "=mlx5_1:1,mlx5_0:1"}, "node-b": {"NCCL_IB_HCA": "=mlx5_1:1,mlx5_0:1"}},
+			nccl:    NCCLClusterWide,
+		},
+		{
+			name: "an HCA list that would add a second HCA on a node: per node",
+			c:    two,
+			topo: topo{"node-a": {link("roce0", "192.168.77.12/24", 9000)}, "node-b": {link("roce0", "192.168.77.13/24", 9000), link("roce1", "10.8.0.3/24", 9000)}},
+			rdma: map[string][]RDMADevice{"node-a": {{Name: "mlx5_1", Port: 1, Netdev: "roce0", State: "ACTIVE"}}, "node-b": {{Name: "mlx5_0", Port: 1, Netdev: "roce0", State: "ACTIVE"}, {Name: "mlx5_1", Port: 1, Netdev: "roce1", State: "ACTIVE"}}},
+			want: "192.168.77.0/24",
+			env:  map[string]map[string]string{"node-a": {"NCCL_IB_HCA": "=mlx5_1:1", "NCCL_SOCKET_IFNAME": "=roce0"}, "node-b": {"NCCL_IB_HCA": "=mlx5_0:1"}},
+			nccl: NCCLPerNode,
 		},
 		{
 			name:    "link speed ranks",
@@ -260,6 +306,12 @@ func TestChoose(t *testing.T) {
 				if !strings.Contains(decisionText(plan), w) {
 					t.Errorf("decision lacks %q:\n%s", w, decisionText(plan))
 				}
+			}
+			if tt.nccl != "" && plan.NCCL.Form != tt.nccl {
+				t.Errorf("NCCL form %q (%s), want %q", plan.NCCL.Form, plan.NCCL.Reason, tt.nccl)
+			}
+			if plan.NCCL.Form == NCCLPerNode && !slices.Contains(plan.NCCL.NoCarryOver, "NCCL_SOCKET_IFNAME") {
+				t.Errorf("per-node form without NCCL_SOCKET_IFNAME in no_carry_over: %+v", plan.NCCL)
 			}
 			for node, want := range tt.env {
 				np, _ := plan.Node(node)
@@ -374,4 +426,24 @@ func TestChooseProperty(t *testing.T) {
 		t.Fatalf("only %d of 2000 random topologies had a plan", chosen)
 	}
 	t.Logf("%d of 2000 random topologies had a plan", chosen)
+}
+
+func TestWarnsWhenVLLMWouldCopyTheHeadsEnvOverAWorkers(t *testing.T) {
+	c := clusterOf("node-a", "node-b")
+	c.Nodes[0].Env = map[string]string{"NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "4"}
+	c.Nodes[1].Env = map[string]string{"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1", "OMP_NUM_THREADS": "8"}
+	probes := []NodeProbe{{Node: "node-a", GPUs: 1, Links: []Link{link("eth1", "192.168.77.12/24", 9000)}}, {Node: "node-b", GPUs: 1, Links: []Link{link("eth1", "192.168.77.13/24", 9000)}}}
+	plan, err := Choose(c, probes, fullMatrix(c, probes, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan.Warnings, "\n")
+	for _, w := range []string{`node-b sets NCCL_DEBUG="INFO" but the head sets "WARN"`, `node-b sets NCCL_P2P_DISABLE="1" but the head does not set it`} {
+		if !strings.Contains(text, w) {
+			t.Errorf("warnings lack %q:\n%s", w, text)
+		}
+	}
+	if strings.Contains(text, "OMP_NUM_THREADS") {
+		t.Errorf("warned about a variable vLLM does not copy:\n%s", text)
+	}
 }

@@ -99,6 +99,30 @@ type Plan struct {
 	Decision []Candidate `json:"decision"`
 	// GPUs is the total the probes found (or the spec declared).
 	GPUs int `json:"gpus"`
+	// NCCL says how NCCL_SOCKET_IFNAME and NCCL_IB_HCA are given, and why.
+	NCCL NCCLEnv `json:"nccl,omitzero"`
+	// Warnings are findings that do not stop a deploy but an operator should know.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// NCCL environment forms.
+const (
+	// NCCLClusterWide gives every node the same value, the exact-name list of every node's
+	// chosen interface (and HCAs): it survives vLLM copying the driver's NCCL_* onto its
+	// Ray workers, and each node selects its own interface from the list.
+	NCCLClusterWide = "cluster-wide"
+	// NCCLPerNode gives each node its own value and stops vLLM's copy of those variables
+	// (vLLM's ray_non_carry_over_env_vars.json under the driver's VLLM_CONFIG_ROOT).
+	NCCLPerNode = "per-node"
+)
+
+// NCCLEnv is the form NCCL's interface variables take.
+type NCCLEnv struct {
+	Form   string `json:"form"`
+	Reason string `json:"reason"`
+	// NoCarryOver are the variables vLLM's Ray executor must not copy from the driver to
+	// its workers (per-node form only).
+	NoCarryOver []string `json:"no_carry_over,omitempty"`
 }
 
 // NodePlan is one node's share of the plan.
