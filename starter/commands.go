@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +17,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/tpdeploy/tpdeploy/codec"
+	"github.com/tpdeploy/tpdeploy/connect"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -227,6 +231,10 @@ func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	if res.NeverDeployed {
+		fmt.Fprintf(stdout, "cluster %s was never deployed: nothing to tear down\n", cluster)
+		return nil
+	}
 	n := 0
 	for _, r := range res.Removed {
 		for _, name := range r.Removed {
@@ -351,7 +359,58 @@ func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
 			fmt.Fprintf(w, "    %s=%s\n", k, n.Env[k])
 		}
 	}
+	if f := rep.Plan.NCCL; f.Form != "" {
+		fmt.Fprintf(w, "\nNCCL interface variables: %s\n  %s\n", f.Form, f.Reason)
+	}
+	for _, warn := range rep.Plan.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
 	if rep.Error != "" {
 		fmt.Fprintf(w, "\nBut: %s\n", rep.Error)
+	}
+}
+
+// cmdCodecServer serves the codec key file's keys as a codec server, the endpoint the
+// Temporal UI (Settings → Codec Server) and `temporal --codec-endpoint` decode through.
+func cmdCodecServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("codec-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: starter codec-server --codec-key-file FILE [--addr 127.0.0.1:8081] [--ui-origin URL]\n\n"+
+			"Whoever reaches this server can decrypt payloads: keep it on loopback or behind the UI's access control.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	addr := fs.String("addr", "127.0.0.1:8081", "address to listen on")
+	keyFile := fs.String("codec-key-file", connect.EnvOr(codec.KeyFileEnv, ""), "the agents' codec key file (env "+codec.KeyFileEnv+")")
+	origins := fs.String("ui-origin", codec.DefaultUIOrigin, "comma-separated browser origins of the Temporal UI allowed to call it (CORS)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return errUsage
+	}
+	if *keyFile == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	c, err := codec.Load(*keyFile)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("codec server: %w", err)
+	}
+	srv := &http.Server{Handler: codec.NewHTTPHandler(c, strings.Split(*origins, ",")...), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "codec server on http://%s (encrypting with key %s; UI origins %s)\n", ln.Addr(), c.KeyID(), *origins)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("codec server: %w", err)
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdown)
 	}
 }

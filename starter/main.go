@@ -29,9 +29,15 @@ Commands:
   schedule create CLUSTER -f spec.yaml --every 24h | --cron '0 3 * * *'
                                   redeploy on a schedule (no-op while the spec is unchanged and serving)
   schedule list [--json] | pause CLUSTER | unpause CLUSTER | delete CLUSTER
+  codec-server --codec-key-file FILE [--addr 127.0.0.1:8081] [--ui-origin URL]
+                                  decrypt payloads for the Temporal UI and CLI (their codec endpoint)
 
-Every command takes --address and --namespace (env TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE)
-and --help. Exit status: 0 on success, 1 with a one-line reason on failure, 2 on usage errors.
+Every command takes the connection flags --address, --namespace, --api-key, --tls,
+--tls-cert-path, --tls-key-path, --tls-ca-path, --tls-server-name, --profile, --config-file
+(or the Temporal CLI's environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
+TEMPORAL_TLS_*, TEMPORAL_PROFILE, TEMPORAL_CONFIG_FILE), --codec-key-file (env
+TEMPORAL_CODEC_KEY_FILE) when the agents encrypt payloads, and --help.
+Exit status: 0 on success, 1 with a one-line reason on failure, 2 on usage errors.
 `
 
 // errUsage marks errors that exit 2.
@@ -71,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdTeardown(ctx, rest, stdout, stderr)
 	case "schedule":
 		return cmdSchedule(ctx, rest, stdout, stderr)
+	case "codec-server":
+		return cmdCodecServer(ctx, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "starter: unknown command %q\n\n%s", cmd, usage)
 		return errUsage

@@ -25,17 +25,29 @@ import (
 	"github.com/tpdeploy/tpdeploy/connect"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/logging"
+	"github.com/tpdeploy/tpdeploy/metrics"
+	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
+// nodePolicy is this node's operator policy (images, host paths, Docker engines, ports),
+// built and validated from --policy-file and the --allow-* flags at start-up. The node's
+// activities will enforce it (TODO(integrate): activities.Node.Policy); until then it is
+// only validated and logged.
+var nodePolicy policy.Policy
+
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run serves the node until ctx ends or a worker stops on a fatal error.
+func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: worker --node NAME [flags]\n\nRuns the tpdeploy node agent for one GPU node.\n\n")
@@ -54,7 +66,14 @@ func run(args []string) error {
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
+		metricsAt  = fs.String("metrics-addr", connect.EnvOr("TPDEPLOY_METRICS_ADDR", ""), "serve Prometheus /metrics and /healthz on this address, e.g. :9464; empty for none (env TPDEPLOY_METRICS_ADDR)")
+		polFile    = fs.String("policy-file", connect.EnvOr("TPDEPLOY_POLICY_FILE", policy.DefaultFile), "this node's policy: allowed images, host paths, Docker engines, ports (env TPDEPLOY_POLICY_FILE; missing at the default path: the defaults)")
+		allow      policy.Overrides
 	)
+	fs.Var((*listFlag)(&allow.Images), "allow-image", "also allow images matching this glob, e.g. 'registry.internal/vllm/*:*' (repeatable, comma-separated; default policy: vllm/vllm-openai:*)")
+	fs.Var((*listFlag)(&allow.Mounts), "allow-mount", "also allow bind mounts of host paths under this directory (repeatable; default policy: /root/.cache/huggingface, /models)")
+	fs.Var((*listFlag)(&allow.DockerHosts), "allow-docker-host", "also allow this docker_host, e.g. tcp://10.0.0.5:2376 (repeatable; default policy: "+policy.DefaultDockerHost+")")
+	fs.Var((*listFlag)(&allow.Ports), "allow-ports", "also allow these container ports, e.g. 80 or 9000-9100 (repeatable; default policy: 1024-65535)")
 	conn.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -69,12 +88,30 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	nodePolicy, err = policy.Load(*polFile, allow)
+	if err != nil {
+		return err
+	}
 	z, err := logging.New(*logLevel, *console)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = z.Sync() }()
 	z = z.With(zap.String("node", *node))
+	z.Info("node policy", zap.String("file", nodePolicy.File), zap.Strings("allowed_images", nodePolicy.Images),
+		zap.Strings("allowed_mounts", nodePolicy.Mounts), zap.Strings("allowed_docker_hosts", nodePolicy.DockerHosts),
+		zap.Strings("allowed_ports", nodePolicy.Ports))
+
+	live := &metrics.Liveness{}
+	live.Set(false, "starting")
+	if *metricsAt != "" {
+		exp, stopMetrics, err := serveMetrics(*metricsAt, live, z)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		conn.MetricsHandler = exp.Handler
+	}
 
 	c, err := conn.Dial(z)
 	if err != nil {
@@ -82,7 +119,14 @@ func run(args []string) error {
 	}
 	defer c.Close()
 
-	wf := worker.New(c, activities.WorkflowQueue, worker.Options{})
+	// A worker that stops on a fatal error (its namespace gone, its credentials refused)
+	// ends the agent, so its supervisor (systemd, Docker) restarts it.
+	fatal := make(chan error, 2)
+	workerOpts := worker.Options{OnFatalError: func(err error) {
+		live.Set(false, "worker stopped: "+err.Error())
+		fatal <- err
+	}}
+	wf := worker.New(c, activities.WorkflowQueue, workerOpts)
 	wf.RegisterWorkflow(workflows.DeployCluster)
 	wf.RegisterWorkflow(workflows.PlanCluster)
 	wf.RegisterWorkflow(workflows.TeardownCluster)
@@ -90,12 +134,10 @@ func run(args []string) error {
 	wf.RegisterWorkflow(workflows.SuperviseCluster)
 	wf.RegisterActivity(&control.Checks{Controller: control.Controller{Client: c}})
 
-	nodeWorker := worker.New(c, activities.NodeQueue(*node), worker.Options{})
+	nodeWorker := worker.New(c, activities.NodeQueue(*node), workerOpts)
 	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr}
 	nodeWorker.RegisterActivity(agent)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if err := wf.Start(); err != nil {
 		return fmt.Errorf("start workflow worker: %w", err)
 	}
@@ -104,10 +146,50 @@ func run(args []string) error {
 		return fmt.Errorf("start node worker on %s: %w", activities.NodeQueue(*node), err)
 	}
 	defer nodeWorker.Stop()
-	z.Info("node agent serving", zap.String("queue", activities.NodeQueue(*node)), zap.String("temporal", conn.Address))
+	defer live.Set(false, "shutting down")
+	live.Set(true, "polling "+activities.WorkflowQueue+" and "+activities.NodeQueue(*node))
+	z.Info("node agent serving", zap.String("queue", activities.NodeQueue(*node)))
 	go informSupervisors(ctx, c, agent, z)
-	<-ctx.Done()
-	z.Info("shutting down")
+	select {
+	case <-ctx.Done():
+		z.Info("shutting down")
+		return nil
+	case err := <-fatal:
+		return fmt.Errorf("worker stopped: %w", err)
+	}
+}
+
+// serveMetrics starts the agent's /metrics and /healthz endpoint; stop ends it.
+func serveMetrics(addr string, live *metrics.Liveness, z *zap.Logger) (exp *metrics.Exporter, stop func(), err error) {
+	exp, err = metrics.NewExporter()
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := metrics.Serve(addr, exp, live)
+	if err != nil {
+		return nil, nil, err
+	}
+	z.Info("metrics endpoint", zap.String("metrics", "http://"+srv.Addr()+"/metrics"), zap.String("healthz", "http://"+srv.Addr()+"/healthz"))
+	return exp, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := errors.Join(srv.Shutdown(ctx), exp.Shutdown(ctx)); err != nil {
+			z.Warn("metrics endpoint shutdown", zap.Error(err))
+		}
+	}, nil
+}
+
+// listFlag is a repeatable flag whose values may also be comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*l = append(*l, item)
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,218 @@
+// Package codec encrypts Temporal payloads (workflow inputs and results, activity
+// arguments, heartbeats, queries, summaries, failure messages) with AES-256-GCM before they
+// leave the process, so the Temporal server and its history hold ciphertext only.
+//
+// Keys come from a key file: one key per line (32 bytes, base64 or hex), blank lines and
+// lines starting with # ignored. The first key encrypts; every key decrypts, so keys rotate
+// by putting a new key first and keeping the old ones below it until no history needs them.
+// Each encrypted payload names its key by ID in its metadata (the ID is a fingerprint of the
+// key, not the key). Payloads that are not encrypted pass through Decode unchanged.
+package codec
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	// Encoding is the metadata encoding of an encrypted payload.
+	Encoding = "binary/encrypted"
+	// MetadataKeyID is the metadata key naming the key that encrypted a payload.
+	MetadataKeyID = "encryption-key-id"
+	// KeyFileEnv is the environment variable naming the key file (flag --codec-key-file).
+	KeyFileEnv = "TEMPORAL_CODEC_KEY_FILE"
+	// KeySize is the size of an AES-256 key in bytes.
+	KeySize = 32
+)
+
+// Codec is a converter.PayloadCodec that encrypts with its first key and decrypts with
+// any of its keys.
+type Codec struct {
+	keys   []key
+	source string // where the keys came from, for error messages
+}
+
+type key struct {
+	id   string
+	aead cipher.AEAD
+}
+
+var _ converter.PayloadCodec = (*Codec)(nil)
+
+// New returns a codec for raw 32-byte keys; the first encrypts. source names where the
+// keys came from in error messages (a file name).
+func New(source string, keys ...[]byte) (*Codec, error) {
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s: no keys", source)
+	}
+	c := &Codec{source: source}
+	seen := map[string]bool{}
+	for i, k := range keys {
+		if len(k) != KeySize {
+			return nil, fmt.Errorf("%s: key %d is %d bytes, want %d (AES-256)", source, i+1, len(k), KeySize)
+		}
+		block, err := aes.NewCipher(k)
+		if err != nil {
+			return nil, fmt.Errorf("%s: key %d: %w", source, i+1, err)
+		}
+		aead, err := cipher.NewGCM(block)
+		if err != nil {
+			return nil, fmt.Errorf("%s: key %d: %w", source, i+1, err)
+		}
+		id := KeyID(k)
+		if seen[id] {
+			return nil, fmt.Errorf("%s: key %d (%s) is listed twice", source, i+1, id)
+		}
+		seen[id] = true
+		c.keys = append(c.keys, key{id: id, aead: aead})
+	}
+	return c, nil
+}
+
+// Load reads a key file (see the package documentation for its format).
+func Load(file string) (*Codec, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("codec key file: %w", err)
+	}
+	keys, err := ParseKeys(data)
+	if err != nil {
+		return nil, fmt.Errorf("codec key file %s: %w", file, err)
+	}
+	return New(file, keys...)
+}
+
+// ParseKeys reads the keys of a key file: one per line, base64 (standard or URL, padded
+// or not) or hex, each 32 bytes once decoded.
+func ParseKeys(data []byte) ([][]byte, error) {
+	var keys [][]byte
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, ok := decodeKey(line)
+		if !ok {
+			return nil, fmt.Errorf("line %d: not a %d-byte key in base64 or hex (make one with: head -c 32 /dev/urandom | base64)", n+1, KeySize)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no keys (make one with: head -c 32 /dev/urandom | base64)")
+	}
+	return keys, nil
+}
+
+func decodeKey(s string) ([]byte, bool) {
+	if len(s) == 2*KeySize {
+		if k, err := hex.DecodeString(s); err == nil {
+			return k, true
+		}
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if k, err := enc.DecodeString(s); err == nil && len(k) == KeySize {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+// KeyID is the ID a key is named by in payload metadata: a fingerprint (the first 8 bytes
+// of its SHA-256, in hex) that does not reveal the key.
+func KeyID(k []byte) string {
+	sum := sha256.Sum256(k)
+	return hex.EncodeToString(sum[:8])
+}
+
+// KeyID is the ID of the key that encrypts.
+func (c *Codec) KeyID() string { return c.keys[0].id }
+
+// Encode encrypts every payload with the first key.
+func (c *Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	k := c.keys[0]
+	out := make([]*commonpb.Payload, len(payloads))
+	for i, p := range payloads {
+		plain, err := proto.Marshal(p)
+		if err != nil {
+			return payloads, fmt.Errorf("encrypt payload: %w", err)
+		}
+		nonce := make([]byte, k.aead.NonceSize(), k.aead.NonceSize()+len(plain)+k.aead.Overhead())
+		if _, err := rand.Read(nonce); err != nil {
+			return payloads, fmt.Errorf("encrypt payload: %w", err)
+		}
+		out[i] = &commonpb.Payload{
+			Metadata: map[string][]byte{
+				converter.MetadataEncoding: []byte(Encoding),
+				MetadataKeyID:              []byte(k.id),
+			},
+			Data: k.aead.Seal(nonce, nonce, plain, []byte(k.id)),
+		}
+	}
+	return out, nil
+}
+
+// Decode decrypts encrypted payloads with the key their metadata names; other payloads
+// are returned as they are.
+func (c *Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	out := make([]*commonpb.Payload, len(payloads))
+	for i, p := range payloads {
+		if !bytes.Equal(p.GetMetadata()[converter.MetadataEncoding], []byte(Encoding)) {
+			out[i] = p
+			continue
+		}
+		id := string(p.GetMetadata()[MetadataKeyID])
+		k, ok := c.key(id)
+		if !ok {
+			return payloads, fmt.Errorf("decrypt payload: it was encrypted with key %s, which %s does not hold (it holds %s)", id, c.source, strings.Join(c.ids(), ", "))
+		}
+		n := k.aead.NonceSize()
+		if len(p.Data) < n+k.aead.Overhead() {
+			return payloads, fmt.Errorf("decrypt payload (key %s): %d bytes is too short", id, len(p.Data))
+		}
+		plain, err := k.aead.Open(nil, p.Data[:n], p.Data[n:], []byte(id))
+		if err != nil {
+			return payloads, fmt.Errorf("decrypt payload (key %s): %w", id, err)
+		}
+		var orig commonpb.Payload
+		if err := proto.Unmarshal(plain, &orig); err != nil {
+			return payloads, fmt.Errorf("decrypt payload (key %s): %w", id, err)
+		}
+		out[i] = &orig
+	}
+	return out, nil
+}
+
+func (c *Codec) key(id string) (key, bool) {
+	for _, k := range c.keys {
+		if k.id == id {
+			return k, true
+		}
+	}
+	return key{}, false
+}
+
+func (c *Codec) ids() []string {
+	ids := make([]string, len(c.keys))
+	for i, k := range c.keys {
+		ids[i] = k.id
+	}
+	return ids
+}
+
+// DataConverter is the SDK's default data converter with every payload passed through c.
+func DataConverter(c *Codec) converter.DataConverter {
+	return converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), c)
+}

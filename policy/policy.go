@@ -1,0 +1,312 @@
+// Package policy is the node's own limit on what a cluster spec may make its agent do:
+// which images it may run, which host paths it may bind-mount, which Docker engines it may
+// talk to and which ports its containers may serve on. The spec comes from whoever can
+// start a workflow; the policy comes from the node's operator (a file next to the systemd
+// unit, /etc/tpdeploy/policy.yaml, and agent flags), so a spec cannot reach past it.
+//
+//	# /etc/tpdeploy/policy.yaml — a setting given here replaces its default
+//	allowed_images: ["vllm/vllm-openai:*", "registry.internal/vllm/*:*"]
+//	allowed_mounts: [/root/.cache/huggingface, /models]
+//	allowed_docker_hosts: ["unix:///var/run/docker.sock"]
+//	allowed_ports: ["1024-65535"]
+//
+// Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports) add to
+// the file's lists (or to the defaults). The checks are pure: CheckMount compares the path
+// it is given, so callers pass a path with symlinks already resolved.
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/distribution/reference"
+	"sigs.k8s.io/yaml"
+)
+
+// DefaultFile is where the agent looks for its policy; missing, the defaults apply.
+const DefaultFile = "/etc/tpdeploy/policy.yaml"
+
+// DefaultDockerHost is the local Docker engine's socket, the only engine allowed by default.
+const DefaultDockerHost = "unix:///var/run/docker.sock"
+
+// Defaults: the stock vLLM images, the Hugging Face cache and /models, the local engine,
+// unprivileged ports.
+var (
+	DefaultImages      = []string{"vllm/vllm-openai:*"}
+	DefaultMounts      = []string{"/root/.cache/huggingface", "/models"}
+	DefaultDockerHosts = []string{DefaultDockerHost}
+	DefaultPorts       = []string{"1024-65535"}
+)
+
+// Settings and the flags that add to them, as named in error messages.
+const (
+	SettingImages      = "allowed_images"
+	SettingMounts      = "allowed_mounts"
+	SettingDockerHosts = "allowed_docker_hosts"
+	SettingPorts       = "allowed_ports"
+
+	FlagImage      = "--allow-image"
+	FlagMount      = "--allow-mount"
+	FlagDockerHost = "--allow-docker-host"
+	FlagPorts      = "--allow-ports"
+)
+
+// Policy is what this node allows. Build it with Default, Parse or Load.
+type Policy struct {
+	Images      []string // glob patterns (path.Match) of image references
+	Mounts      []string // absolute host path prefixes
+	DockerHosts []string // Docker engine addresses, exactly
+	Ports       []string // port ranges, "1024-65535" or "8000"
+	// File is the policy file an operator edits to change it (DefaultFile when none was read).
+	File  string
+	ports []portRange
+}
+
+// Overrides are the agent's flags: each list is added to the file's (or the default).
+type Overrides struct {
+	Images      []string
+	Mounts      []string
+	DockerHosts []string
+	Ports       []string
+}
+
+type file struct {
+	Images      *[]string `json:"allowed_images"`
+	Mounts      *[]string `json:"allowed_mounts"`
+	DockerHosts *[]string `json:"allowed_docker_hosts"`
+	Ports       *[]string `json:"allowed_ports"`
+}
+
+// Default is the policy of a node whose operator set nothing.
+func Default() Policy {
+	p, err := Parse(nil, DefaultFile, Overrides{})
+	if err != nil {
+		panic(err) // the defaults are constants
+	}
+	return p
+}
+
+// Load reads the policy file and adds the overrides. A missing file at DefaultFile means
+// the defaults; a missing file anywhere else is an error, so a mistyped path does not
+// silently change the policy.
+func Load(name string, add Overrides) (Policy, error) {
+	if name == "" {
+		name = DefaultFile
+	}
+	data, err := os.ReadFile(name)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && name == DefaultFile:
+		data = nil
+	case err != nil:
+		return Policy{}, fmt.Errorf("node policy: %w", err)
+	}
+	return Parse(data, name, add)
+}
+
+// Parse reads a policy file's YAML (empty for none), applies the defaults to the settings
+// it leaves out, adds the overrides and validates the result. name is the file's name, used
+// in messages.
+func Parse(data []byte, name string, add Overrides) (Policy, error) {
+	var f file
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return Policy{}, fmt.Errorf("node policy %s: %w", name, err)
+	}
+	pick := func(set *[]string, def []string, extra []string) []string {
+		out := def
+		if set != nil {
+			out = *set
+		}
+		return append(append([]string{}, out...), extra...)
+	}
+	p := Policy{
+		Images:      pick(f.Images, DefaultImages, add.Images),
+		Mounts:      pick(f.Mounts, DefaultMounts, add.Mounts),
+		DockerHosts: pick(f.DockerHosts, DefaultDockerHosts, add.DockerHosts),
+		Ports:       pick(f.Ports, DefaultPorts, add.Ports),
+		File:        name,
+	}
+	var problems []error
+	for _, g := range p.Images {
+		if _, err := path.Match(g, ""); err != nil || strings.TrimSpace(g) == "" {
+			problems = append(problems, fmt.Errorf("%s: %q is not a glob pattern", SettingImages, g))
+		}
+	}
+	for i, m := range p.Mounts {
+		if !filepath.IsAbs(m) {
+			problems = append(problems, fmt.Errorf("%s: %q is not an absolute path", SettingMounts, m))
+			continue
+		}
+		p.Mounts[i] = filepath.Clean(m)
+	}
+	for i, h := range p.DockerHosts {
+		norm, err := normalizeDockerHost(h)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%s: %w", SettingDockerHosts, err))
+			continue
+		}
+		p.DockerHosts[i] = norm
+	}
+	for _, s := range p.Ports {
+		r, err := parsePortRange(s)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%s: %w", SettingPorts, err))
+			continue
+		}
+		p.ports = append(p.ports, r)
+	}
+	if err := errors.Join(problems...); err != nil {
+		return Policy{}, fmt.Errorf("node policy %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// DeniedError is a check's refusal; its message names the setting that would allow it.
+type DeniedError struct {
+	What    string // "image", "host path", "docker_host", "port" or "ports"
+	Value   string
+	Setting string
+	Allowed []string
+	File    string
+	Flag    string
+}
+
+func (e *DeniedError) Error() string {
+	allowed := strings.Join(e.Allowed, ", ")
+	if allowed == "" {
+		allowed = "none"
+	}
+	verb, it := "is", "it"
+	if strings.HasSuffix(e.What, "s") {
+		verb, it = "are", "them"
+	}
+	return fmt.Sprintf("%s %s %s not allowed by this node's policy (%s: %s); add %s to %s in %s or %s",
+		e.What, e.Value, verb, e.Setting, allowed, it, e.Setting, e.File, e.Flag)
+}
+
+// CheckImage allows an image reference matching one of the image patterns, compared in
+// the short form Docker shows ("vllm/vllm-openai:v0.17.0") and in full
+// ("docker.io/vllm/vllm-openai:v0.17.0"); a reference without a tag is ":latest".
+func (p Policy) CheckImage(ref string) error {
+	for _, form := range imageForms(ref) {
+		for _, g := range p.Images {
+			if ok, _ := path.Match(g, form); ok {
+				return nil
+			}
+		}
+	}
+	return &DeniedError{What: "image", Value: strconv.Quote(ref), Setting: SettingImages, Allowed: p.Images, File: p.File, Flag: FlagImage}
+}
+
+func imageForms(ref string) []string {
+	forms := []string{ref}
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return forms
+	}
+	named = reference.TagNameOnly(named)
+	return append(forms, reference.FamiliarString(named), named.String())
+}
+
+// CheckMount allows a host path equal to or under one of the mount prefixes. The path
+// must be absolute; it is cleaned ("/models/../etc" is "/etc") but symlinks are not
+// resolved here.
+func (p Policy) CheckMount(hostPath string) error {
+	denied := &DeniedError{What: "host path", Value: strconv.Quote(hostPath), Setting: SettingMounts, Allowed: p.Mounts, File: p.File, Flag: FlagMount}
+	if !filepath.IsAbs(hostPath) {
+		return denied
+	}
+	clean := filepath.Clean(hostPath)
+	for _, prefix := range p.Mounts {
+		if clean == prefix || prefix == "/" || strings.HasPrefix(clean, prefix+"/") {
+			return nil
+		}
+	}
+	return denied
+}
+
+// CheckDockerHost allows one of the listed engine addresses; empty means the local socket.
+func (p Policy) CheckDockerHost(host string) error {
+	norm, err := normalizeDockerHost(host)
+	if err == nil {
+		for _, h := range p.DockerHosts {
+			if h == norm {
+				return nil
+			}
+		}
+	}
+	return &DeniedError{What: "docker_host", Value: strconv.Quote(host), Setting: SettingDockerHosts, Allowed: p.DockerHosts, File: p.File, Flag: FlagDockerHost}
+}
+
+// CheckPorts allows ports inside the port ranges; the error lists every port outside.
+func (p Policy) CheckPorts(ports ...int) error {
+	var bad []string
+	for _, port := range ports {
+		if !p.portAllowed(port) {
+			bad = append(bad, strconv.Itoa(port))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	what := "port"
+	if len(bad) > 1 {
+		what = "ports"
+	}
+	return &DeniedError{What: what, Value: strings.Join(bad, ", "), Setting: SettingPorts, Allowed: p.Ports, File: p.File, Flag: FlagPorts}
+}
+
+func (p Policy) portAllowed(port int) bool {
+	for _, r := range p.ports {
+		if port >= r.lo && port <= r.hi {
+			return true
+		}
+	}
+	return false
+}
+
+type portRange struct{ lo, hi int }
+
+func parsePortRange(s string) (portRange, error) {
+	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	if !isRange {
+		hi = lo
+	}
+	a, errA := strconv.Atoi(strings.TrimSpace(lo))
+	b, errB := strconv.Atoi(strings.TrimSpace(hi))
+	if errA != nil || errB != nil || a < 1 || b > 65535 || a > b {
+		return portRange{}, fmt.Errorf("%q is not a port or range of ports within 1-65535 (e.g. 8000 or 1024-65535)", s)
+	}
+	return portRange{a, b}, nil
+}
+
+// normalizeDockerHost returns the address in one spelling: the local socket for "", and
+// no trailing slash.
+func normalizeDockerHost(h string) (string, error) {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return DefaultDockerHost, nil
+	}
+	u, err := url.Parse(h)
+	if err != nil {
+		return "", fmt.Errorf("%q is not an address: %v", h, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		if u.Path == "" {
+			return "", fmt.Errorf("%q has no socket path", h)
+		}
+		return "unix://" + path.Clean(u.Path), nil
+	case "tcp", "ssh":
+		if u.Host == "" {
+			return "", fmt.Errorf("%q has no host", h)
+		}
+		return strings.TrimSuffix(h, "/"), nil
+	}
+	return "", fmt.Errorf("%q: scheme must be unix, tcp or ssh", h)
+}

@@ -1,0 +1,195 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDefaults(t *testing.T) {
+	p := Default()
+	tests := []struct {
+		name  string
+		check func() error
+		want  string // "" allowed, else a part of the error
+	}{
+		{"stock vllm image", func() error { return p.CheckImage("vllm/vllm-openai:v0.17.0") }, ""},
+		{"stock vllm image in full", func() error { return p.CheckImage("docker.io/vllm/vllm-openai:v0.17.0") }, ""},
+		{"stock vllm image without tag", func() error { return p.CheckImage("vllm/vllm-openai") }, ""},
+		{"stock vllm image by digest", func() error {
+			return p.CheckImage("vllm/vllm-openai:v0.17.0@sha256:" + strings.Repeat("a", 64))
+		}, ""},
+		{"other image", func() error { return p.CheckImage("evil/x:1") },
+			`image "evil/x:1" is not allowed by this node's policy (allowed_images: vllm/vllm-openai:*); add it to allowed_images in /etc/tpdeploy/policy.yaml or --allow-image`},
+		{"lookalike image", func() error { return p.CheckImage("vllm/vllm-openai-evil:v1") }, "allowed_images"},
+		{"lookalike registry", func() error { return p.CheckImage("evil.example/vllm/vllm-openai:v1") }, "allowed_images"},
+		{"hf cache", func() error { return p.CheckMount("/root/.cache/huggingface") }, ""},
+		{"under hf cache", func() error { return p.CheckMount("/root/.cache/huggingface/hub/models--x") }, ""},
+		{"models dir", func() error { return p.CheckMount("/models/qwen") }, ""},
+		{"escape by ..", func() error { return p.CheckMount("/models/../etc") },
+			`host path "/models/../etc" is not allowed by this node's policy (allowed_mounts: /root/.cache/huggingface, /models); add it to allowed_mounts in /etc/tpdeploy/policy.yaml or --allow-mount`},
+		{"prefix of a name is not a directory", func() error { return p.CheckMount("/models-evil") }, "allowed_mounts"},
+		{"root", func() error { return p.CheckMount("/") }, "allowed_mounts"},
+		{"docker socket", func() error { return p.CheckMount("/var/run/docker.sock") }, "allowed_mounts"},
+		{"relative", func() error { return p.CheckMount("models") }, "allowed_mounts"},
+		{"local engine", func() error { return p.CheckDockerHost("unix:///var/run/docker.sock") }, ""},
+		{"local engine by default", func() error { return p.CheckDockerHost("") }, ""},
+		{"remote engine", func() error { return p.CheckDockerHost("tcp://10.0.0.9:2375") },
+			`docker_host "tcp://10.0.0.9:2375" is not allowed by this node's policy (allowed_docker_hosts: unix:///var/run/docker.sock); add it to allowed_docker_hosts in /etc/tpdeploy/policy.yaml or --allow-docker-host`},
+		{"ssh engine", func() error { return p.CheckDockerHost("ssh://root@other") }, "allowed_docker_hosts"},
+		{"another socket", func() error { return p.CheckDockerHost("unix:///tmp/docker.sock") }, "allowed_docker_hosts"},
+		{"spec ports", func() error { return p.CheckPorts(8000, 6379, 8265) }, ""},
+		{"edges", func() error { return p.CheckPorts(1024, 65535) }, ""},
+		{"privileged ports", func() error { return p.CheckPorts(8000, 80, 443) },
+			`ports 80, 443 are not allowed by this node's policy (allowed_ports: 1024-65535); add them to allowed_ports in /etc/tpdeploy/policy.yaml or --allow-ports`},
+		{"one port", func() error { return p.CheckPorts(22) }, `port 22 is not allowed`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.check()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.want != "" && err == nil:
+				t.Errorf("allowed; want %q", tt.want)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Errorf("error %q\nlacks %q", err, tt.want)
+			}
+			var denied *DeniedError
+			if err != nil && !errors.As(err, &denied) {
+				t.Errorf("error is %T, want *DeniedError", err)
+			}
+		})
+	}
+}
+
+func TestFileAndOverrides(t *testing.T) {
+	yaml := `
+allowed_images: ["registry.internal/vllm/*:*"]
+allowed_mounts: [/data/models/]
+allowed_docker_hosts: ["tcp://127.0.0.1:2376"]
+allowed_ports: ["8000", "6379", "8265-8266"]
+`
+	tests := []struct {
+		name    string
+		add     Overrides
+		allowed []func(Policy) error
+		denied  []func(Policy) error
+	}{
+		{"file replaces the defaults", Overrides{},
+			[]func(Policy) error{
+				func(p Policy) error { return p.CheckImage("registry.internal/vllm/vllm-openai:v1") },
+				func(p Policy) error { return p.CheckMount("/data/models/qwen") },
+				func(p Policy) error { return p.CheckDockerHost("tcp://127.0.0.1:2376/") },
+				func(p Policy) error { return p.CheckPorts(8000, 6379, 8266) },
+			},
+			[]func(Policy) error{
+				func(p Policy) error { return p.CheckImage("vllm/vllm-openai:v1") },
+				func(p Policy) error { return p.CheckImage("registry.internal/vllm/a/b:v1") },
+				func(p Policy) error { return p.CheckMount("/root/.cache/huggingface") },
+				func(p Policy) error { return p.CheckDockerHost("") },
+				func(p Policy) error { return p.CheckPorts(8001) },
+			}},
+		{"flags add to the file", Overrides{Images: []string{"tpdeploy/sim:*"}, Mounts: []string{"/tmp/tpd"}, DockerHosts: []string{"unix:///var/run/docker.sock"}, Ports: []string{"9000-9100"}},
+			[]func(Policy) error{
+				func(p Policy) error { return p.CheckImage("tpdeploy/sim:dev") },
+				func(p Policy) error { return p.CheckImage("registry.internal/vllm/vllm-openai:v1") },
+				func(p Policy) error { return p.CheckMount("/tmp/tpd/hf") },
+				func(p Policy) error { return p.CheckDockerHost("") },
+				func(p Policy) error { return p.CheckPorts(9050, 8000) },
+			},
+			[]func(Policy) error{
+				func(p Policy) error { return p.CheckMount("/tmp") },
+				func(p Policy) error { return p.CheckPorts(9101) },
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Parse([]byte(yaml), "/etc/tpdeploy/node.yaml", tt.add)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, check := range tt.allowed {
+				if err := check(p); err != nil {
+					t.Errorf("allowed[%d] refused: %v", i, err)
+				}
+			}
+			for i, check := range tt.denied {
+				err := check(p)
+				if err == nil {
+					t.Errorf("denied[%d] allowed", i)
+				} else if !strings.Contains(err.Error(), "/etc/tpdeploy/node.yaml") {
+					t.Errorf("denied[%d] does not name the file: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+func TestEmptyListAllowsNothing(t *testing.T) {
+	p, err := Parse([]byte("allowed_images: []\n"), "f.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckImage("vllm/vllm-openai:v1"); err == nil || !strings.Contains(err.Error(), "(allowed_images: none)") {
+		t.Errorf("empty allowed_images: %v", err)
+	}
+	if err := p.CheckMount("/models/x"); err != nil {
+		t.Errorf("mounts keep their default: %v", err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		add        Overrides
+		want       []string
+	}{
+		{"unknown key", "allowed_image: [x]\n", Overrides{}, []string{"f.yaml", "allowed_image"}},
+		{"bad glob", "allowed_images: ['[x']\n", Overrides{}, []string{`allowed_images: "[x" is not a glob`}},
+		{"relative mount", "allowed_mounts: [models]\n", Overrides{}, []string{`allowed_mounts: "models" is not an absolute path`}},
+		{"bad docker host", "allowed_docker_hosts: ['http://x']\n", Overrides{}, []string{"allowed_docker_hosts", "scheme must be unix, tcp or ssh"}},
+		{"bad ports", "allowed_ports: ['70000', '9-8', 'x']\n", Overrides{}, []string{`"70000"`, `"9-8"`, `"x"`}},
+		{"bad flag", "", Overrides{Ports: []string{"0"}}, []string{`allowed_ports: "0"`}},
+		{"not yaml", "allowed_images: [", Overrides{}, []string{"f.yaml"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml), "f.yaml", tt.add)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q: %v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(filepath.Join(dir, "absent.yaml"), Overrides{}); err == nil || !strings.Contains(err.Error(), "absent.yaml") {
+		t.Errorf("a missing file given explicitly must fail naming it: %v", err)
+	}
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte("allowed_ports: ['8000']\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(file, Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.File != file || p.CheckPorts(8000) != nil || p.CheckPorts(8001) == nil {
+		t.Errorf("loaded %+v", p)
+	}
+	if _, err := os.Stat(DefaultFile); errors.Is(err, os.ErrNotExist) {
+		p, err := Load("", Overrides{Images: []string{"tpdeploy/sim:*"}})
+		if err != nil || p.CheckImage("tpdeploy/sim:dev") != nil || p.CheckImage("vllm/vllm-openai:v1") != nil {
+			t.Errorf("no file at the default path: want the defaults plus the flags, got %+v, %v", p, err)
+		}
+	}
+}

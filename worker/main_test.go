@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/devserver"
+	"github.com/tpdeploy/tpdeploy/policy"
+)
+
+var devAddress string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "tpdeploy-worker-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); (strings.HasPrefix(k, "TEMPORAL_") && k != "TEMPORAL_BIN") || strings.HasPrefix(k, "TPDEPLOY_") {
+			os.Unsetenv(k)
+		}
+	}
+	os.Setenv("TEMPORAL_CONFIG_FILE", filepath.Join(dir, "absent.toml"))
+	srv, err := devserver.Start(context.Background(), dir)
+	if err != nil {
+		// No skip: CI builds the binary, so its absence is a failure to be seen.
+		fmt.Fprintln(os.Stderr, "FAIL: worker tests need the Temporal dev server:", err)
+		return 1
+	}
+	defer srv.Stop()
+	devAddress = srv.Address
+	return m.Run()
+}
+
+func httpGet(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// TestAgentServesMetricsAndHealth runs the agent against the dev server with
+// --metrics-addr and scrapes it: /healthz is 200 while its pollers run, /metrics carries
+// the SDK's own metrics; after shutdown the endpoint is gone.
+func TestAgentServesMetricsAndHealth(t *testing.T) {
+	port, err := devserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--node", "metrics-node", "--address", devAddress, "--log-level", "error",
+			"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port), "--policy-file", writePolicy(t, "allowed_ports: ['8000-9000']\n")})
+	}()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, err := httpGet(base + "/healthz")
+		if err == nil && code == http.StatusOK {
+			if !strings.Contains(body, "tpdeploy.node.metrics-node") {
+				t.Errorf("/healthz body %q does not name the node's queue", body)
+			}
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("agent exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz not 200 after 30s: %d %q %v", code, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Pollers report requests within moments; wait for the SDK's metrics to show.
+	var body string
+	for time.Now().Before(deadline) {
+		_, body, err = httpGet(base + "/metrics")
+		if err == nil && strings.Contains(body, "temporal_long_request_total{") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, want := range []string{
+		"temporal_request_total{", // the SDK's RPCs
+		"temporal_long_request_total{",
+		`task_queue="tpdeploy.node.metrics-node"`,
+		"temporal_worker_task_slots_available{",
+		"temporal_worker_start_total{", // the dashboard's job variable
+		"go_goroutines ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%.4000s", body)
+	}
+	if nodePolicy.CheckPorts(8500) != nil || nodePolicy.CheckPorts(9001) == nil {
+		t.Errorf("the agent's policy is not the file's: %+v", nodePolicy)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("agent exit on cancel: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+	if _, _, err := httpGet(base + "/healthz"); err == nil {
+		t.Error("the endpoint still answers after the agent stopped")
+	}
+}
+
+func writePolicy(t *testing.T, yaml string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestPolicyFlags checks the agent builds its policy from the file and the --allow-*
+// flags, and refuses to start on a bad one before connecting to anything.
+func TestPolicyFlags(t *testing.T) {
+	unreachable := "127.0.0.1:1" // any dial fails: the policy errors must come first
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"missing file", []string{"--policy-file", filepath.Join(t.TempDir(), "nope.yaml")}, "nope.yaml"},
+		{"bad file", []string{"--policy-file", writePolicy(t, "allowed_mounts: [relative]\n")}, `allowed_mounts: "relative" is not an absolute path`},
+		{"bad flag", []string{"--policy-file", writePolicy(t, ""), "--allow-ports", "99999"}, `allowed_ports: "99999"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := run(context.Background(), append([]string{"--node", "n", "--address", unreachable}, tt.args...))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("want an error with %q, got %v", tt.wantErr, err)
+			}
+		})
+	}
+
+	t.Run("flags add to the file", func(t *testing.T) {
+		file := writePolicy(t, "allowed_images: ['registry.internal/*:*']\n")
+		err := run(context.Background(), []string{"--node", "n", "--address", unreachable, "--policy-file", file,
+			"--allow-image", "tpdeploy/sim:*", "--allow-image", "tpdeploy/ray:*,tpdeploy/other:*",
+			"--allow-mount", "/srv/hf", "--allow-docker-host", "tcp://127.0.0.1:2376", "--allow-ports", "80"})
+		if err == nil || !strings.Contains(err.Error(), "connect to temporal at "+unreachable) {
+			t.Fatalf("want the dial to fail after the policy was built, got %v", err)
+		}
+		p := nodePolicy
+		for _, check := range []error{
+			p.CheckImage("registry.internal/vllm:v1"), p.CheckImage("tpdeploy/sim:dev"), p.CheckImage("tpdeploy/other:x"),
+			p.CheckMount("/srv/hf/hub"), p.CheckMount("/models/x"),
+			p.CheckDockerHost("tcp://127.0.0.1:2376"), p.CheckDockerHost(""), p.CheckPorts(80, 8000),
+		} {
+			if check != nil {
+				t.Errorf("refused: %v", check)
+			}
+		}
+		if err := p.CheckImage("vllm/vllm-openai:v1"); err == nil || !strings.Contains(err.Error(), file) {
+			t.Errorf("the file replaced the default images; want a refusal naming %s, got %v", file, err)
+		}
+	})
+
+	t.Run("the default path", func(t *testing.T) {
+		want, err := policy.Load(policy.DefaultFile, policy.Overrides{}) // the defaults when absent
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = run(context.Background(), []string{"--node", "n", "--address", unreachable})
+		if err == nil || !strings.Contains(err.Error(), "connect to temporal") {
+			t.Fatalf("want the dial to fail after the policy was built, got %v", err)
+		}
+		if nodePolicy.File != policy.DefaultFile || strings.Join(nodePolicy.Images, ",") != strings.Join(want.Images, ",") {
+			t.Errorf("policy %+v, want %+v", nodePolicy, want)
+		}
+	})
+}
