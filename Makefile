@@ -16,11 +16,11 @@ $(BIN)/temporal:
 	CGO_ENABLED=0 GOBIN=$(BIN) $(GO) install -trimpath github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
 
 # iproute2 gives `ip netns` (network tests); curl is used by the demo; chromium drives the
-# Temporal UI in the UI test. The Docker engine must be running (the lab's containers); the
-# tests fail loudly without it.
+# Temporal UI in the UI test; busybox-static is the shell and tail in the lab's vLLM image.
+# The Docker engine must be running (the lab's containers); the tests fail loudly without it.
 deps:
-	@command -v ip >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null || \
-	  { apt-get update -qq && apt-get install -y -qq iproute2 curl chromium; }
+	@command -v ip >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null && dpkg -s busybox-static >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq iproute2 curl chromium busybox-static; }
 	@docker version --format '{{.Server.Version}}' >/dev/null || { echo "the Docker engine is not running"; exit 1; }
 
 lint:

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -97,8 +99,9 @@ func (s containerSpec) hash() string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
-// containerEnv is the plan's environment for a node (vLLM forwards only VLLM_* to Ray
-// workers, so NCCL_/GLOO_ must be on every container), then the spec's node env.
+// containerEnv is the spec's node env, then the plan's environment for the node, on every
+// container of the node: vLLM copies only some prefixes from its driver to its Ray workers
+// (GLOO_*, TP_* and VLLM_HOST_IP never), so each node's containers carry their own.
 func containerEnv(np netplan.NodePlan, node spec.Node, extra map[string]string) []string {
 	env := map[string]string{}
 	for k, v := range node.Env {
@@ -160,24 +163,17 @@ func rayWorkerSpec(req StartRayRequest, o ContainerOptions) containerSpec {
 	return s
 }
 
-// vllmSpec: `vllm serve MODEL --tensor-parallel-size T --pipeline-parallel-size P
-// --distributed-executor-backend ray --host 0.0.0.0 --port N` + the spec's extra args. vLLM
-// runs in its own container (not `docker exec` into the Ray head) so its output stays
-// readable with `docker logs` after the agent restarts.
-func vllmSpec(req LaunchRequest, o ContainerOptions, secrets map[string]string) containerSpec {
-	n, _ := req.Spec.Node(req.Node)
-	np, _ := req.Plan.Node(req.Node)
-	c := req.Spec
-	cmd := []string{"serve", c.Model.Path,
+// vllmArgs is vLLM's argument vector: `vllm serve MODEL --tensor-parallel-size T
+// --pipeline-parallel-size P --distributed-executor-backend ray --host 0.0.0.0 --port N
+// --served-model-name S` + the spec's extra args. It runs in the Ray head's container.
+func vllmArgs(c spec.Cluster) []string {
+	cmd := []string{"vllm", "serve", c.Model.Path,
 		"--tensor-parallel-size", strconv.Itoa(c.Parallel.Tensor),
 		"--pipeline-parallel-size", strconv.Itoa(max(c.Parallel.Pipeline, 1)),
 		"--distributed-executor-backend", "ray",
 		"--host", "0.0.0.0", "--port", strconv.Itoa(c.Ports.VLLM),
 		"--served-model-name", c.Model.ServedName}
-	cmd = append(cmd, c.Model.ExtraArgs...)
-	s := roleSpec(c, req.Deployment, req.Node, RoleVLLM, o)
-	s.Entrypoint, s.Cmd, s.Env = []string{"vllm"}, cmd, containerEnv(np, n, secrets)
-	return s
+	return append(cmd, c.Model.ExtraArgs...)
 }
 
 // createOptions renders the spec for the engine.
@@ -227,7 +223,18 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 // with the same spec hash is reused (and started if it is stopped — a crash between
 // create and start leaves exactly that), one with another hash is replaced.
 func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (ContainerRef, error) {
-	eng, addr, err := a.engines.engine(host)
+	err := a.allowed(func(p policy.Policy) error {
+		errs := []error{p.CheckImage(s.Image)}
+		for _, b := range s.Binds {
+			src, _, _ := strings.Cut(b, ":")
+			errs = append(errs, p.CheckMount(src))
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return ContainerRef{}, err
+	}
+	eng, addr, err := a.engine(host)
 	if err != nil {
 		return ContainerRef{}, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -59,8 +60,9 @@ func engineForTest(t *testing.T) *client.Client {
 			buildErr = err
 			return
 		}
-		_, buildErr = images.Ensure(ctx, eng, images.Image{Tag: chatterImage, Files: map[string]string{"chatter": bin},
-			Dockerfile: "FROM scratch\nCOPY chatter /\nENTRYPOINT [\"/chatter\"]\n"})
+		// With a shell and tail, as vLLM's images have: vLLM's wrapper runs in it.
+		_, buildErr = images.Ensure(ctx, eng, images.Image{Tag: chatterImage, Files: map[string]string{"chatter": bin, "busybox": "/bin/busybox"}, Dirs: []string{"tmp"},
+			Dockerfile: "FROM scratch\nCOPY chatter /\nCOPY busybox /bin/\nCOPY tmp /tmp\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\nENV PATH=/bin\nENTRYPOINT [\"/bin/sleep\", \"3600\"]\n"})
 	})
 	if buildErr != nil {
 		t.Fatalf("build test images (Docker engine required): %v", buildErr)
@@ -297,17 +299,18 @@ func TestUnreachableEngineIsRetryableAndNamed(t *testing.T) {
 	}
 }
 
-// TestFollowLogsResumes follows a container's output in pieces, as a watch does across
-// agent restarts, and gets every line exactly once, in order, whole.
-func TestFollowLogsResumes(t *testing.T) {
+// TestVLLMOutputResumes runs a chatty process under vLLM's wrapper in a container and
+// reads its output in pieces by byte offset, as a watch does across agent restarts: every
+// line arrives exactly once, in order, whole (40 kB lines included), and the exit code is
+// reported once the output is drained.
+func TestVLLMOutputResumes(t *testing.T) {
 	eng := engineForTest(t)
 	ctx := context.Background()
 	c := testCluster(t)
 	const lines = 80
 	created, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name: "tpd-" + c.Name + "-chatter",
-		Config: &container.Config{Image: chatterImage, Labels: map[string]string{LabelCluster: c.Name},
-			Env: []string{"CHATTER_LINES=" + strconv.Itoa(lines), "CHATTER_EVERY=15ms"}},
+		Name:       "tpd-" + c.Name + "-chatter",
+		Config:     &container.Config{Image: chatterImage, Labels: map[string]string{LabelCluster: c.Name}},
 		HostConfig: &container.HostConfig{NetworkMode: "none"},
 	})
 	if err != nil {
@@ -316,25 +319,33 @@ func TestFollowLogsResumes(t *testing.T) {
 	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	env := []string{"CHATTER_LINES=" + strconv.Itoa(lines), "CHATTER_EVERY=15ms"}
+	if err := execDetached(ctx, eng, created.ID, shScript(vllmLaunchScript, "hash", "/chatter"), env); err != nil {
+		t.Fatal(err)
+	}
+	out := vllmOutput{eng: eng, container: created.ID}
 	var got []string
-	var cur logCursor
-	errStop := errors.New("agent restarts")
-	for piece := 0; piece < 50; piece++ {
-		// Each piece stops after a few lines, as if the agent died mid-follow.
-		n := 0
-		cur, err = followLogs(ctx, eng, created.ID, cur, func(l logLine) error {
-			got = append(got, l.Text)
-			if n++; n == 7+piece%5 {
-				return errStop
-			}
-			return nil
-		})
-		if err == nil {
-			break // the output ended: the container exited
-		}
-		if !errors.Is(err, errStop) {
+	var offset int64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		batch, next, st, err := out.read(ctx, offset)
+		if err != nil {
 			t.Fatal(err)
 		}
+		if next < offset || (len(batch) > 0) != (next > offset) {
+			t.Fatalf("offset %d -> %d with %d lines", offset, next, len(batch))
+		}
+		got, offset = append(got, batch...), next
+		if st.State == "exited" && len(batch) == 0 {
+			if st.ExitCode != 0 {
+				t.Fatalf("exit code %d", st.ExitCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not finished after 30 s: %d lines, status %+v", len(got), st)
+		}
+		time.Sleep(40 * time.Millisecond)
 	}
 	if len(got) != lines {
 		t.Fatalf("got %d lines, want %d (lost or duplicated)", len(got), lines)
@@ -354,6 +365,98 @@ func TestFollowLogsResumes(t *testing.T) {
 	}
 }
 
+// TestVLLMRunsInTheRayHeadContainer launches vLLM (the lab's) inside a real (simulated)
+// Ray head's container: the launch names its process, a retried launch adopts it instead
+// of starting a second one, the watch reads it to serving from a cursor carried across
+// calls, a vllm-only removal stops it gracefully and leaves Ray, and the watch then
+// reports that vLLM ended.
+func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
+	eng := engineForTest(t)
+	ctx := context.Background()
+	c := testCluster(t)
+	c.Parallel.Tensor = 1
+	c.Ports.Ray, c.Ports.VLLM = freePort(t), freePort(t)
+	c.Nodes = c.Nodes[:1]
+	a := testNode("node-a")
+	a.Containers.Network = "host"
+	env := map[string]string{"VLLM_HOST_IP": "127.0.0.1", "RAY_ADDRESS": fmt.Sprintf("127.0.0.1:%d", c.Ports.Ray),
+		"TPDEPLOY_SIM_SHARDS": "4", "TPDEPLOY_SIM_SHARD_SECONDS": "0.3"}
+	if _, err := a.StartRayHead(ctx, headRequest(c, "run-1", env)); err != nil {
+		t.Fatal(err)
+	}
+	plan := netplan.Plan{Head: "node-a", RayAddress: env["RAY_ADDRESS"], Nodes: []netplan.NodePlan{
+		{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1"), Env: env}}}
+	launch := LaunchRequest{Node: "node-a", Deployment: Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, Plan: plan}
+	ref, err := a.LaunchVLLM(ctx, launch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := ContainerName(c.Name, "node-a", RoleRayHead)
+	if ref.Name != head || ref.Role != RoleVLLM || ref.PID == 0 || ref.Adopted {
+		t.Fatalf("launch = %+v, want a new vllm process in %s", ref, head)
+	}
+	again, err := a.LaunchVLLM(ctx, launch)
+	if err != nil || !again.Adopted || again.PID != ref.PID {
+		t.Fatalf("second launch = %+v, %v; want pid %d adopted", again, err, ref.PID)
+	}
+	if names := containersOf(t, eng, c.Name); len(names) != 1 {
+		t.Fatalf("containers %v: vllm must not get a container of its own", names)
+	}
+	watch := WatchRequest{Node: "node-a", Container: ref, Spec: c, Endpoint: fmt.Sprintf("http://127.0.0.1:%d", c.Ports.VLLM),
+		ReportWithin: 500 * time.Millisecond, Plan: &plan}
+	var suite testsuite.WorkflowTestSuite
+	aenv := suite.NewTestActivityEnvironment()
+	aenv.RegisterActivity(a)
+	watchOnce := func() (ServingProgress, error) {
+		var p ServingProgress
+		v, err := aenv.ExecuteActivity(a.WatchServing, watch)
+		if err == nil {
+			err = v.Get(&p)
+		}
+		return p, err
+	}
+	var p ServingProgress
+	calls := 0
+	for !p.Serving {
+		if calls++; calls > 60 {
+			t.Fatalf("not serving after %d calls: %+v", calls, p)
+		}
+		watch.Cursor = p
+		if p, err = watchOnce(); err != nil {
+			t.Fatalf("watch call %d: %v", calls, err)
+		}
+	}
+	if p.ShardsTotal != 4 || p.ShardsLoaded != 4 || p.Offset == 0 {
+		t.Errorf("progress at serving = %+v", p)
+	}
+	res, err := a.RemoveContainers(ctx, RemoveRequest{Node: "node-a", Cluster: c.Name, Roles: []string{RoleVLLM}})
+	if err != nil || len(res.Removed) != 1 || res.Removed[0] != "vllm in "+head {
+		t.Fatalf("vllm-only removal = %+v, %v", res, err)
+	}
+	if !running(t, eng, head) {
+		t.Fatal("stopping vllm stopped the ray head")
+	}
+	watch.Cursor = p
+	_, err = watchOnce()
+	app := appError(t, err)
+	if app.Type() != ErrVLLMExited || !strings.Contains(app.Message(), "exited with code") {
+		t.Fatalf("watch after the stop: type %s: %s", app.Type(), app.Message())
+	}
+	relaunched, err := a.LaunchVLLM(ctx, launch)
+	if err != nil || relaunched.Adopted || relaunched.PID == ref.PID {
+		t.Fatalf("relaunch after the stop = %+v, %v; want a new process", relaunched, err)
+	}
+	// A changed vLLM command replaces the running vLLM; the Ray head stays.
+	launch.Spec.Model.ExtraArgs = []string{"--max-model-len", "2048"}
+	changed, err := a.LaunchVLLM(ctx, launch)
+	if err != nil || changed.Adopted || changed.PID == relaunched.PID {
+		t.Fatalf("launch of a changed command = %+v, %v; want the running vllm replaced", changed, err)
+	}
+	if !running(t, eng, head) {
+		t.Fatal("replacing vllm stopped the ray head")
+	}
+}
+
 // TestPlacementNotProvenSaysWhatRaySees runs a real (simulated) Ray head on host
 // networking with ports of its own, plans a second node that never joins, and expects
 // CheckPlacement to give up before its step times out, naming the missing node and
@@ -367,12 +470,12 @@ func TestPlacementNotProvenSaysWhatRaySees(t *testing.T) {
 	if _, err := a.StartRayHead(context.Background(), headRequest(c, "run-1", nil)); err != nil {
 		t.Fatal(err)
 	}
-	plan := netplan.Plan{Head: "node-a", Nodes: []netplan.NodePlan{
+	// Ray as vLLM's images ship it: no dashboard, so the node table comes from the GCS.
+	plan := netplan.Plan{Head: "node-a", RayAddress: fmt.Sprintf("127.0.0.1:%d", c.Ports.Ray), Nodes: []netplan.NodePlan{
 		{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1")},
 		{Name: "node-b", Role: spec.RoleWorker, Address: netip.MustParseAddr("127.0.0.2")},
 	}}
-	req := PlacementRequest{Node: "node-a", Plan: plan, NeedGPUs: 2, DashboardPort: c.Ports.Dashboard,
-		RayHead: ContainerName(c.Name, "node-a", RoleRayHead)}
+	req := PlacementRequest{Node: "node-a", Plan: plan, NeedGPUs: 2, RayHead: ContainerName(c.Name, "node-a", RoleRayHead)}
 	// A one-activity workflow gives the activity the step's StartToClose deadline.
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
@@ -404,4 +507,53 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestPolicyRefusesWhatTheOperatorDidNotAllow: a node with the default policy refuses an
+// image, a host path, an engine and a port it does not allow, before touching the engine,
+// naming the node and the setting to change.
+func TestPolicyRefusesWhatTheOperatorDidNotAllow(t *testing.T) {
+	ctx := context.Background()
+	pol := policy.Default()
+	a := &Node{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	c := spec.Cluster{Name: "tpdtest-policy", Image: "evil/miner:1", Model: spec.Model{Path: "m"}, Parallel: spec.Parallel{Tensor: 1},
+		Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, HFCache: "/etc"}.WithDefaults()
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want []string
+	}{
+		{"preflight checks the whole spec", func() error {
+			_, err := a.PreflightNode(ctx, PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
+			return err
+		}, []string{"node-a: ", `image "evil/miner:1"`, "allowed_images", "--allow-image", "host path", "/etc", "allowed_mounts"}},
+		{"a container with a mount outside the policy", func() error {
+			ok := c
+			ok.Image = "vllm/vllm-openai:v0.17.0"
+			_, err := a.StartRayHead(ctx, headRequest(ok, "run-1", nil))
+			return err
+		}, []string{"host path", "/etc", "allowed_mounts"}},
+		{"an engine other than the local socket", func() error {
+			_, err := a.RemoveContainers(ctx, RemoveRequest{Node: "node-a", DockerHost: "tcp://10.9.9.9:2375", Cluster: c.Name})
+			return err
+		}, []string{"docker_host", "tcp://10.9.9.9:2375", "allowed_docker_hosts"}},
+		{"a privileged port", func() error {
+			low := c
+			low.Ports.VLLM = 80
+			_, err := a.LaunchVLLM(ctx, LaunchRequest{Node: "node-a", Spec: low})
+			return err
+		}, []string{"port", "80", "allowed_ports"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := appError(t, tc.call())
+			if app.Type() != ErrPolicyDenied || !app.NonRetryable() {
+				t.Fatalf("type %s non-retryable %v: %s", app.Type(), app.NonRetryable(), app.Message())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(app.Message(), w) {
+					t.Errorf("message %q lacks %q", app.Message(), w)
+				}
+			}
+		})
+	}
 }

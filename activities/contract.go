@@ -42,8 +42,18 @@ const (
 	ErrCUDAOutOfMemory    = logscan.CUDAOutOfMemory
 	ErrEngineDead         = logscan.EngineDead
 	ErrGCSUnreachable     = logscan.GCSUnreachable
-	ErrDashboard          = "RayDashboardUnreachable" // retryable
-	ErrContainerExited    = "ContainerExited"
+	ErrModelUnsupported   = logscan.ModelUnsupported
+	ErrModelUnavailable   = logscan.ModelUnavailable
+	ErrKVCacheTooSmall    = logscan.KVCacheTooSmall
+	ErrParallelLayout     = logscan.InvalidParallelLayout
+	ErrGlooNoInterface    = logscan.GlooNoInterface
+	ErrResourcesBusy      = logscan.ResourcesBusy
+	ErrRayDriverAttach    = logscan.RayDriverAttach
+	ErrRayUnreachable     = "RayGCSUnreachable" // retryable: the GCS did not answer the agent
+	ErrRayNodeDead        = "RayNodeDead"       // a planned node is DEAD in Ray
+	ErrContainerExited    = "ContainerExited"   // the Ray head's container is not running
+	ErrVLLMExited         = "VLLMExited"        // vLLM's process ended without a classified cause
+	ErrPolicyDenied       = "PolicyDenied"      // the node's operator policy refuses the request
 	ErrStepTimeout        = "StepTimeout"
 	ErrRetriesExhausted   = "RetriesExhausted" // a retryable failure outlived its retry policy
 	ErrCanceled           = "Canceled"
@@ -106,6 +116,8 @@ type PreflightRequest struct {
 	Node       string `json:"node"`
 	DockerHost string `json:"docker_host"`
 	Image      string `json:"image"`
+	// Spec, when given, is checked against the node's policy as a whole.
+	Spec *spec.Cluster `json:"spec,omitempty"`
 }
 
 // PreflightResult reports the image as the node holds it.
@@ -126,13 +138,15 @@ type StartRayRequest struct {
 	Replace bool `json:"replace,omitempty"`
 }
 
-// ContainerRef names a container an activity started or adopted.
+// ContainerRef names a container an activity started or adopted. For vLLM (role vllm) it
+// names the Ray head's container that vLLM runs in, and PID is vLLM's process there.
 type ContainerRef struct {
 	Node    string `json:"node"`
 	Role    string `json:"role"`
 	Name    string `json:"name"`
 	ID      string `json:"id"`
 	Adopted bool   `json:"adopted,omitempty"`
+	PID     int    `json:"pid,omitempty"`
 }
 
 // PlacementRequest asks the head to prove Ray's view matches the plan.
@@ -141,10 +155,12 @@ type PlacementRequest struct {
 	DockerHost string `json:"docker_host,omitempty"`
 	// RayHead is the head's Ray container, asked for `ray status` when placement cannot be
 	// proven in time.
-	RayHead       string       `json:"ray_head,omitempty"`
-	Plan          netplan.Plan `json:"plan"`
-	NeedGPUs      int          `json:"need_gpus"`
-	DashboardPort int          `json:"dashboard_port"`
+	RayHead  string       `json:"ray_head,omitempty"`
+	Plan     netplan.Plan `json:"plan"`
+	NeedGPUs int          `json:"need_gpus"`
+	// DashboardPort is kept so that recorded histories decode; placement is read from the
+	// GCS at Plan.RayAddress, not from the dashboard.
+	DashboardPort int `json:"dashboard_port,omitempty"`
 }
 
 // RegisteredNode is one Ray node as Ray reports it.
@@ -154,6 +170,8 @@ type RegisteredNode struct {
 	Alive  bool       `json:"alive"`
 	GPUs   float64    `json:"gpus"`
 	Head   bool       `json:"head"`
+	// DeathMessage is Ray's reason for a dead node.
+	DeathMessage string `json:"death_message,omitempty"`
 }
 
 // PlacementReport is the proven placement.
@@ -178,6 +196,9 @@ type WatchRequest struct {
 	Spec      spec.Cluster    `json:"spec"`
 	Endpoint  string          `json:"endpoint"`
 	Cursor    ServingProgress `json:"cursor"`
+	// Plan lets the watch ask Ray (at Plan.RayAddress) about the planned nodes: a node
+	// that died, and whether a pending placement group is pinned to a registered node.
+	Plan *netplan.Plan `json:"plan,omitempty"`
 	// ReportWithin bounds how long one call runs before it returns its progress, so the
 	// workflow's queries stay current without an event per log line.
 	ReportWithin time.Duration `json:"report_within"`
@@ -192,8 +213,11 @@ type ServingProgress struct {
 	Elapsed      time.Duration `json:"elapsed"`
 	ETA          time.Duration `json:"eta,omitempty"`
 	Serving      bool          `json:"serving"`
-	// Since is the timestamp of the last log line seen, and SeenAtSince how many lines
-	// carried exactly that timestamp: a resumed follow skips those and loses nothing.
+	// Offset is how many bytes of vLLM's output were read: a resumed watch reads on from
+	// there and neither loses nor repeats a line.
+	Offset int64 `json:"offset,omitempty"`
+	// Since and SeenAtSince are the cursor of watches recorded before vLLM moved into the
+	// Ray head's container (a container log followed by timestamp); kept for replay.
 	Since       time.Time `json:"since,omitzero"`
 	SeenAtSince int       `json:"seen_at_since,omitempty"`
 	// Warnings are non-fatal findings in vLLM's output (e.g. Gloo's loopback fallback).

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/policy"
 )
 
 // DefaultDockerHost is the engine a node's agent talks to when the spec names none.
@@ -35,6 +37,8 @@ type containerEngine interface {
 	ExecCreate(ctx context.Context, id string, o client.ExecCreateOptions) (client.ExecCreateResult, error)
 	ExecAttach(ctx context.Context, id string, o client.ExecAttachOptions) (client.ExecAttachResult, error)
 	ExecInspect(ctx context.Context, id string, o client.ExecInspectOptions) (client.ExecInspectResult, error)
+	ExecStart(ctx context.Context, id string, o client.ExecStartOptions) (client.ExecStartResult, error)
+	CopyToContainer(ctx context.Context, id string, o client.CopyToContainerOptions) (client.CopyToContainerResult, error)
 }
 
 // engines caches one client per engine address: clients hold connection pools and their
@@ -74,6 +78,15 @@ func (e *engines) engine(host string) (containerEngine, string, error) {
 	}
 	e.clients[host] = c
 	return c, host, nil
+}
+
+// engine is the node's engine at host, if the node's policy allows that address.
+func (a *Node) engine(host string) (containerEngine, string, error) {
+	host = cmp.Or(host, os.Getenv("DOCKER_HOST"), DefaultDockerHost)
+	if err := a.allowed(func(p policy.Policy) error { return p.CheckDockerHost(host) }); err != nil {
+		return nil, host, err
+	}
+	return a.engines.engine(host)
 }
 
 func engineOptions(host string) ([]client.Opt, error) {

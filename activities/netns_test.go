@@ -186,8 +186,11 @@ func TestSeedPlanChoosesSharedFastSubnet(t *testing.T) {
 	}
 	a, _ := plan.Node("node-a")
 	b, _ := plan.Node("node-b")
-	if a.Env["NCCL_SOCKET_IFNAME"] != "=vethA" || b.Env["NCCL_SOCKET_IFNAME"] != "=ibp1" || b.Env["VLLM_HOST_IP"] != "192.168.77.13" {
-		t.Errorf("env a=%v b=%v", a.Env, b.Env)
+	// The seed's topology as measured on real GPUs: one exact-name list survives vLLM's copy
+	// of the driver's NCCL_*; Gloo and the address stay per node.
+	if a.Env["NCCL_SOCKET_IFNAME"] != "=vethA,ibp1" || b.Env["NCCL_SOCKET_IFNAME"] != "=vethA,ibp1" || plan.NCCL.Form != netplan.NCCLClusterWide ||
+		a.Env["GLOO_SOCKET_IFNAME"] != "vethA" || b.Env["GLOO_SOCKET_IFNAME"] != "ibp1" || b.Env["VLLM_HOST_IP"] != "192.168.77.13" {
+		t.Errorf("env a=%v b=%v nccl %+v", a.Env, b.Env, plan.NCCL)
 	}
 	var ext netplan.Candidate
 	for _, d := range plan.Decision {

@@ -1,12 +1,16 @@
 package activities
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -14,6 +18,9 @@ import (
 	"github.com/vishvananda/netns"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/spec"
 )
 
 // Node holds the activities a node agent runs on its own node. The agent registers one
@@ -34,6 +41,10 @@ type Node struct {
 	// Containers says how this node's containers reach its network and GPUs; zero means
 	// DefaultContainerOptions (a real GPU node).
 	Containers ContainerOptions
+	// Policy is the node operator's limit on what a workflow may make this agent do:
+	// images, host paths mounted, Docker engines, ports. The agent always sets one (the
+	// defaults are safe); nil, for tests that build a Node by hand, allows everything.
+	Policy *policy.Policy
 
 	listeners listenerSet
 	engines   engines
@@ -81,6 +92,28 @@ func (a *Node) inNetNS(fn func() error) error {
 	return ferr
 }
 
+// allowed applies the node's policy: a refusal is non-retryable, names the node and the
+// setting an operator would change.
+func (a *Node) allowed(check func(policy.Policy) error) error {
+	if a.Policy == nil {
+		return nil
+	}
+	if err := check(*a.Policy); err != nil {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", a.Name, err), ErrPolicyDenied, nil)
+	}
+	return nil
+}
+
+// specAllowed checks everything a spec would make this node do, so that preflight refuses
+// a spec outside the policy before anything starts (each action checks its part again).
+func (a *Node) specAllowed(c spec.Cluster) error {
+	n, _ := c.Node(a.Name)
+	return a.allowed(func(p policy.Policy) error {
+		return errors.Join(p.CheckImage(c.Image), p.CheckDockerHost(n.DockerHost), p.CheckMount(c.HFCache),
+			p.CheckPorts(c.Ports.VLLM, c.Ports.Ray, c.Ports.Dashboard))
+	})
+}
+
 func (a *Node) logger() *zap.Logger {
 	if a.Log == nil {
 		return zap.NewNop()
@@ -101,7 +134,12 @@ func (a *Node) PreflightNode(ctx context.Context, req PreflightRequest) (Preflig
 	if err := a.checkNode(req.Node); err != nil {
 		return PreflightResult{}, err
 	}
-	eng, addr, err := a.engines.engine(req.DockerHost)
+	if req.Spec != nil {
+		if err := a.specAllowed(*req.Spec); err != nil {
+			return PreflightResult{}, err
+		}
+	}
+	eng, addr, err := a.engine(req.DockerHost)
 	if err != nil {
 		return PreflightResult{}, err
 	}
@@ -121,6 +159,9 @@ func (a *Node) StartRayHead(ctx context.Context, req StartRayRequest) (Container
 		return ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
+	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.Ray, req.Spec.Ports.Dashboard) }); err != nil {
+		return ContainerRef{}, err
+	}
 	return a.ensureContainer(ctx, n.DockerHost, rayHeadSpec(req, a.containerOptions()), req.Replace)
 }
 
@@ -133,7 +174,8 @@ func (a *Node) StartRayWorker(ctx context.Context, req StartRayRequest) (Contain
 	return a.ensureContainer(ctx, n.DockerHost, rayWorkerSpec(req, a.containerOptions()), req.Replace)
 }
 
-// LaunchVLLM starts (or adopts) the vLLM container on the head.
+// LaunchVLLM starts `vllm serve` inside the Ray head's container (vllmproc.go), or adopts
+// the vLLM already running there: a retried launch never starts a second one.
 func (a *Node) LaunchVLLM(ctx context.Context, req LaunchRequest) (ContainerRef, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return ContainerRef{}, err
@@ -143,17 +185,110 @@ func (a *Node) LaunchVLLM(ctx context.Context, req LaunchRequest) (ContainerRef,
 		return ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
 	}
 	n, _ := req.Spec.Node(req.Node)
-	return a.ensureContainer(ctx, n.DockerHost, vllmSpec(req, a.containerOptions(), secrets), req.Replace)
+	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.VLLM) }); err != nil {
+		return ContainerRef{}, err
+	}
+	eng, addr, err := a.engine(n.DockerHost)
+	if err != nil {
+		return ContainerRef{}, err
+	}
+	head := ContainerName(req.Spec.Name, req.Node, RoleRayHead)
+	info, err := eng.ContainerInspect(ctx, head, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is not there: vllm runs inside it, so ray must be started first", head), ErrContainerExited, nil)
+	}
+	if err != nil {
+		return ContainerRef{}, engineError(addr, "inspect "+head, err)
+	}
+	if st := info.Container.State; st == nil || !st.Running {
+		return ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is not running: vllm runs inside it", head), ErrContainerExited, nil)
+	}
+	mu := launchLock(info.Container.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	ref := ContainerRef{Node: a.Name, Role: RoleVLLM, Name: head, ID: info.Container.ID}
+	var env []string
+	for k, v := range secrets {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	noCarry := req.Plan.NCCL.NoCarryOver
+	if len(noCarry) > 0 {
+		env = append(env, "VLLM_CONFIG_ROOT="+vllmConfigRoot)
+	}
+	argv := vllmArgs(req.Spec)
+	hash := launchHash(argv, env, noCarry)
+	st, err := vllmProcStatus(ctx, eng, head)
+	if err != nil {
+		return ref, engineError(addr, "vllm status in "+head, err)
+	}
+	if st.State == "running" {
+		if !req.Replace && st.Hash == hash {
+			ref.Adopted, ref.PID = true, st.PID
+			return ref, nil
+		}
+		// Another launch (a changed spec), or a forced replacement.
+		if err := a.stopVLLM(ctx, eng, addr, head); err != nil {
+			return ref, err
+		}
+		a.logger().Info("vllm replaced", zap.String("container", head), zap.Bool("forced", req.Replace))
+	}
+	if len(noCarry) > 0 {
+		tarball, err := nonCarryOverArchive(noCarry)
+		if err != nil {
+			return ref, err
+		}
+		if _, err := eng.CopyToContainer(ctx, head, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(tarball)}); err != nil {
+			return ref, engineError(addr, "write ray_non_carry_over_env_vars.json in "+head, err)
+		}
+	}
+	if err := execDetached(ctx, eng, head, shScript(vllmLaunchScript, append([]string{hash}, argv...)...), env); err != nil {
+		return ref, engineError(addr, "launch vllm in "+head, err)
+	}
+	// The wrapper records vLLM's pid at once; wait for it so the result names the process.
+	for i := 0; i < 50; i++ {
+		st, err := vllmProcStatus(ctx, eng, head)
+		if err != nil {
+			return ref, engineError(addr, "vllm status in "+head, err)
+		}
+		switch st.State {
+		case "running":
+			ref.PID = st.PID
+			a.logger().Info("vllm launched", zap.String("container", head), zap.Int("pid", st.PID))
+			return ref, nil
+		case "exited":
+			// Ended at once; the watch reads why.
+			return ref, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return ref, fmt.Errorf("vllm in %s: no process recorded 5 s after the launch", head)
+}
+
+// stopVLLM stops vLLM in the head's container (SIGTERM, then SIGKILL after the stop
+// timeout) and reports whether one was running.
+func (a *Node) stopVLLM(ctx context.Context, eng containerEngine, addr, head string) error {
+	secs := max(int(a.containerOptions().StopTimeout.Seconds()), 1)
+	r, err := execIn(ctx, eng, head, shScript(vllmStopScript, strconv.Itoa(secs)), nil)
+	if err != nil {
+		return engineError(addr, "stop vllm in "+head, err)
+	}
+	if r.ExitCode != 0 {
+		return temporal.NewApplicationError(fmt.Sprintf("stop vllm in %s: exit %d: %s", head, r.ExitCode, strings.TrimSpace(r.Stderr)), ErrDocker)
+	}
+	return nil
 }
 
 // RemoveContainers stops and removes the cluster's containers on this node (only the
-// given roles, when set), found by their labels. Nothing to remove is not an error.
+// given roles, when set), found by their labels. vLLM goes first, stopped gracefully in
+// the Ray head's container, then the workers, then the head. Nothing to remove is not an
+// error.
 func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveResult, error) {
 	res := RemoveResult{Node: a.Name, Removed: []string{}}
 	if err := a.checkNode(req.Node); err != nil {
 		return res, err
 	}
-	eng, addr, err := a.engines.engine(req.DockerHost)
+	eng, addr, err := a.engine(req.DockerHost)
 	if err != nil {
 		return res, err
 	}
@@ -163,13 +298,32 @@ func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveR
 	if err != nil {
 		return res, engineError(addr, "list containers", err)
 	}
-	// vLLM first, the Ray head last: the order a hand teardown would use.
+	wants := func(role string) bool { return len(req.Roles) == 0 || slices.Contains(req.Roles, role) }
+	if wants(RoleVLLM) {
+		for _, c := range list.Items {
+			if c.Labels[LabelRole] != RoleRayHead || c.State != "running" {
+				continue
+			}
+			name := strings.TrimPrefix(c.Names[0], "/")
+			st, err := vllmProcStatus(ctx, eng, name)
+			if err != nil || st.State != "running" {
+				continue // no vLLM there (or no shell to ask): stopping the container ends it
+			}
+			if err := a.stopVLLM(ctx, eng, addr, name); err != nil {
+				return res, err
+			}
+			res.Removed = append(res.Removed, "vllm in "+name)
+			a.logger().Info("vllm stopped", zap.String("container", name))
+		}
+	}
+	// The workers before the head: the order a hand teardown would use. (A container of
+	// role vllm is one an older tpdeploy ran vLLM in.)
 	order := map[string]int{RoleVLLM: 0, RoleRayWorker: 1, RoleRayHead: 2}
 	sort.SliceStable(list.Items, func(i, j int) bool {
 		return order[list.Items[i].Labels[LabelRole]] < order[list.Items[j].Labels[LabelRole]]
 	})
 	for _, c := range list.Items {
-		if len(req.Roles) > 0 && !slices.Contains(req.Roles, c.Labels[LabelRole]) {
+		if !wants(c.Labels[LabelRole]) {
 			continue
 		}
 		if err := a.removeContainer(ctx, eng, addr, c.ID, a.containerOptions().StopTimeout); err != nil {

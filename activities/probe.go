@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/policy"
 )
 
 // probeRetries bounds retries of netlink dumps the kernel interrupted (links changing
@@ -49,7 +51,11 @@ func (a *Node) ProbeNode(ctx context.Context, req ProbeRequest) (netplan.NodePro
 	p.DefaultRoute = defaultRoute(h, p.Links)
 	p.RDMA = a.rdmaDevices()
 	p.GPUs, p.GPUSource = a.gpus(req.SpecGPUs)
-	p.Docker = a.engines.engineInfo(ctx, req.DockerHost)
+	if err := a.allowed(func(pol policy.Policy) error { return pol.CheckDockerHost(cmp.Or(req.DockerHost, DefaultDockerHost)) }); err != nil {
+		p.Docker = netplan.DockerInfo{Error: err.Error()}
+	} else {
+		p.Docker = a.engines.engineInfo(ctx, req.DockerHost)
+	}
 	return p, nil
 }
 

@@ -10,59 +10,16 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"go.uber.org/zap"
 
 	"github.com/tpdeploy/tpdeploy/logscan"
+	"github.com/tpdeploy/tpdeploy/netplan"
 )
-
-// rayNodesURL is the dashboard's state API on the head. The agent shares the head's
-// network namespace (host networking, or the lab node's namespace), and Ray's dashboard
-// listens on 127.0.0.1 by default.
-func rayNodesURL(port int) string { return fmt.Sprintf("http://127.0.0.1:%d/api/v0/nodes", port) }
-
-// stateNodes is the state API's envelope around its rows.
-type stateNodes struct {
-	Result bool   `json:"result"`
-	Msg    string `json:"msg"`
-	Data   struct {
-		Result struct {
-			Result []struct {
-				NodeID    string             `json:"node_id"`
-				NodeIP    string             `json:"node_ip"`
-				IsHead    bool               `json:"is_head_node"`
-				State     string             `json:"state"`
-				Resources map[string]float64 `json:"resources_total"`
-			} `json:"result"`
-		} `json:"result"`
-	} `json:"data"`
-}
-
-// parseStateNodes reads `GET /api/v0/nodes`.
-func parseStateNodes(body []byte) ([]RegisteredNode, error) {
-	var s stateNodes
-	if err := json.Unmarshal(body, &s); err != nil {
-		return nil, fmt.Errorf("ray state API: %w", err)
-	}
-	if !s.Result {
-		return nil, fmt.Errorf("ray state API: %s", s.Msg)
-	}
-	var out []RegisteredNode
-	for _, r := range s.Data.Result.Result {
-		ip, err := netip.ParseAddr(r.NodeIP)
-		if err != nil {
-			return nil, fmt.Errorf("ray state API: node %s: ip %q: %w", r.NodeID, r.NodeIP, err)
-		}
-		out = append(out, RegisteredNode{NodeID: r.NodeID, IP: ip, Alive: r.State == "ALIVE", GPUs: r.Resources["GPU"], Head: r.IsHead})
-	}
-	return out, nil
-}
 
 // placementVerdict compares Ray's alive nodes with the plan. It returns nil when every
 // planned node is alive under its planned address with enough GPUs; a non-retryable
@@ -131,13 +88,13 @@ func placementVerdict(req PlacementRequest, nodes []RegisteredNode) (report Plac
 }
 
 // CheckPlacement proves, before vLLM starts, that every planned node is alive in Ray under
-// its planned address with enough GPUs. A node registered under another address (the
-// seed's failure 1) fails at once instead of after vLLM's 42-minute wait.
+// its planned address with enough GPUs, reading Ray's node table from the GCS (raygcs.go).
+// A node registered under another address (the seed's failure 1) fails at once instead of
+// after vLLM's 42-minute wait.
 func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (PlacementReport, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return PlacementReport{}, err
 	}
-	hc := &http.Client{Timeout: 3 * time.Second}
 	// Give up a little before the step's own timeout, so the operator gets the reason (and
 	// Ray's own view) rather than a bare timeout.
 	deadline := time.Now().Add(time.Minute)
@@ -147,16 +104,13 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 	var last error
 	for {
 		activity.RecordHeartbeat(ctx, fmt.Sprint(last))
-		body, err := a.fetch(ctx, hc, rayNodesURL(req.DashboardPort))
+		nodes, err := a.registeredNodes(ctx, req.Plan.RayAddress)
 		if err == nil {
-			var nodes []RegisteredNode
-			if nodes, err = parseStateNodes(body); err == nil {
-				report, wait, verr := placementVerdict(req, nodes)
-				if !wait {
-					return report, verr
-				}
-				err = verr
+			report, wait, verr := placementVerdict(req, nodes)
+			if !wait {
+				return report, verr
 			}
+			err = verr
 		}
 		last = err
 		if time.Now().After(deadline) {
@@ -176,7 +130,7 @@ func (a *Node) rayStatusSummary(ctx context.Context, req PlacementRequest) strin
 	if req.RayHead == "" {
 		return ""
 	}
-	eng, _, err := a.engines.engine(req.DockerHost)
+	eng, _, err := a.engine(req.DockerHost)
 	if err != nil {
 		return ""
 	}
@@ -190,25 +144,57 @@ func (a *Node) rayStatusSummary(ctx context.Context, req PlacementRequest) strin
 }
 
 // RayNodesAlive checks once that every planned node is alive in Ray under its planned
-// address (the supervisor's periodic Ray check): a node that died or came back under
-// another address is an error naming it.
+// address (the supervisor's Ray check): a node that died or came back under another
+// address is an error naming it. A GCS that does not answer is a retryable error, never
+// by itself a verdict on the cluster.
 func (a *Node) RayNodesAlive(ctx context.Context, req PlacementRequest) (PlacementReport, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return PlacementReport{}, err
 	}
-	body, err := a.fetch(ctx, &http.Client{Timeout: 3 * time.Second}, rayNodesURL(req.DashboardPort))
+	nodes, err := a.registeredNodes(ctx, req.Plan.RayAddress)
 	if err != nil {
-		return PlacementReport{}, temporal.NewNonRetryableApplicationError("ray dashboard: "+err.Error(), ErrDashboard, nil)
+		return PlacementReport{}, temporal.NewApplicationError(err.Error(), ErrRayUnreachable)
 	}
-	nodes, err := parseStateNodes(body)
-	if err != nil {
-		return PlacementReport{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrDashboard, nil)
+	if dead := deadPlanned(req.Plan, nodes); dead != nil {
+		return PlacementReport{}, dead
 	}
 	report, wait, err := placementVerdict(req, nodes)
 	if wait {
 		return report, temporal.NewNonRetryableApplicationError(err.Error(), ErrNodeNotRegistered, nil)
 	}
 	return report, err
+}
+
+// deadPlanned is a RayNodeDead error for planned nodes that Ray has marked dead and that
+// have not come back alive under the same address, or nil.
+func deadPlanned(plan netplan.Plan, nodes []RegisteredNode) error {
+	alive := map[netip.Addr]bool{}
+	for _, n := range nodes {
+		if n.Alive {
+			alive[n.IP] = true
+		}
+	}
+	var parts []string
+	for _, n := range nodes {
+		if n.Alive || alive[n.IP] {
+			continue
+		}
+		for _, np := range plan.Nodes {
+			if np.Address == n.IP {
+				msg := fmt.Sprintf("%s (%s) is DEAD in Ray", np.Name, n.IP)
+				if n.DeathMessage != "" {
+					msg += ": " + n.DeathMessage
+				}
+				if !slices.Contains(parts, msg) {
+					parts = append(parts, msg)
+				}
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError(strings.Join(parts, "; ")+" (the node is down, its Ray container stopped, or the planned link is cut)", ErrRayNodeDead, nil)
 }
 
 func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
@@ -232,10 +218,11 @@ func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, 
 	return body, err
 }
 
-// WatchServing follows vLLM's output from the cursor and its endpoint until it serves,
-// a fatal line appears, the container exits, or ReportWithin passes (then it returns the
-// progress so far, and the workflow calls again from there). It heartbeats its progress;
-// a retried attempt (the agent restarted) resumes from the last heartbeat.
+// WatchServing follows vLLM's output in the Ray head's container from the cursor, and its
+// endpoint, until it serves, a fatal line appears, vLLM exits, a planned node is dead in
+// Ray, or ReportWithin passes (then it returns the progress so far, and the workflow calls
+// again from there). It heartbeats its progress; a retried attempt (the agent restarted)
+// resumes from the last heartbeat.
 func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgress, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return ServingProgress{}, err
@@ -243,139 +230,208 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 	p := req.Cursor
 	if activity.HasHeartbeatDetails(ctx) {
 		var hb ServingProgress
-		if activity.GetHeartbeatDetails(ctx, &hb) == nil && !hb.Since.Before(p.Since) {
+		if activity.GetHeartbeatDetails(ctx, &hb) == nil && hb.Offset >= p.Offset {
 			p = hb
 		}
 	}
 	n, _ := req.Spec.Node(req.Node)
-	eng, addr, err := a.engines.engine(n.DockerHost)
+	eng, addr, err := a.engine(n.DockerHost)
 	if err != nil {
 		return p, err
 	}
-	id := req.Container.ID
-	if id == "" {
-		id = req.Container.Name
-	}
-	info, err := eng.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if cerrdefs.IsNotFound(err) {
-		return p, temporal.NewNonRetryableApplicationError(fmt.Sprintf("vllm container %s is gone", req.Container.Name), ErrContainerExited, nil)
-	}
-	if err != nil {
-		return p, engineError(addr, "inspect "+req.Container.Name, err)
+	w := &watch{a: a, req: req, eng: eng, addr: addr, p: p, out: vllmOutput{eng: eng, container: req.Container.Name}}
+	if err := w.containerRunning(ctx); err != nil {
+		return p, err
 	}
 	started := time.Now()
-	if info.Container.State != nil {
-		if t, err := time.Parse(time.RFC3339Nano, info.Container.State.StartedAt); err == nil {
-			started = t
-		}
-	}
-
-	wctx, cancel := context.WithTimeout(ctx, max(req.ReportWithin, 2*time.Second))
-	defer cancel()
-	var mu sync.Mutex // guards p while the follower updates it
-	snapshot := func() ServingProgress {
-		mu.Lock()
-		defer mu.Unlock()
-		q := p
-		q.Elapsed = time.Since(started)
-		return q
-	}
-	followed := make(chan error, 1)
-	// announced is poked when vLLM logs that its server is up, so readiness is checked
-	// then rather than on the next tick.
-	announced := make(chan struct{}, 1)
-	go func() {
-		followed <- a.followVLLM(wctx, ctx, eng, id, req.Container.Name, &mu, &p, announced)
-	}()
-	ready := make(chan struct{}, 1)
-	go func() {
-		// Check at once, then every second: a short ReportWithin must not end each call
-		// before the first check.
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			if a.serving(wctx, req) {
-				ready <- struct{}{}
-				return
-			}
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			case <-announced:
-			}
-		}
-	}()
+	report := time.After(max(req.ReportWithin, 2*time.Second))
 	hb := time.NewTicker(2 * time.Second)
 	defer hb.Stop()
 	for {
+		progressed, err := w.step(ctx)
+		if err != nil || w.p.Serving {
+			w.p.Elapsed = time.Since(started)
+			return w.p, err
+		}
+		wait := 250 * time.Millisecond
+		if progressed {
+			wait = 0
+		}
 		select {
-		case <-ready:
-			cancel()
-			<-followed
-			q := snapshot()
-			q.Serving, q.Phase = true, "serving"
-			return q, nil
-		case err := <-followed:
-			if err == nil && ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			q := snapshot()
-			a.logger().Debug("vllm progress", zap.String("phase", q.Phase), zap.Int("shards", q.ShardsLoaded), zap.Error(err))
-			return q, err
+		case <-ctx.Done():
+			return w.p, ctx.Err()
+		case <-report:
+			w.p.Elapsed = time.Since(started)
+			return w.p, nil
 		case <-hb.C:
-			activity.RecordHeartbeat(ctx, snapshot())
+			activity.RecordHeartbeat(ctx, w.p)
+		case <-time.After(wait):
 		}
 	}
 }
 
-// followVLLM reads vLLM's output into *p (under mu) until wctx ends (nil), a fatal line
-// appears (its typed error) or the output ends because the container stopped
-// (ContainerExited with the exit code and the last lines).
-func (a *Node) followVLLM(wctx, ctx context.Context, eng containerEngine, id, name string, mu *sync.Mutex, p *ServingProgress, announced chan<- struct{}) error {
-	var tail []string
-	cur := logCursor{Since: p.Since, Seen: p.SeenAtSince}
-	_, err := followLogs(wctx, eng, id, cur, func(l logLine) error {
-		line := logscan.Parse(l.Text)
-		tail = append(tail, line.Text)
-		if len(tail) > 5 {
-			tail = tail[1:]
+// watch is one WatchServing call's state.
+type watch struct {
+	a    *Node
+	req  WatchRequest
+	eng  containerEngine
+	addr string
+	out  vllmOutput
+	p    ServingProgress
+	scan logscan.Scanner
+	tail []string
+	// lastNew is when the last output arrived; lastRayCheck when Ray was last asked.
+	lastNew, lastRayCheck, lastReady time.Time
+	pending                          *logscan.Finding
+}
+
+// stallAfter is how long without new output before the watch asks Ray whether a planned
+// node died: NCCL over sockets hangs on a cut link rather than failing (upstream.md §6),
+// so silence plus a dead node is the signal.
+const stallAfter = 5 * time.Second
+
+// step reads what vLLM wrote since the last step and acts on it. It reports whether there
+// was new output.
+func (w *watch) step(ctx context.Context) (bool, error) {
+	lines, next, st, err := w.out.read(ctx, w.p.Offset)
+	if err != nil {
+		if cerr := w.containerRunning(ctx); cerr != nil {
+			return false, cerr
 		}
-		cur.advance(l.Time)
-		mu.Lock()
-		defer mu.Unlock()
-		p.Since, p.SeenAtSince = cur.Since, cur.Seen
-		if ph := logscan.Phase(line.Text); ph != "" {
-			p.Phase = ph
-			if ph == "ready" {
-				select {
-				case announced <- struct{}{}:
-				default:
-				}
-			}
+		return false, engineError(w.addr, "read vllm output in "+w.req.Container.Name, err)
+	}
+	for _, text := range lines {
+		if err := w.line(text); err != nil {
+			return true, err
 		}
-		if sp, ok := logscan.ParseProgress(line.Text); ok {
-			p.ShardsLoaded, p.ShardsTotal, p.Percent, p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining
+	}
+	w.p.Offset = next
+	now := time.Now()
+	if len(lines) > 0 {
+		w.lastNew = now
+	}
+	switch st.State {
+	case "exited", "gone", "none":
+		// Whatever vLLM wrote before it ended is read before its end is reported.
+		if len(lines) > 0 {
+			return true, nil
 		}
-		f := logscan.Classify(line)
-		switch {
-		case f == nil:
-		case f.Fatal:
-			return temporal.NewNonRetryableApplicationError(f.Message()+" [line: "+clipLine(f.Line)+"]", f.Type, nil)
-		case !slices.Contains(p.Warnings, f.Message()):
-			p.Warnings = append(p.Warnings, f.Message())
+		if f := w.scan.Flush(); f != nil && f.Fatal {
+			return false, findingError(f)
 		}
+		what := fmt.Sprintf("exited with code %d", st.ExitCode)
+		switch st.State {
+		case "gone":
+			what = "is gone without an exit code (killed with its wrapper: the container restarted or the process was killed)"
+		case "none":
+			what = "was never started in this container (it was recreated?)"
+		}
+		return false, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("vllm in %s %s; last lines: %s", w.req.Container.Name, what, strings.Join(w.tail, " | ")), ErrVLLMExited, nil)
+	}
+	// Readiness: at once when vLLM says its server is up, else every second.
+	if w.p.Phase == "ready" || now.Sub(w.lastReady) >= time.Second {
+		w.lastReady = now
+		if w.a.serving(ctx, w.req) {
+			w.p.Serving, w.p.Phase = true, "serving"
+			return len(lines) > 0, nil
+		}
+	}
+	if err := w.askRay(ctx, now); err != nil {
+		return len(lines) > 0, err
+	}
+	return len(lines) > 0, nil
+}
+
+// line classifies one line of vLLM's output and updates the progress.
+func (w *watch) line(text string) error {
+	line, f := w.scan.Scan(text)
+	w.tail = append(w.tail, clipLine(line.Text))
+	if len(w.tail) > 5 {
+		w.tail = w.tail[1:]
+	}
+	if ph := logscan.Phase(line.Text); ph != "" {
+		w.p.Phase = ph
+	}
+	if sp, ok := logscan.ParseProgress(line.Text); ok {
+		w.p.ShardsLoaded, w.p.ShardsTotal, w.p.Percent, w.p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining
+	}
+	switch {
+	case f == nil:
+	case f.Type == logscan.PlacementPending && !f.Fatal:
+		// Whether to keep waiting is decided from Ray's node table, not from the line.
+		w.pending = f
+		w.lastRayCheck = time.Time{}
+	case f.Fatal:
+		return findingError(f)
+	case !slices.Contains(w.p.Warnings, f.Message()):
+		w.p.Warnings = append(w.p.Warnings, f.Message())
+	}
+	return nil
+}
+
+// askRay reads Ray's node table when vLLM waits for its placement group or has been
+// silent for a while: a group pinned to an address no Ray node has fails at once, one
+// pinned to a live node fails after timeouts.placement with what Ray reports, and a
+// planned node Ray marked dead ends the watch.
+func (w *watch) askRay(ctx context.Context, now time.Time) error {
+	if w.req.Plan == nil || w.req.Plan.RayAddress == "" {
 		return nil
-	})
-	if err != nil || wctx.Err() != nil {
+	}
+	stalled := !w.lastNew.IsZero() && now.Sub(w.lastNew) >= stallAfter
+	if w.pending == nil && !stalled {
+		return nil
+	}
+	if now.Sub(w.lastRayCheck) < 2*time.Second {
+		return nil
+	}
+	w.lastRayCheck = now
+	nodes, err := w.a.registeredNodes(ctx, w.req.Plan.RayAddress)
+	if err != nil {
+		// The GCS not answering is no verdict; vLLM's own output will say more.
+		return nil
+	}
+	if err := deadPlanned(*w.req.Plan, nodes); err != nil {
 		return err
 	}
-	code := -1
-	if info, err := eng.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil && info.Container.State != nil {
-		code = info.Container.State.ExitCode
+	if w.pending == nil {
+		return nil
 	}
-	return temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("vllm container %s exited with code %d; last lines: %s", name, code, strings.Join(tail, " | ")), ErrContainerExited, nil)
+	var alive []string
+	for _, n := range nodes {
+		if n.Alive {
+			alive = append(alive, n.IP.String())
+		}
+	}
+	f := w.pending.ResolvePending(alive, w.req.Spec.Timeouts.Placement.D())
+	if f == nil || !f.Fatal {
+		return nil
+	}
+	if f.Type == logscan.ResourcesBusy {
+		f.Diagnosis += w.a.rayStatusSummary(ctx, PlacementRequest{DockerHost: w.req.Spec.Head().DockerHost, RayHead: w.req.Container.Name})
+	}
+	return findingError(f)
+}
+
+// findingError is a fatal finding as the activity's non-retryable error.
+func findingError(f *logscan.Finding) error {
+	return temporal.NewNonRetryableApplicationError(f.Message()+" [line: "+clipLine(f.Line)+"]", f.Type, nil)
+}
+
+// containerRunning fails when the Ray head's container (where vLLM runs) is gone or
+// stopped.
+func (w *watch) containerRunning(ctx context.Context) error {
+	info, err := w.eng.ContainerInspect(ctx, w.req.Container.Name, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s, where vllm runs, is gone", w.req.Container.Name), ErrContainerExited, nil)
+	}
+	if err != nil {
+		return engineError(w.addr, "inspect "+w.req.Container.Name, err)
+	}
+	if st := info.Container.State; st != nil && !st.Running {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s, where vllm runs, exited with code %d", w.req.Container.Name, st.ExitCode), ErrContainerExited, nil)
+	}
+	return nil
 }
 
 func clipLine(s string) string {

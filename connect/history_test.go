@@ -86,7 +86,11 @@ func TestHistoryHoldsOnlyCiphertext(t *testing.T) {
 		}
 	}
 
-	ctl := control.Controller{Client: keyed}
+	opts, err := connect.Options{Address: devAddress, CodecKeyFile: keyFile}.ClientOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := control.Controller{Client: keyed, DataConverter: opts.DataConverter}
 	okRun, err := ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: ok, Trigger: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +115,10 @@ func TestHistoryHoldsOnlyCiphertext(t *testing.T) {
 	st, err := ctl.Status(ctx, ok.Name)
 	if err != nil || st.State.Phase != workflows.PhaseServed {
 		t.Fatalf("status with the key: phase %q, %v", st.State.Phase, err)
+	}
+	// The spec read back from history (what `starter teardown CLUSTER` uses) decodes too.
+	if st.Spec == nil || st.Spec.Image != ok.Image {
+		t.Fatalf("spec from the encrypted history: %+v", st.Spec)
 	}
 
 	plain, err := client.Dial(client.Options{HostPort: devAddress, Logger: quietLogger{}})

@@ -4,7 +4,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,6 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/activities"
@@ -34,6 +34,9 @@ func (e *AlreadyRunningError) Error() string {
 // Controller starts and inspects deployments.
 type Controller struct {
 	Client client.Client
+	// DataConverter decodes payloads read straight from history (a deploy's spec); it must
+	// be the client's (with the codec when payloads are encrypted). Nil: the default.
+	DataConverter converter.DataConverter
 }
 
 // StartDeploy starts the cluster's deploy under its one workflow ID; a running deploy of
@@ -174,8 +177,12 @@ func (c Controller) deploySpec(ctx context.Context, id, runID string) (spec.Clus
 	if len(payloads) == 0 {
 		return spec.Cluster{}, fmt.Errorf("workflow %s has no input", id)
 	}
+	dc := c.DataConverter
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
 	var req workflows.DeployRequest
-	if err := json.Unmarshal(payloads[0].GetData(), &req); err != nil {
+	if err := dc.FromPayload(payloads[0], &req); err != nil {
 		return spec.Cluster{}, fmt.Errorf("decode input of %s: %w", id, err)
 	}
 	return req.Spec.WithDefaults(), nil

@@ -82,7 +82,7 @@ func scriptOnce(b *testing.B, name string, ifA, ifB string) time.Duration {
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)
-	for _, role := range []string{"vllm", "worker", "head"} {
+	for _, role := range []string{"worker", "head"} {
 		_, _ = eng.ContainerRemove(context.Background(), name+"-"+role, client.ContainerRemoveOptions{Force: true})
 	}
 	if err != nil {

@@ -186,8 +186,8 @@ func TestDeployServesOnTheSharedFastSubnet(t *testing.T) {
 	if err != nil || len(models.Data) != 1 || models.Data[0].ID != s.Model.ServedName {
 		t.Fatalf("/v1/models: %+v %v", models, err)
 	}
-	if got := containersOf(t, s.Name); len(got) != 3 {
-		t.Errorf("containers %v, want ray head, ray worker, vllm", got)
+	if got := containersOf(t, s.Name); len(got) != 2 {
+		t.Errorf("containers %v, want the ray head (vllm runs in it) and the ray worker", got)
 	}
 	if out, code := runStarter(t, "teardown", s.Name); code != 0 {
 		t.Fatalf("teardown exit %d:\n%s", code, out)
@@ -304,10 +304,12 @@ func TestFastLinkCutDuringLoading(t *testing.T) {
 		}
 	})
 	f, took := failure(t, run)
+	// NCCL over sockets hangs on a cut link; Ray marks node-b dead when its health checks
+	// fail (about a minute with Ray's defaults), and the watch or vLLM's driver says so.
 	switch f.Type {
-	case activities.ErrEngineDead, activities.ErrNCCL:
+	case activities.ErrRayNodeDead, activities.ErrEngineDead, activities.ErrNCCL:
 	default:
-		t.Fatalf("failure %s: %s; want the lost rank classified (EngineDead or NCCLError)", f.Type, f.Message)
+		t.Fatalf("failure %s: %s; want the lost node classified (RayNodeDead, EngineDead or NCCLError)", f.Type, f.Message)
 	}
 	t.Logf("cut classified as %s in %.1fs: %s", f.Type, took.Seconds(), f.Message)
 	if left := containersOf(t, s.Name); len(left) != 0 {
@@ -331,8 +333,8 @@ func TestAgentRestartDuringLoading(t *testing.T) {
 		st, _ := control.Controller{Client: tc}.Status(context.Background(), s.Name)
 		t.Fatalf("deploy after agent restart: %v (state: %+v)", control.Reason(err), st.State)
 	}
-	if got := containersOf(t, s.Name); len(got) != 3 {
-		t.Errorf("containers %v, want exactly three", got)
+	if got := containersOf(t, s.Name); len(got) != 2 {
+		t.Errorf("containers %v, want exactly the ray head and worker", got)
 	}
 	if _, err := (control.Controller{Client: tc}).Teardown(context.Background(), s.Name, nil); err != nil {
 		t.Fatal(err)

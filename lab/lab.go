@@ -9,6 +9,7 @@ package lab
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"net"
@@ -52,9 +53,16 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 			return err
 		}
 	}
+	if err := staticBusybox(); err != nil {
+		return err
+	}
 	all := []images.Image{
-		{Tag: SimImage, Files: map[string]string{"ray": bins["sim"], "vllm": bins["sim"]}, Dirs: []string{"tmp"},
-			Dockerfile: "FROM scratch\nCOPY ray vllm /usr/bin/\nCOPY tmp /tmp\nENV PATH=/usr/bin\n"},
+		// vLLM's images are Ubuntu with a POSIX shell and coreutils; tpdeploy runs a fixed sh
+		// wrapper and tail in the Ray head's container, so the lab's image has Debian's static
+		// busybox for them.
+		{Tag: SimImage, Files: map[string]string{"ray": bins["sim"], "vllm": bins["sim"], "busybox": busybox}, Dirs: []string{"tmp", "root"},
+			Dockerfile: "FROM scratch\nCOPY ray vllm /usr/bin/\nCOPY busybox /bin/\nCOPY tmp /tmp\nCOPY root /root\n" +
+				"RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\nENV PATH=/usr/bin:/bin HOME=/root\n"},
 		{Tag: NodeImage, Files: map[string]string{"init": bins["nodeinit"], "worker": bins["worker"]}, Dirs: []string{"tmp", "run"},
 			Dockerfile: "FROM scratch\nCOPY init worker /\nCOPY tmp /tmp\nCOPY run /run\nENTRYPOINT [\"/init\", \"/worker\"]\n"},
 	}
@@ -65,6 +73,25 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 	for _, img := range all {
 		if _, err := images.Ensure(ctx, eng, img); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// busybox is Debian's static busybox (package busybox-static, installed by `make deps`).
+const busybox = "/bin/busybox"
+
+// staticBusybox checks that busybox is there and statically linked: a FROM-scratch image
+// has no C library for a dynamic one.
+func staticBusybox() error {
+	f, err := elf.Open(busybox)
+	if err != nil {
+		return fmt.Errorf("the lab's images need Debian's static busybox at %s (apt-get install busybox-static; make deps does): %w", busybox, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; the lab's FROM-scratch images need the static one (apt-get install busybox-static)", busybox)
 		}
 	}
 	return nil
@@ -236,6 +263,8 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			"TPDEPLOY_CONTAINER_NETWORK=container:" + n.Container, "TPDEPLOY_IPC=", "TPDEPLOY_GPUS=none",
 			// This engine, like some real ones, refuses memlock for containers.
 			"TPDEPLOY_ULIMITS=",
+			// The lab's images are the simulator's; a real node's policy allows vLLM's.
+			"TPDEPLOY_ALLOW_IMAGES=" + SimImage,
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
 		}
 		if i > 0 {

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,7 +111,113 @@ func waitLogs(t *testing.T, eng *client.Client, id string, within time.Duration,
 	}
 }
 
-func exitCode(t *testing.T, eng *client.Client, id string, within time.Duration) int {
+// execOut is a command run in a container with `docker exec`, its output collected.
+type execOut struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	done chan struct{}
+	id   string
+	eng  *client.Client
+}
+
+func (o *execOut) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+func (o *execOut) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+// dockerExec runs cmd in a running container, as the seed's script ran `vllm serve` in
+// its Ray head's container (`docker exec`, with the node's variables given to the exec).
+func dockerExec(t *testing.T, eng *client.Client, container string, env []string, cmd ...string) *execOut {
+	t.Helper()
+	ctx := context.Background()
+	ex, err := eng.ExecCreate(ctx, container, client.ExecCreateOptions{Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		t.Fatalf("exec %v: %v", cmd, err)
+	}
+	att, err := eng.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		t.Fatalf("exec %v: %v", cmd, err)
+	}
+	o := &execOut{done: make(chan struct{}), id: ex.ID, eng: eng}
+	go func() {
+		defer close(o.done)
+		defer att.Close()
+		_, _ = stdcopy.StdCopy(o, o, att.Reader)
+	}()
+	return o
+}
+
+// waitOut waits until the exec's output contains every string.
+func waitOut(t *testing.T, o *execOut, within time.Duration, want ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		out := o.String()
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s the output lacks %q:\n%s", within, missing, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// exitCode waits for the exec to end and returns its exit code.
+func (o *execOut) exitCode(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-o.done:
+	case <-time.After(within):
+		t.Fatalf("still running after %s:\n%s", within, o.String())
+	}
+	for i := 0; i < 50; i++ {
+		in, err := o.eng.ExecInspect(context.Background(), o.id, client.ExecInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !in.Running {
+			return in.ExitCode
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("exec still running after its output ended")
+	return 0
+}
+
+// kill ends the exec's process by its PID (the engine reports the host's), never by name.
+func (o *execOut) kill(t *testing.T) {
+	t.Helper()
+	in, err := o.eng.ExecInspect(context.Background(), o.id, client.ExecInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(in.PID, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %d: %v", in.PID, err)
+	}
+	select {
+	case <-o.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exec did not end after SIGKILL")
+	}
+}
+
+// containerExit waits for a container to stop and returns its exit code.
+func containerExit(t *testing.T, eng *client.Client, id string, within time.Duration) int {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -135,18 +243,20 @@ func TestSeedFailure1PlacementGroupPinnedToAnUnregisteredIP(t *testing.T) {
 	waitLogs(t, eng, head, 10*time.Second, "Local node IP: "+a.Ext.String(), "Ray runtime started.")
 	worker := dockerRun(t, l, eng, "node-b", "worker", nil, "ray", "start", "--address="+a.Fast.String()+":6379", "--node-ip-address="+b.Fast.String(), "--block")
 	waitLogs(t, eng, worker, 10*time.Second, "Ray runtime started.")
-	vllm := dockerRun(t, l, eng, "node-a", "vllm",
+	vllm := dockerExec(t, eng, head,
 		[]string{"RAY_ADDRESS=" + a.Fast.String() + ":6379", "VLLM_HOST_IP=" + a.Fast.String(), "TPDEPLOY_SIM_TIME_SCALE=0.002"},
 		"vllm", "serve", "/models/m", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray")
 	specs := fmt.Sprintf("specs=[{'GPU': 1.0, 'node:%s': 0.001}, {'GPU': 1.0}]", a.Fast)
-	out := waitLogs(t, eng, vllm, 30*time.Second,
+	out := waitOut(t, vllm, 30*time.Second,
+		"Connected to Ray cluster.",
 		"Waiting for creating a placement group of specs for 10 seconds. "+specs,
 		"Waiting for creating a placement group of specs for 2550 seconds.",
-		"ValueError: Cannot provide a placement group requiring 2 GPUs (placement_group_specs=[{'GPU': 1.0, 'node:"+a.Fast.String()+"': 0.001}, {'GPU': 1.0}]) within 1800 seconds.")
+		"ValueError: Cannot provide a placement group requiring 2.0 GPUs (placement_group_specs=[{'GPU': 1.0, 'node:"+a.Fast.String()+"': 0.001}, {'GPU': 1.0}]) within 1800 seconds.",
+		"Tensor parallel size may exceed available GPUs in your cluster.")
 	if n := strings.Count(out, "Waiting for creating a placement group"); n != 8 {
 		t.Errorf("%d waiting lines, want vLLM's 8 (10, 30, 70 ... 2550 s)", n)
 	}
-	if code := exitCode(t, eng, vllm, 10*time.Second); code == 0 {
+	if code := vllm.exitCode(t, 10*time.Second); code == 0 {
 		t.Error("vllm exited 0 after the placement group failed")
 	}
 }
@@ -158,10 +268,10 @@ func TestSeedFailure2RendezvousOnAnAddressTheWorkerCannotRoute(t *testing.T) {
 	waitLogs(t, eng, head, 10*time.Second, "Ray runtime started.")
 	worker := dockerRun(t, l, eng, "node-b", "worker", nil, "ray", "start", "--address="+a.Fast.String()+":6379", "--node-ip-address="+b.Fast.String(), "--block")
 	waitLogs(t, eng, worker, 10*time.Second, "Ray runtime started.")
-	vllm := dockerRun(t, l, eng, "node-a", "vllm",
+	vllm := dockerExec(t, eng, head,
 		[]string{"RAY_ADDRESS=" + a.Fast.String() + ":6379", "VLLM_HOST_IP=" + a.Ext.String(), "TPDEPLOY_SIM_STORE_TIMEOUT=4"},
 		"vllm", "serve", "/models/m", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray")
-	out := waitLogs(t, eng, vllm, 30*time.Second,
+	out := waitOut(t, vllm, 30*time.Second,
 		"distributed_init_method=tcp://"+a.Ext.String()+":",
 		"(RayWorkerWrapper pid=",
 		"The client socket has failed to connect to any network address of ("+a.Ext.String()+", ",
@@ -170,15 +280,26 @@ func TestSeedFailure2RendezvousOnAnAddressTheWorkerCannotRoute(t *testing.T) {
 	if !strings.Contains(out, "ip="+b.Fast.String()+")") {
 		t.Errorf("the c10d failure is not attributed to node-b's worker:\n%s", out)
 	}
-	if code := exitCode(t, eng, vllm, 10*time.Second); code == 0 {
+	if code := vllm.exitCode(t, 10*time.Second); code == 0 {
 		t.Error("vllm exited 0 after the rendezvous failed")
 	}
 }
 
-func TestSeedFixEverythingOnTheFastSubnetServes(t *testing.T) {
-	l, eng := upLab(t)
-	ctx := context.Background()
+// seedFixRay starts the seed's fixed Ray cluster: every node on the fast subnet, each
+// container with its own node's variables.
+func seedFixRay(t *testing.T, l *Lab, eng *client.Client, envA, envB []string) (head string) {
+	t.Helper()
 	a, b := l.Nodes[0], l.Nodes[1]
+	head = dockerRun(t, l, eng, "node-a", "head", envA, "ray", "start", "--head", "--node-ip-address="+a.Fast.String(), "--port=6379", "--block")
+	waitLogs(t, eng, head, 10*time.Second, "Local node IP: "+a.Fast.String())
+	worker := dockerRun(t, l, eng, "node-b", "worker", envB, "ray", "start", "--address="+a.Fast.String()+":6379", "--node-ip-address="+b.Fast.String(), "--block")
+	waitLogs(t, eng, worker, 10*time.Second, "Ray runtime started.")
+	return head
+}
+
+func fastIfaces(t *testing.T, l *Lab) (string, string) {
+	t.Helper()
+	ctx := context.Background()
 	ifA, err := l.Iface(ctx, "node-a", "fast")
 	if err != nil {
 		t.Fatal(err)
@@ -187,20 +308,125 @@ func TestSeedFixEverythingOnTheFastSubnetServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ifA, ifB
+}
+
+var serveArgs = []string{"vllm", "serve", "/models/tiny", "--served-model-name", "tiny", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray", "--host", "0.0.0.0", "--port", "8000"}
+
+// The seed's fix with older vLLM, which copies only its own VLLM_* variables to its Ray
+// workers: each node keeps its own NCCL_SOCKET_IFNAME and the model serves.
+func TestSeedFixServesWithAVLLMThatCopiesOnlyItsOwnVariables(t *testing.T) {
+	l, eng := upLab(t)
+	a, b := l.Nodes[0], l.Nodes[1]
+	ifA, ifB := fastIfaces(t, l)
 	envA := []string{"NCCL_SOCKET_IFNAME==" + ifA, "GLOO_SOCKET_IFNAME=" + ifA, "VLLM_HOST_IP=" + a.Fast.String(), "RAY_ADDRESS=" + a.Fast.String() + ":6379"}
 	envB := []string{"NCCL_SOCKET_IFNAME==" + ifB, "GLOO_SOCKET_IFNAME=" + ifB, "VLLM_HOST_IP=" + b.Fast.String()}
-	head := dockerRun(t, l, eng, "node-a", "head", envA, "ray", "start", "--head", "--node-ip-address="+a.Fast.String(), "--port=6379", "--block")
-	waitLogs(t, eng, head, 10*time.Second, "Local node IP: "+a.Fast.String())
-	worker := dockerRun(t, l, eng, "node-b", "worker", envB, "ray", "start", "--address="+a.Fast.String()+":6379", "--node-ip-address="+b.Fast.String(), "--block")
-	waitLogs(t, eng, worker, 10*time.Second, "Ray runtime started.")
-	vllm := dockerRun(t, l, eng, "node-a", "vllm", append(envA, "TPDEPLOY_SIM_SHARDS=4", "TPDEPLOY_SIM_SHARD_SECONDS=0.2"),
-		"vllm", "serve", "/models/tiny", "--served-model-name", "tiny", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray", "--host", "0.0.0.0", "--port", "8000")
-	waitLogs(t, eng, vllm, 30*time.Second,
+	head := seedFixRay(t, l, eng, envA, envB)
+	vllm := dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_SHARDS=4", "TPDEPLOY_SIM_SHARD_SECONDS=0.2", "TPDEPLOY_SIM_VLLM_VERSION=0.11.0"}, serveArgs...)
+	out := waitOut(t, vllm, 30*time.Second,
+		"Copying the following environment variables to workers: [",
 		"NCCL INFO Bootstrap : Using "+ifA+":"+a.Fast.String()+"<0>",
 		"NCCL INFO Bootstrap : Using "+ifB+":"+b.Fast.String()+"<0>",
 		"Loading safetensors checkpoint shards: 100% Completed | 4/4",
 		"Application startup complete.")
-	base := "http://" + a.Fast.String() + ":8000"
+	if strings.Contains(out, "Overwriting environment variable NCCL_SOCKET_IFNAME") {
+		t.Errorf("vLLM 0.11 copied NCCL_SOCKET_IFNAME:\n%s", out)
+	}
+	assertServes(t, "http://"+a.Fast.String()+":8000")
+}
+
+// The seed's own fix (a per-node NCCL_SOCKET_IFNAME) under vLLM 0.17, which copies the
+// driver's NCCL_* onto every Ray worker: node-b's worker gets node-a's interface name and
+// NCCL fails there as measured on real GPUs (upstream.md §6).
+func TestNewerVLLMCopiesTheDriversNCCLVariablesOntoItsWorkers(t *testing.T) {
+	l, eng := upLab(t)
+	a, b := l.Nodes[0], l.Nodes[1]
+	ifA, ifB := fastIfaces(t, l)
+	if ifA == ifB {
+		t.Fatalf("the lab's nodes must name their fast interfaces differently (both %s)", ifA)
+	}
+	envA := []string{"NCCL_SOCKET_IFNAME==" + ifA, "GLOO_SOCKET_IFNAME=" + ifA, "VLLM_HOST_IP=" + a.Fast.String(), "RAY_ADDRESS=" + a.Fast.String() + ":6379"}
+	envB := []string{"NCCL_SOCKET_IFNAME==" + ifB, "GLOO_SOCKET_IFNAME=" + ifB, "VLLM_HOST_IP=" + b.Fast.String()}
+	head := seedFixRay(t, l, eng, envA, envB)
+	vllm := dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_STORE_TIMEOUT=4"}, serveArgs...)
+	out := waitOut(t, vllm, 30*time.Second,
+		"Env var prefixes to copy: ['HF_', 'HUGGING_FACE_', 'LMCACHE_', 'NCCL_', 'UCX_', 'VLLM_']",
+		"'NCCL_SOCKET_IFNAME'",
+		"Overwriting environment variable NCCL_SOCKET_IFNAME from '="+ifB+"' to '="+ifA+"'",
+		"(RayWorkerWrapper pid=", "NCCL WARN", "torch.distributed.DistBackendError: NCCL error")
+	// Which NCCL failure depends on whether node-b has an interface of node-a's name: none
+	// (bootstrap finds no interface, as measured) or another one (NCCL binds it and cannot
+	// connect across).
+	if !strings.Contains(out, "NCCL WARN Bootstrap : no socket interface found") && !strings.Contains(out, "NCCL WARN Net : Connect to "+a.Fast.String()) {
+		t.Errorf("node-b's rank did not fail in NCCL on node-a's interface name:\n%s", out)
+	}
+	// The head's rank waits for node-b's in NCCL's bootstrap, forever, as measured.
+	select {
+	case <-vllm.done:
+		t.Fatalf("vllm ended; the head's rank must hang:\n%s", vllm.String())
+	case <-time.After(3 * time.Second):
+	}
+	vllm.kill(t)
+
+	// Stopping the copy (vLLM's ray_non_carry_over_env_vars.json) keeps each node's own.
+	cfg := dockerExec(t, eng, head, nil, "/bin/sh", "-c", `mkdir -p /root/.config/vllm && echo '["NCCL_SOCKET_IFNAME"]' >/root/.config/vllm/ray_non_carry_over_env_vars.json`)
+	if code := cfg.exitCode(t, 10*time.Second); code != 0 {
+		t.Fatalf("write the non-carry-over file: exit %d: %s", code, cfg.String())
+	}
+	vllm = dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_SHARDS=2", "TPDEPLOY_SIM_SHARD_SECONDS=0.2"}, serveArgs...)
+	out = waitOut(t, vllm, 30*time.Second,
+		"RAY_NON_CARRY_OVER_ENV_VARS from config: {'NCCL_SOCKET_IFNAME'}",
+		"NCCL INFO Bootstrap : Using "+ifB+":"+b.Fast.String()+"<0>",
+		"Application startup complete.")
+	if strings.Contains(out, "Overwriting environment variable NCCL_SOCKET_IFNAME") {
+		t.Errorf("NCCL_SOCKET_IFNAME was copied although listed as non-carry-over:\n%s", out)
+	}
+	assertServes(t, "http://"+a.Fast.String()+":8000")
+}
+
+// A Ray driver must run in the container of its node's Ray: a `vllm serve` in a container
+// of its own (here sharing the head node's network, as --network host would) finds no
+// node_ip_address.json in its session directory and fails with Ray's text.
+func TestVLLMInAContainerOfItsOwnCannotAttachToRay(t *testing.T) {
+	l, eng := upLab(t)
+	a, b := l.Nodes[0], l.Nodes[1]
+	envA := []string{"VLLM_HOST_IP=" + a.Fast.String(), "RAY_ADDRESS=" + a.Fast.String() + ":6379"}
+	seedFixRay(t, l, eng, envA, []string{"VLLM_HOST_IP=" + b.Fast.String()})
+	vllm := dockerRun(t, l, eng, "node-a", "vllm", append(envA, "TPDEPLOY_SIM_TIME_SCALE=0.05"), serveArgs...)
+	waitLogs(t, eng, vllm, 30*time.Second,
+		"Can't find a `node_ip_address.json` file from /tmp/ray/session_",
+		"ValueError: Can't find a `node_ip_address.json` file from /tmp/ray/session_",
+		"for 60 seconds. A ray instance hasn't started. Did you do `ray start` or `ray.init` on this host?")
+	if code := containerExit(t, eng, vllm, 10*time.Second); code == 0 {
+		t.Error("vllm exited 0")
+	}
+}
+
+// Ray as vLLM's images ship it has no dashboard: `ray list nodes` fails with Ray's text,
+// `ray status` (the GCS) works. With ray[default] the state API answers.
+func TestMinimalRayServesNoDashboard(t *testing.T) {
+	l, eng := upLab(t)
+	a := l.Nodes[0]
+	head := seedFixRay(t, l, eng, []string{"RAY_ADDRESS=" + a.Fast.String() + ":6379"}, nil)
+	list := dockerExec(t, eng, head, nil, "ray", "list", "nodes")
+	if code := list.exitCode(t, 15*time.Second); code == 0 || !strings.Contains(list.String(), "Failed to connect to API server. Please check the API server log for details. Make sure dependencies are installed with `pip install ray[default]`.") {
+		t.Errorf("ray list nodes on minimal Ray: exit %d: %s", code, list.String())
+	}
+	status := dockerExec(t, eng, head, nil, "ray", "status")
+	if code := status.exitCode(t, 15*time.Second); code != 0 || strings.Count(status.String(), " 1 node_") != 2 {
+		t.Errorf("ray status: exit %d:\n%s", code, status.String())
+	}
+
+	full := dockerRun(t, l, eng, "node-b", "full", []string{"TPDEPLOY_SIM_RAY_DEFAULT=1"}, "ray", "start", "--head", "--port=6390", "--dashboard-port=8290", "--node-ip-address="+l.Nodes[1].Fast.String(), "--block")
+	waitLogs(t, eng, full, 10*time.Second, "Ray runtime started.")
+	list = dockerExec(t, eng, full, nil, "ray", "list", "nodes")
+	if code := list.exitCode(t, 15*time.Second); code != 0 || !strings.Contains(list.String(), l.Nodes[1].Fast.String()) {
+		t.Errorf("ray list nodes with ray[default]: exit %d: %s", code, list.String())
+	}
+}
+
+func assertServes(t *testing.T, base string) {
+	t.Helper()
 	resp, err := http.Get(base + "/health")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/health: %v %v", resp, err)

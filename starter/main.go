@@ -139,11 +139,15 @@ func (c *command) controller() (control.Controller, func(), error) {
 	if err != nil {
 		return control.Controller{}, nil, err
 	}
+	opts, err := c.conn.ClientOptions(nil)
+	if err != nil {
+		return control.Controller{}, nil, err
+	}
 	cl, err := c.conn.Dial(z.WithOptions(zap.IncreaseLevel(zap.ErrorLevel)))
 	if err != nil {
 		return control.Controller{}, nil, err
 	}
-	return control.Controller{Client: cl}, cl.Close, nil
+	return control.Controller{Client: cl, DataConverter: opts.DataConverter}, cl.Close, nil
 }
 
 // specAndController reads and validates the spec before connecting, so bad input is

@@ -30,10 +30,8 @@ import (
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
-// nodePolicy is this node's operator policy (images, host paths, Docker engines, ports),
-// built and validated from --policy-file and the --allow-* flags at start-up. The node's
-// activities will enforce it (TODO(integrate): activities.Node.Policy); until then it is
-// only validated and logged.
+// nodePolicy is this node's operator policy (images, host paths, Docker engines, ports);
+// the agent's activities enforce it.
 var nodePolicy policy.Policy
 
 func main() {
@@ -70,10 +68,20 @@ func run(ctx context.Context, args []string) error {
 		polFile    = fs.String("policy-file", connect.EnvOr("TPDEPLOY_POLICY_FILE", policy.DefaultFile), "this node's policy: allowed images, host paths, Docker engines, ports (env TPDEPLOY_POLICY_FILE; missing at the default path: the defaults)")
 		allow      policy.Overrides
 	)
-	fs.Var((*listFlag)(&allow.Images), "allow-image", "also allow images matching this glob, e.g. 'registry.internal/vllm/*:*' (repeatable, comma-separated; default policy: vllm/vllm-openai:*)")
-	fs.Var((*listFlag)(&allow.Mounts), "allow-mount", "also allow bind mounts of host paths under this directory (repeatable; default policy: /root/.cache/huggingface, /models)")
-	fs.Var((*listFlag)(&allow.DockerHosts), "allow-docker-host", "also allow this docker_host, e.g. tcp://10.0.0.5:2376 (repeatable; default policy: "+policy.DefaultDockerHost+")")
-	fs.Var((*listFlag)(&allow.Ports), "allow-ports", "also allow these container ports, e.g. 80 or 9000-9100 (repeatable; default policy: 1024-65535)")
+	// The environment seeds each list (a container's or a unit's Environment=); flags add.
+	for _, f := range []struct {
+		list      *[]string
+		name, env string
+		usage     string
+	}{
+		{&allow.Images, "allow-image", "TPDEPLOY_ALLOW_IMAGES", "also allow images matching this glob, e.g. 'registry.internal/vllm/*:*' (repeatable, comma-separated; default policy: vllm/vllm-openai:*)"},
+		{&allow.Mounts, "allow-mount", "TPDEPLOY_ALLOW_MOUNTS", "also allow bind mounts of host paths under this directory (repeatable; default policy: /root/.cache/huggingface, /models)"},
+		{&allow.DockerHosts, "allow-docker-host", "TPDEPLOY_ALLOW_DOCKER_HOSTS", "also allow this docker_host, e.g. tcp://10.0.0.5:2376 (repeatable; default policy: " + policy.DefaultDockerHost + ")"},
+		{&allow.Ports, "allow-ports", "TPDEPLOY_ALLOW_PORTS", "also allow these container ports, e.g. 80 or 9000-9100 (repeatable; default policy: 1024-65535)"},
+	} {
+		_ = (*listFlag)(f.list).Set(os.Getenv(f.env))
+		fs.Var((*listFlag)(f.list), f.name, f.usage+" (env "+f.env+")")
+	}
 	conn.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -113,6 +121,10 @@ func run(ctx context.Context, args []string) error {
 		conn.MetricsHandler = exp.Handler
 	}
 
+	copts, err := conn.ClientOptions(nil)
+	if err != nil {
+		return err
+	}
 	c, err := conn.Dial(z)
 	if err != nil {
 		return err
@@ -132,10 +144,10 @@ func run(ctx context.Context, args []string) error {
 	wf.RegisterWorkflow(workflows.TeardownCluster)
 	wf.RegisterWorkflow(workflows.RedeployCluster)
 	wf.RegisterWorkflow(workflows.SuperviseCluster)
-	wf.RegisterActivity(&control.Checks{Controller: control.Controller{Client: c}})
+	wf.RegisterActivity(&control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter}})
 
 	nodeWorker := worker.New(c, activities.NodeQueue(*node), workerOpts)
-	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr}
+	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr, Policy: &nodePolicy}
 	nodeWorker.RegisterActivity(agent)
 
 	if err := wf.Start(); err != nil {

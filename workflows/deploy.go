@@ -294,7 +294,7 @@ func (d *deployment) preflight(ctx workflow.Context) error {
 		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
 			return workflow.ExecuteActivity(d.onNode(ctx, node, "preflight "+node, o), na.PreflightNode,
-				activities.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image})
+				activities.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec})
 		}, func(node string, r activities.PreflightResult) { ids[node] = r.ImageID })
 		if err != nil {
 			return err
@@ -399,7 +399,7 @@ func (d *deployment) checkPlacement(ctx workflow.Context) error {
 		var report activities.PlacementReport
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), na.CheckPlacement,
 			activities.PlacementRequest{Node: head, DockerHost: d.spec.Head().DockerHost, RayHead: activities.ContainerName(d.spec.Name, head, activities.RoleRayHead),
-				Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize(), DashboardPort: d.spec.Ports.Dashboard},
+				Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize()},
 		).Get(ctx, &report)
 		if err != nil {
 			return classify("check placement", head, err)
@@ -450,7 +450,7 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 		for {
 			var p activities.ServingProgress
 			err := workflow.ExecuteActivity(d.onNode(ctx, head, "watch vllm on "+head, o), na.WatchServing,
-				activities.WatchRequest{Node: head, Container: vllm, Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every},
+				activities.WatchRequest{Node: head, Container: vllm, Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every, Plan: d.state.Plan},
 			).Get(ctx, &p)
 			if err != nil {
 				return classify("wait until serving", head, err)

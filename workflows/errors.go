@@ -20,7 +20,10 @@ var nonRetryable = []string{
 	activities.ErrNodeNotRegistered, activities.ErrPlacementPending, activities.ErrC10dUnreachable,
 	activities.ErrNCCLNoInterface, activities.ErrNCCL, activities.ErrGlooLoopback,
 	activities.ErrCUDAOutOfMemory, activities.ErrEngineDead, activities.ErrContainerExited,
-	ErrSpecInvalid,
+	activities.ErrVLLMExited, activities.ErrRayNodeDead, activities.ErrGCSUnreachable,
+	activities.ErrModelUnsupported, activities.ErrModelUnavailable, activities.ErrKVCacheTooSmall,
+	activities.ErrParallelLayout, activities.ErrGlooNoInterface, activities.ErrResourcesBusy,
+	activities.ErrRayDriverAttach, activities.ErrPolicyDenied, ErrSpecInvalid,
 }
 
 // ErrSpecInvalid is the type of a deploy refused for its spec.

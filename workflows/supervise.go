@@ -285,7 +285,7 @@ func (sv *supervisor) rayAlive(ctx workflow.Context, chk activities.DeploymentCh
 		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	err := workflow.ExecuteActivity(actx, na.RayNodesAlive, activities.PlacementRequest{
-		Node: head.Name, Plan: *chk.Plan, NeedGPUs: sv.spec.WorldSize(), DashboardPort: sv.spec.Ports.Dashboard,
+		Node: head.Name, Plan: *chk.Plan, NeedGPUs: sv.spec.WorldSize(),
 	}).Get(ctx, nil)
 	var app *temporal.ApplicationError
 	switch {

@@ -26,10 +26,12 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 
-# shellcheck disable=SC2046
-docker run -d --name "$NAME-vllm" --network "container:$NODE_A" $(net_env "$IP_A" "$IF_A") ${EXTRA_A:-} \
-  --entrypoint vllm "$IMAGE" serve /models/tiny-moe --tensor-parallel-size 2 --pipeline-parallel-size 1 \
-  --distributed-executor-backend ray --host 0.0.0.0 --port 8000 --served-model-name tiny-moe >/dev/null
+# vLLM 0.17 copies the driver's NCCL_* onto every Ray worker; the interface names differ per
+# node, so each node keeps its own and vLLM is told not to copy it. Then `vllm serve` runs
+# inside the Ray head's container, as vLLM's run_cluster.sh does.
+docker exec "$NAME-head" sh -c 'mkdir -p /root/.config/vllm && echo "[\"NCCL_SOCKET_IFNAME\"]" >/root/.config/vllm/ray_non_carry_over_env_vars.json'
+docker exec -d "$NAME-head" vllm serve /models/tiny-moe --tensor-parallel-size 2 --pipeline-parallel-size 1 \
+  --distributed-executor-backend ray --host 0.0.0.0 --port 8000 --served-model-name tiny-moe
 
 for _ in $(seq 1 600); do
   if curl -fsS -o /dev/null "http://$IP_A:8000/health" && curl -fsS "http://$IP_A:8000/v1/models" | grep -q '"tiny-moe"'; then

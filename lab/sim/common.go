@@ -19,6 +19,12 @@ const (
 	envGPUs         = "TPDEPLOY_SIM_GPUS"           // GPUs a node has when --num-gpus is absent (default 1)
 	envIgnoreNodeIP = "TPDEPLOY_SIM_IGNORE_NODE_IP" // `ray start` ignores --node-ip-address (a broken wrapper)
 	envStoreTimeout = "TPDEPLOY_SIM_STORE_TIMEOUT"  // c10d store timeout in seconds before scaling (default 600)
+	// envRayDefault says Ray was installed with its dashboard dependencies (ray[default]):
+	// the dashboard serves HTTP (the state API). vLLM's images install a minimal Ray.
+	envRayDefault = "TPDEPLOY_SIM_RAY_DEFAULT"
+	// envVLLMVersion is the vLLM release imitated where releases differ (default 0.17.0):
+	// what the Ray executor copies from the driver to its workers.
+	envVLLMVersion = "TPDEPLOY_SIM_VLLM_VERSION"
 )
 
 func envFloat(name string, def float64) float64 {
@@ -53,6 +59,12 @@ func emit(s string) {
 func rayLog(level, where, msg string) {
 	now := time.Now()
 	emit(fmt.Sprintf("%s,%03d\t%s %s -- %s", now.Format("2006-01-02 15:04:05"), now.Nanosecond()/1e6, level, where, msg))
+}
+
+// rayCppLog prints a line the way Ray's C++ components log: `[time level pid tid] file:line: msg`.
+func rayCppLog(level, where, msg string) {
+	now := time.Now()
+	emit(fmt.Sprintf("[%s,%03d %s %d %d] %s: %s", now.Format("2006-01-02 15:04:05"), now.Nanosecond()/1e6, level, os.Getpid(), os.Getpid(), where, msg))
 }
 
 // vllmLog prints a line in vLLM's logger format with its process prefix.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,20 +18,23 @@ import (
 
 // The distributed init of a vLLM engine over Ray, on real sockets: the c10d TCP store at
 // the driver's address, NCCL bootstrap over the interfaces NCCL_SOCKET_IFNAME selects on
-// each rank's own node, a Gloo mesh over GLOO_SOCKET_IFNAME, then a liveness channel per
-// rank (standing in for NCCL's connections) that notices a lost rank in seconds.
+// each rank's own node, a Gloo mesh over GLOO_SOCKET_IFNAME, then one NCCL connection per
+// rank that carries collectives and, like NCCL over sockets, has no timeout of its own.
 
 const ncclVersion = "2.28.9"
 
 // rankSpec is the task vLLM hands a remote RayWorkerWrapper.
 type rankSpec struct {
-	Job          string            `json:"job"`
-	Rank         int               `json:"rank"`
-	World        int               `json:"world"`
-	InitMethod   string            `json:"init_method"` // tcp://host:port
-	VLLMEnv      map[string]string `json:"vllm_env"`    // vLLM forwards only VLLM_* (and HF_TOKEN)
-	StoreTimeout time.Duration     `json:"store_timeout"`
-	LoadFor      time.Duration     `json:"load_for"`
+	Job     string        `json:"job"`
+	Rank    int           `json:"rank"`
+	World   int           `json:"world"`
+	LoadFor time.Duration `json:"load_for"`
+}
+
+// initSpec is what the driver tells its workers for init_device.
+type initSpec struct {
+	InitMethod   string        `json:"init_method"` // tcp://host:port
+	StoreTimeout time.Duration `json:"store_timeout"`
 }
 
 // hello is what each rank tells rank 0 through the store.
@@ -214,47 +218,9 @@ func dialNCCL(ctx context.Context, local string, peer string, log rankLog) (net.
 	return c, nil
 }
 
-// liveness exchanges a byte every half second on c and reports when the peer goes
-// silent for 3 s or the connection breaks.
-func liveness(ctx context.Context, c net.Conn) error {
-	errc := make(chan error, 2)
-	go func() {
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				errc <- nil
-				return
-			case <-t.C:
-			}
-			_ = c.SetWriteDeadline(time.Now().Add(3 * time.Second))
-			if _, err := c.Write([]byte{'.'}); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
-	go func() {
-		b := make([]byte, 64)
-		for {
-			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
-			if _, err := c.Read(b); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
-	err := <-errc
-	c.Close()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
-}
-
 // runRemoteRank is one RayWorkerWrapper on a worker node: it runs inside the node's Ray
-// container, so every socket it opens is in that node's network namespace.
+// container, so every socket it opens is in that node's network namespace and its
+// environment is that container's, overwritten by what the driver copies to it.
 func runRemoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeIP string) {
 	prefix := fmt.Sprintf("(RayWorkerWrapper pid=%d, ip=%s)", os.Getpid()+rs.Rank, nodeIP)
 	var mu sync.Mutex
@@ -265,38 +231,80 @@ func runRemoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeIP strin
 		emit(line)
 		_ = gc.call(ctx, "POST", "/v1/logs", map[string]string{"job": rs.Job, "line": line}, nil)
 	}
-	env := func(k string) string {
-		if v, ok := rs.VLLMEnv[k]; ok {
-			return v
-		}
-		return os.Getenv(k)
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
 	}
-	if err := remoteRank(ctx, rs, env, log); err != nil {
+	getenv := func(k string) string { return env[k] }
+	if err := remoteRank(ctx, gc, rs, env, getenv, log); err != nil && ctx.Err() == nil {
 		log("ERROR", "worker_base.py:620", "Error executing method 'init_device'. This might cause deadlock in distributed execution.")
 		log("ERROR", "worker_base.py:621", err.Error())
 	}
 }
 
-func remoteRank(ctx context.Context, rs rankSpec, env func(string) string, log rankLog) error {
-	hostPort := strings.TrimPrefix(rs.InitMethod, "tcp://")
+// result waits for the driver's value under key.
+func result(ctx context.Context, gc *gcsClient, job, key string, v any) error {
+	for ctx.Err() == nil {
+		var vals []json.RawMessage
+		if err := gc.call(ctx, "GET", "/v1/results?job="+job+"&key="+key+"&n=1", nil, &vals); err == nil && len(vals) > 0 {
+			return json.Unmarshal(vals[0], v)
+		}
+	}
+	return ctx.Err()
+}
+
+func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]string, getenv func(string) string, log rankLog) error {
+	// vLLM's get_ip() in the worker: VLLM_HOST_IP, else the route to 8.8.8.8, else 0.0.0.0.
+	ip := getenv("VLLM_HOST_IP")
+	if ip == "" {
+		var err error
+		if ip, err = routeSource("8.8.8.8:80"); err != nil {
+			ip = "0.0.0.0"
+			log("WARNING", "network_utils.py:64", "Failed to get the IP address, using 0.0.0.0 by default.The value can be set by the environment variable VLLM_IP or HOST_IP.")
+		}
+	}
+	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "ip", "value": ip}, nil); err != nil {
+		return err
+	}
+	var copied map[string]string
+	if err := result(ctx, gc, rs.Job, "env", &copied); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(copied))
+	for k := range copied {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if old, ok := env[k]; ok && old != copied[k] {
+			log("WARNING", "system_utils.py:64", fmt.Sprintf("Overwriting environment variable %s from '%s' to '%s'", k, old, copied[k]))
+		}
+		env[k] = copied[k]
+	}
+	var in initSpec
+	if err := result(ctx, gc, rs.Job, "init", &in); err != nil {
+		return err
+	}
+	hostPort := strings.TrimPrefix(in.InitMethod, "tcp://")
 	host, port, err := net.SplitHostPort(hostPort)
 	if err != nil {
-		return fmt.Errorf("ValueError: bad init method %q", rs.InitMethod)
+		return fmt.Errorf("ValueError: bad init method %q", in.InitMethod)
 	}
-	log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=%d local_rank=0 distributed_init_method=%s backend=nccl", rs.World, rs.Rank, rs.InitMethod))
-	store, err := dialStore(ctx, host, port, rs.StoreTimeout, log)
+	log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=%d local_rank=0 distributed_init_method=%s backend=nccl", rs.World, rs.Rank, in.InitMethod))
+	store, err := dialStore(ctx, host, port, in.StoreTimeout, log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	ep, err := openEndpoints(env, log)
+	ep, err := openEndpoints(getenv, log)
 	enc := json.NewEncoder(store)
 	if err != nil {
 		_ = enc.Encode(hello{Rank: rs.Rank, Err: err.Error()})
 		return err
 	}
 	defer ep.Close()
-	me := hello{Rank: rs.Rank, NodeIP: env("VLLM_HOST_IP"), NCCL: ep.nccl.Addr().String(), NCCLIfs: len(ep.ifs), Gloo: ep.gloo.Addr().String()}
+	me := hello{Rank: rs.Rank, NodeIP: ip, NCCL: ep.nccl.Addr().String(), NCCLIfs: len(ep.ifs), Gloo: ep.gloo.Addr().String()}
 	if err := enc.Encode(me); err != nil {
 		return storeRecvError(0)
 	}
@@ -314,15 +322,31 @@ func remoteRank(ctx context.Context, rs rankSpec, env func(string) string, log r
 	if err != nil {
 		return err
 	}
-	go func() {
-		time.Sleep(rs.LoadFor)
-		log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", rs.LoadFor.Seconds()))
-	}()
-	if err := liveness(ctx, c); err != nil {
-		log("WARNING", "socket.cc:567", "NCCL WARN NET/Socket : peer "+table.Peers[0].NCCL+" connection lost: "+err.Error())
-		return fmt.Errorf("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, remote process exited or there was a network error, NCCL version %s", ncclVersion)
+	defer c.Close()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(rs.LoadFor):
 	}
-	return nil
+	log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", rs.LoadFor.Seconds()))
+	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": rs.Rank}, nil); err != nil {
+		return err
+	}
+	// Answer collectives until the job ends; no deadline, as NCCL over sockets has none.
+	go func() { <-ctx.Done(); c.Close() }()
+	b := make([]byte, 1)
+	for {
+		if _, err := c.Read(b); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			log("WARNING", "socket.cc:540", "NCCL WARN socketProgress: Connection closed by remote peer "+strings.ReplaceAll(c.RemoteAddr().String(), ":", "<")+">")
+			return fmt.Errorf("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, remote process exited or there was a network error, NCCL version %s", ncclVersion)
+		}
+		if _, err := c.Write(b); err != nil {
+			return nil
+		}
+	}
 }
 
 func storeRecvError(rank int) error {

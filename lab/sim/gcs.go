@@ -3,35 +3,46 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
 
 // The GCS: the head's registry of nodes, jobs, placement groups and tasks. Real Ray
-// speaks gRPC; the simulator speaks JSON over HTTP on the same port, which is all that
-// matters to reachability.
-
-// deadAfter is how long a node or job may go silent before it is declared dead.
-const deadAfter = 5 * time.Second
+// speaks gRPC; the simulator speaks JSON over HTTP for its own calls and, on the same
+// port, the real gRPC methods tpdeploy calls (grpc.go), which is all that matters to
+// reachability and to the agent.
 
 type gcsNode struct {
 	ID        string             `json:"node_id"`
 	IP        string             `json:"node_ip"`
+	Hostname  string             `json:"node_manager_hostname"`
 	Head      bool               `json:"is_head_node"`
 	State     string             `json:"state"`
 	Resources map[string]float64 `json:"resources_total"`
 	StartMS   int64              `json:"start_time_ms"`
 	EndMS     int64              `json:"end_time_ms"`
 	Name      string             `json:"node_name"`
+	// RayletSocket and StoreSocket are the node's socket paths on its own filesystem.
+	RayletSocket    string `json:"raylet_socket_name"`
+	StoreSocket     string `json:"object_store_socket_name"`
+	NodeManagerPort int    `json:"node_manager_port"`
+	// DeathReason is EXPECTED_TERMINATION (the raylet unregistered) or
+	// UNEXPECTED_TERMINATION (health checks failed); DeathMessage says why.
+	DeathReason  string `json:"death_reason,omitempty"`
+	DeathMessage string `json:"death_message,omitempty"`
 
-	lastSeen time.Time
-	used     map[string]float64
+	used map[string]float64
 }
 
 type placementGroup struct {
@@ -54,15 +65,27 @@ type gcs struct {
 	changed chan struct{} // closed and replaced on every change, for long polls
 	nodes   map[string]*gcsNode
 	order   []string
-	jobs    map[string]time.Time
+	jobs    map[string]bool
 	pgs     map[string]*placementGroup
 	tasks   []task
 	logs    map[string][]string
+	// results are what actors return to their driver, by job and key (the lab's stand-in
+	// for Ray's object store).
+	results map[string]map[string][]json.RawMessage
+	kv      map[string]string
+	// clusterID is the GCS's cluster ID (28 bytes, like Ray's ClusterID).
+	clusterID []byte
+	health    healthConfig
 }
 
-func newGCS() *gcs {
-	return &gcs{changed: make(chan struct{}), nodes: map[string]*gcsNode{}, jobs: map[string]time.Time{},
-		pgs: map[string]*placementGroup{}, logs: map[string][]string{}}
+// newGCS makes the head's GCS. dashboard is the API server address it records, which a
+// minimal Ray records too although nothing serves it.
+func newGCS(session, dashboard string) *gcs {
+	id := make([]byte, 28)
+	_, _ = rand.Read(id)
+	return &gcs{changed: make(chan struct{}), nodes: map[string]*gcsNode{}, jobs: map[string]bool{},
+		pgs: map[string]*placementGroup{}, logs: map[string][]string{}, results: map[string]map[string][]json.RawMessage{}, clusterID: id, health: healthConfigFromEnv(),
+		kv: map[string]string{"session_name": session, "temp_dir": rayTempDir, "dashboard": dashboard}}
 }
 
 func (g *gcs) notify() {
@@ -70,19 +93,93 @@ func (g *gcs) notify() {
 	g.changed = make(chan struct{})
 }
 
-// reap marks silent nodes dead and drops silent jobs with their groups and tasks.
-func (g *gcs) reap(now time.Time) {
-	for _, n := range g.nodes {
-		if n.State == "ALIVE" && now.Sub(n.lastSeen) > deadAfter {
-			n.State, n.EndMS = "DEAD", now.UnixMilli()
-			g.notify()
+// healthConfig is the GCS's health check of raylets (src/ray/common/ray_config_def.h),
+// overridable as every Ray config is, by RAY_<name> in the GCS's environment.
+type healthConfig struct {
+	initialDelay, period, timeout time.Duration
+	threshold                     int
+}
+
+func healthConfigFromEnv() healthConfig {
+	ms := func(name string, def int) time.Duration {
+		if v, err := strconv.Atoi(os.Getenv("RAY_" + name)); err == nil && v > 0 {
+			return time.Duration(v) * time.Millisecond
+		}
+		return time.Duration(def) * time.Millisecond
+	}
+	threshold := 5
+	if v, err := strconv.Atoi(os.Getenv("RAY_health_check_failure_threshold")); err == nil && v > 0 {
+		threshold = v
+	}
+	return healthConfig{initialDelay: ms("health_check_initial_delay_ms", 5000), period: ms("health_check_period_ms", 3000),
+		timeout: ms("health_check_timeout_ms", 10000), threshold: threshold}
+}
+
+// healthCheck checks one raylet as gcs_health_check_manager.cc does: after the initial
+// delay, a check every period with a deadline; a success resets the count of remaining
+// failures, and when none remain the node is dead.
+func (g *gcs) healthCheck(ctx context.Context, id string) {
+	g.mu.Lock()
+	n := g.nodes[id]
+	addr := net.JoinHostPort(n.IP, strconv.Itoa(n.NodeManagerPort))
+	g.mu.Unlock()
+	remaining := g.health.threshold
+	wait := g.health.initialDelay
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = g.health.period
+		g.mu.Lock()
+		alive := g.nodes[id].State == "ALIVE"
+		g.mu.Unlock()
+		if !alive {
+			return
+		}
+		c, err := net.DialTimeout("tcp", addr, g.health.timeout)
+		if err == nil {
+			c.Close()
+			remaining = g.health.threshold
+			continue
+		}
+		remaining--
+		code := "UNAVAILABLE"
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			code = "DEADLINE_EXCEEDED"
+		}
+		rayCppLog("W", "gcs_health_check_manager.cc:182", fmt.Sprintf("Health check failed for node %s, remaining checks %d, status %s, response status 0, status message %s, status details ", id, remaining, code, err))
+		if remaining > 0 {
+			continue
+		}
+		rayCppLog("W", "gcs_health_check_manager.cc:195", "Node is dead because the health check failed. node_id="+id)
+		g.mu.Lock()
+		g.markDead(id, "UNEXPECTED_TERMINATION", "health check failed due to missing too many heartbeats")
+		g.mu.Unlock()
+		return
+	}
+}
+
+// markDead removes a node from service: its bundles are released (the groups that used
+// it go back to pending) and its tasks dropped.
+func (g *gcs) markDead(id, reason, msg string) {
+	n := g.nodes[id]
+	if n == nil || n.State != "ALIVE" {
+		return
+	}
+	n.State, n.EndMS, n.DeathReason, n.DeathMessage = "DEAD", time.Now().UnixMilli(), reason, msg
+	if reason == "UNEXPECTED_TERMINATION" {
+		rayCppLog("W", "gcs_node_manager.cc:356", fmt.Sprintf("The node with node id: %s and address: %s and node name: %s has been marked dead because the detector has missed too many heartbeats from it. This can happen when a \t(1) raylet crashes unexpectedly (OOM, etc.) \n\t(2) raylet has lagging heartbeats due to slow network or busy workload.", n.ID, n.IP, n.Name))
+	}
+	for _, pg := range g.pgs {
+		if slices.Contains(pg.Nodes, id) {
+			g.release(pg)
+			pg.State = "PENDING"
 		}
 	}
-	for j, seen := range g.jobs {
-		if now.Sub(seen) > deadAfter {
-			g.dropJob(j)
-		}
-	}
+	g.notify()
 }
 
 func (g *gcs) dropJob(job string) {
@@ -101,6 +198,7 @@ func (g *gcs) dropJob(job string) {
 	}
 	g.tasks = kept
 	delete(g.logs, job)
+	delete(g.results, job)
 	g.notify()
 }
 
@@ -179,26 +277,37 @@ func (g *gcs) handler() http.Handler {
 		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		n.ID, n.State, n.StartMS, n.lastSeen, n.used = randomHex(56), "ALIVE", time.Now().UnixMilli(), time.Now(), map[string]float64{}
+		n.ID, n.State, n.StartMS, n.used = randomHex(56), "ALIVE", time.Now().UnixMilli(), map[string]float64{}
+		if n.Name == "" {
+			n.Name = n.IP // NodeName defaults to the node IP
+		}
 		g.nodes[n.ID] = &n
 		g.order = append(g.order, n.ID)
 		g.notify()
+		go g.healthCheck(context.Background(), n.ID)
 		writeJSON(w, n)
 	})
-	mux.HandleFunc("POST /v1/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+	// A raylet that stops gracefully unregisters: dead at once, expectedly.
+	mux.HandleFunc("POST /v1/unregister", func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if id := r.URL.Query().Get("node"); id != "" {
-			n := g.nodes[id]
-			if n == nil || n.State != "ALIVE" {
-				http.Error(w, "node is dead", http.StatusGone)
-				return
-			}
-			n.lastSeen = time.Now()
-		}
-		if job := r.URL.Query().Get("job"); job != "" {
-			g.jobs[job] = time.Now()
-		}
+		g.markDead(r.URL.Query().Get("node"), "EXPECTED_TERMINATION", "received SIGTERM")
+	})
+	mux.HandleFunc("GET /v1/kv", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		writeJSON(w, g.kv)
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.jobs[r.URL.Query().Get("job")] = true
+	})
+	// The raylet reports a driver whose socket closed: its job is finished.
+	mux.HandleFunc("POST /v1/jobs/finish", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.dropJob(r.URL.Query().Get("job"))
 	})
 	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, g.nodeList())
@@ -220,7 +329,7 @@ func (g *gcs) handler() http.Handler {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		pg.ID, pg.State = randomHex(36), "PENDING"
-		g.jobs[pg.Job] = time.Now()
+		g.jobs[pg.Job] = true
 		g.pgs[pg.ID] = &pg
 		g.place(&pg)
 		writeJSON(w, pg)
@@ -250,6 +359,13 @@ func (g *gcs) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
 		node := r.URL.Query().Get("node")
+		g.mu.Lock()
+		dead := g.nodes[node] == nil || g.nodes[node].State != "ALIVE"
+		g.mu.Unlock()
+		if dead {
+			http.Error(w, "node is dead", http.StatusGone)
+			return
+		}
 		mine := wait(g, r.Context(), func() ([]task, bool) {
 			var mine []task
 			kept := g.tasks[:0]
@@ -264,6 +380,33 @@ func (g *gcs) handler() http.Handler {
 			return mine, len(mine) > 0
 		})
 		writeJSON(w, mine)
+	})
+	mux.HandleFunc("POST /v1/results", func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Job   string          `json:"job"`
+			Key   string          `json:"key"`
+			Value json.RawMessage `json:"value"`
+		}
+		if !readJSON(w, r, &in) {
+			return
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.results[in.Job] == nil {
+			g.results[in.Job] = map[string][]json.RawMessage{}
+		}
+		g.results[in.Job][in.Key] = append(g.results[in.Job][in.Key], in.Value)
+		g.notify()
+	})
+	// GET /v1/results?job=J&key=K&n=N waits (a few seconds at most) for N values.
+	mux.HandleFunc("GET /v1/results", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		n, _ := strconv.Atoi(q.Get("n"))
+		vals := wait(g, r.Context(), func() ([]json.RawMessage, bool) {
+			v := append([]json.RawMessage(nil), g.results[q.Get("job")][q.Get("key")]...)
+			return v, len(v) >= max(n, 1)
+		})
+		writeJSON(w, vals)
 	})
 	mux.HandleFunc("POST /v1/logs", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {
@@ -324,22 +467,6 @@ func (g *gcs) nodeList() []gcsNode {
 		out = append(out, *g.nodes[id])
 	}
 	return out
-}
-
-// run serves until ctx ends, reaping silent nodes and jobs once a second.
-func (g *gcs) reaper(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			g.mu.Lock()
-			g.reap(now)
-			g.mu.Unlock()
-		}
-	}
 }
 
 // stateAPI serves the dashboard's `GET /api/v0/nodes` in Ray's envelope.

@@ -13,8 +13,9 @@ type netIf struct {
 
 func (i netIf) String() string { return i.Name + ":" + i.Addr + "<0>" }
 
-// localInterfaces lists the up interfaces of this network namespace with their first
-// IPv4 address, in the kernel's order (getifaddrs order, which NCCL walks).
+// localInterfaces lists the running interfaces of this network namespace with their
+// first IPv4 address, in the kernel's order (getifaddrs order, which NCCL walks). NCCL
+// 2.28.3+ considers only interfaces with IFF_RUNNING (up and with carrier; src/misc/socket.cc).
 func localInterfaces() []netIf {
 	ifs, err := net.Interfaces()
 	if err != nil {
@@ -22,7 +23,7 @@ func localInterfaces() []netIf {
 	}
 	var out []netIf
 	for _, i := range ifs {
-		if i.Flags&net.FlagUp == 0 {
+		if i.Flags&net.FlagRunning == 0 {
 			continue
 		}
 		addrs, _ := i.Addrs()
@@ -37,20 +38,17 @@ func localInterfaces() []netIf {
 }
 
 // ncclSelect applies NCCL_SOCKET_IFNAME's rules to ifs: a comma list of name prefixes, `^`
-// to exclude, `=` for exact names; a value of one character or less counts as unset, and
-// unset prefers ib* interfaces, else anything but docker*, lo and virbr*.
+// to exclude, `=` for exact names; a value of one character or less counts as unset.
+// Unset, NCCL 2.28.3+ tries ib*, then anything but docker*, lo and virbr*, then docker*,
+// then lo, then virbr* (ncclFindInterfaces; NCCL_COMM_ID's subnet step is not modelled).
 func ncclSelect(env string, ifs []netIf) []netIf {
 	if len(env) <= 1 {
-		var ib []netIf
-		for _, i := range ifs {
-			if strings.HasPrefix(i.Name, "ib") {
-				ib = append(ib, i)
+		for _, order := range []string{"ib", "^docker,lo,virbr", "docker", "lo", "virbr"} {
+			if got := filterIfs(ifs, order); len(got) > 0 {
+				return got
 			}
 		}
-		if len(ib) > 0 {
-			return ib
-		}
-		return filterIfs(ifs, "^docker,lo,virbr")
+		return nil
 	}
 	return filterIfs(ifs, env)
 }

@@ -52,3 +52,13 @@ func TestGlooSelect(t *testing.T) {
 		t.Errorf("eth9: missing = %q", missing)
 	}
 }
+
+func TestNCCLUnsetFallsBackDockerThenLoopback(t *testing.T) {
+	onlyDocker := []netIf{{"lo", "127.0.0.1"}, {"docker0", "172.17.0.1"}, {"virbr0", "192.168.122.1"}}
+	if got := ncclSelect("", onlyDocker); len(got) != 1 || got[0].Name != "docker0" {
+		t.Errorf("unset with only docker0, lo, virbr0: got %v, want docker0", got)
+	}
+	if got := ncclSelect("", []netIf{{"lo", "127.0.0.1"}, {"virbr0", "192.168.122.1"}}); len(got) != 1 || got[0].Name != "lo" {
+		t.Errorf("unset with only lo, virbr0: got %v, want lo", got)
+	}
+}

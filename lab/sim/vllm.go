@@ -11,6 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -113,7 +116,7 @@ func vllmMain(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := func(level, where, msg string) { vllmLog("APIServer", level, where, msg) }
-	log("INFO", "api_server.py:1885", "vLLM API server version "+vllmVersion)
+	log("INFO", "api_server.py:1885", "vLLM API server version "+simVLLMVersion())
 	log("INFO", "utils.py:233", fmt.Sprintf("non-default args: {'model_tag': '%s', 'host': '%s', 'port': %d, 'model': '%s', 'served_model_name': ['%s'], 'tensor_parallel_size': %d, 'pipeline_parallel_size': %d, 'distributed_executor_backend': '%s'}",
 		f.model, f.host, f.port, f.model, f.served, f.tp, f.pp, f.backend))
 	if f.backend != "ray" {
@@ -121,80 +124,103 @@ func vllmMain(args []string) error {
 	}
 	e := &engine{flags: f, world: f.tp * f.pp, log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
 	if err := e.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		e.log("ERROR", "core.py:708", "EngineCore failed to start.")
 		fatal("APIServer", strings.SplitN(err.Error(), ":", 2)[0], strings.TrimSpace(strings.SplitN(err.Error()+":", ":", 2)[1]))
 	}
 	return e.serve(ctx)
 }
 
-// engine is the driver: rank 0 on the head node, in vLLM's own container.
+// simVLLMVersion is the vLLM release the lab imitates.
+func simVLLMVersion() string {
+	if v := os.Getenv(envVLLMVersion); v != "" {
+		return v
+	}
+	return vllmVersion
+}
+
+// engine is the driver: rank 0 on the head node, in the Ray head's container, attached
+// to that node's raylet.
 type engine struct {
 	flags serveFlags
 	world int
 	log   rankLog
 	gc    *gcsClient
 	job   string
+	pg    placementGroup
 	peers []net.Conn
-	dead  atomic.Bool
+	// lost is set when a node holding one of the engine's ranks died (Ray marked it dead);
+	// the engine fails at its next step, as vLLM's next call to that actor does.
+	lost atomic.Pointer[string]
+	dead atomic.Bool
 }
 
-func (e *engine) start(ctx context.Context) error {
-	addr := os.Getenv("RAY_ADDRESS")
-	if addr == "" {
-		return errors.New("ConnectionError: Could not find any running Ray instance. Please specify the one to connect to by setting `--address` flag or `RAY_ADDRESS` environment variable.")
-	}
-	e.gc, e.job = newGCSClient(addr), randomHex(8)
-	var nodes []gcsNode
-	if err := e.gc.call(ctx, "GET", "/v1/nodes", nil, &nodes); err != nil {
-		return fmt.Errorf("ConnectionError: Failed to connect to GCS at address %s within 60 seconds.", addr)
-	}
-	e.log("INFO", "worker.py:1832", "Connecting to existing Ray cluster at address: "+addr+"...")
-	e.log("INFO", "worker.py:2003", "Connected to Ray cluster.")
-	go e.jobHeartbeat(ctx)
+// rayPyLog prints in Ray's Python logger format, as the driver's Ray client logs.
+func rayPyLog(level, where, msg string) { rayLog(level, where, msg) }
 
+func (e *engine) start(ctx context.Context) error {
+	e.job = randomHex(8)
+	d, err := attachDriver(ctx, e.job, rayPyLog)
+	if err != nil {
+		return err
+	}
+	e.gc = d.gc
+	if err := e.gc.call(ctx, "POST", "/v1/jobs?job="+e.job, nil, nil); err != nil {
+		return fmt.Errorf("RuntimeError: register job: %v", err)
+	}
 	ip := vllmHostIP()
+	if d.node.Resources["GPU"] <= 0 {
+		return fmt.Errorf("ValueError: Current node has no GPU available. current_node_resource=%s. vLLM engine cannot start without GPU. Make sure you have at least 1 GPU available in a node current_node_id='%s' current_ip='%s'.", pyDict(d.node.Resources), d.node.ID, ip)
+	}
 	bundles := make([]map[string]float64, e.world)
 	for i := range bundles {
 		bundles[i] = map[string]float64{"GPU": 1}
 	}
 	bundles[0]["node:"+ip] = 0.001
-	pg, err := e.placementGroup(ctx, bundles)
+	if e.pg, err = e.placementGroup(ctx, bundles); err != nil {
+		return err
+	}
+	go e.watchNodes(ctx)
+	workerIPs, err := e.startWorkers(ctx)
 	if err != nil {
 		return err
 	}
-	if err := e.uniqueIPs(ctx, pg); err != nil {
+	if err := e.uniqueIPs(ip, workerIPs); err != nil {
 		return err
 	}
-	return e.initDistributed(ctx, ip, pg)
-}
-
-func (e *engine) jobHeartbeat(ctx context.Context) {
-	for ctx.Err() == nil {
-		_ = e.gc.call(ctx, "POST", "/v1/heartbeat?job="+e.job, nil, nil)
-		time.Sleep(time.Second)
+	if err := e.copyEnv(ctx); err != nil {
+		return err
 	}
+	return e.initDistributed(ctx, ip)
 }
 
-// placementGroup creates the group and waits as vLLM does: a warning at 10, 30, 70, ...
-// 2550 s (scaled), then the error.
+// placementGroup creates the group and waits as vLLM's _wait_until_pg_ready does: a line
+// at 10, 30, 70, ... 2550 s (scaled), and the error right after the 2550 s line.
 func (e *engine) placementGroup(ctx context.Context, bundles []map[string]float64) (placementGroup, error) {
 	var pg placementGroup
 	if err := e.gc.call(ctx, "POST", "/v1/pgs", placementGroup{Job: e.job, Bundles: bundles}, &pg); err != nil {
 		return pg, fmt.Errorf("RuntimeError: create placement group: %v", err)
 	}
 	specs := make([]string, len(bundles))
+	gpus := 0.0
 	for i, b := range bundles {
 		specs[i] = pyDict(b)
+		gpus += b["GPU"]
 	}
 	specText := "[" + strings.Join(specs, ", ") + "]"
 	start := time.Now()
 	next, step := 10*time.Second, 20*time.Second
 	for pg.State != "CREATED" {
 		if time.Since(start) >= scaled(next) {
-			if next > 2550*time.Second {
-				return pg, fmt.Errorf("ValueError: Cannot provide a placement group requiring %d GPUs (placement_group_specs=%s) within 1800 seconds.", e.world, specText)
-			}
 			e.log("INFO", "ray_utils.py:241", fmt.Sprintf("Waiting for creating a placement group of specs for %d seconds. specs=%s. Check `ray status` and `ray list nodes` to see if you have enough resources, and make sure the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment variable specified in each node if you are running on a multi-node.", int(next.Seconds()), specText))
+			if next >= 2550*time.Second {
+				if gpus > 1 {
+					return pg, fmt.Errorf("ValueError: Cannot provide a placement group requiring %s GPUs (placement_group_specs=%s) within 1800 seconds.\nTensor parallel size may exceed available GPUs in your cluster. Check resources with `ray status` and `ray list nodes`.\nIf running on K8s with limited GPUs, consider reducing --tensor-parallel-size to match available GPU resources.", strconv.FormatFloat(gpus, 'f', 1, 64), specText)
+				}
+				return pg, fmt.Errorf("ValueError: Cannot provide a placement group of placement_group_specs=%s within 1800 seconds. See `ray status` and `ray list nodes` to make sure the cluster has enough resources.", specText)
+			}
 			next += step
 			step *= 2
 		}
@@ -210,35 +236,208 @@ func (e *engine) placementGroup(ctx context.Context, bundles []map[string]float6
 	return pg, nil
 }
 
-func (e *engine) nodes(ctx context.Context) map[string]gcsNode {
-	var list []gcsNode
-	_ = e.gc.call(ctx, "GET", "/v1/nodes", nil, &list)
-	m := map[string]gcsNode{}
-	for _, n := range list {
-		m[n.ID] = n
+// watchNodes follows the GCS's node table, as a driver receives node_removed errors: a
+// node holding one of the engine's bundles that Ray marks dead kills the actor on it.
+func (e *engine) watchNodes(ctx context.Context) {
+	for ctx.Err() == nil && e.lost.Load() == nil {
+		var nodes []gcsNode
+		if err := e.gc.call(ctx, "GET", "/v1/nodes", nil, &nodes); err == nil {
+			for _, n := range nodes {
+				if n.State != "DEAD" || !slices.Contains(e.pg.Nodes, n.ID) {
+					continue
+				}
+				if n.DeathReason == "UNEXPECTED_TERMINATION" {
+					rayLog("WARNING", "worker.py:1866", fmt.Sprintf("The node with node id: %s and address: %s and node name: %s has been marked dead because the detector has missed too many heartbeats from it. This can happen when a \t(1) raylet crashes unexpectedly (OOM, etc.) \n\t(2) raylet has lagging heartbeats due to slow network or busy workload.", n.ID, n.IP, n.Name))
+				}
+				msg := fmt.Sprintf("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: RayWorkerWrapper\n\tactor_id: %s\n\tnamespace: %s\n\tip: %s\nThe actor is dead because its node has died. Node Id: %s", randomHex(32), e.job, n.IP, n.ID)
+				e.lost.Store(&msg)
+				e.log("ERROR", "core.py:1210", msg)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
-	return m
 }
 
-func (e *engine) uniqueIPs(ctx context.Context, pg placementGroup) error {
-	nodes := e.nodes(ctx)
-	ids, ips := []string{}, []string{}
-	seenID, seenIP := map[string]bool{}, map[string]bool{}
-	for _, id := range pg.Nodes {
-		if !seenID[id] {
-			seenID[id] = true
-			ids = append(ids, "'"+id+"'")
-		}
-		if ip := nodes[id].IP; !seenIP[ip] {
-			seenIP[ip] = true
-			ips = append(ips, "'"+ip+"'")
-		}
-	}
-	if len(ips) < len(ids) {
-		return fmt.Errorf("RuntimeError: Every node should have a unique IP address. Got %d nodes with node ids [%s] and %d unique IP addresses [%s]. Please check your network configuration. If you set `VLLM_HOST_IP` environment variable, make sure it is unique for each node.",
-			len(ids), strings.Join(ids, ", "), len(ips), strings.Join(ips, ", "))
+// lostErr is the actor death the engine learned of, or nil.
+func (e *engine) lostErr() error {
+	if m := e.lost.Load(); m != nil {
+		return errors.New(*m)
 	}
 	return nil
+}
+
+// startWorkers creates a RayWorkerWrapper on every other bundle's node and asks each for
+// its get_ip(), as vLLM's executor does before anything else.
+func (e *engine) startWorkers(ctx context.Context) ([]string, error) {
+	go e.relayWorkerLogs(ctx)
+	for rank := 1; rank < e.world; rank++ {
+		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, LoadFor: e.loadFor()})
+		if err := e.gc.call(ctx, "POST", "/v1/tasks", task{Job: e.job, Node: e.pg.Nodes[rank], Spec: spec}, nil); err != nil {
+			return nil, fmt.Errorf("RuntimeError: start RayWorkerWrapper rank %d: %v", rank, err)
+		}
+	}
+	var ips []string
+	for len(ips) < e.world-1 {
+		if err := e.lostErr(); err != nil {
+			return nil, err
+		}
+		var vals []json.RawMessage
+		if err := e.gc.call(ctx, "GET", fmt.Sprintf("/v1/results?job=%s&key=ip&n=%d", e.job, e.world-1), nil, &vals); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		ips = ips[:0]
+		for _, v := range vals {
+			var ip string
+			_ = json.Unmarshal(v, &ip)
+			ips = append(ips, ip)
+		}
+	}
+	return ips, nil
+}
+
+// uniqueIPs is vLLM's duplicate-IP check: the distinct Ray nodes of the workers against
+// the distinct get_ip() values of the workers and the driver (n_nodes != n_ips).
+func (e *engine) uniqueIPs(driverIP string, workerIPs []string) error {
+	var ids []string
+	for _, id := range e.pg.Nodes {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	ips := []string{}
+	for _, ip := range append([]string{driverIP}, workerIPs...) {
+		if !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
+	}
+	if len(ids) == len(ips) {
+		return nil
+	}
+	quoted := func(list []string) []string {
+		out := make([]string, len(list))
+		for i, v := range list {
+			out[i] = "'" + v + "'"
+		}
+		return out
+	}
+	return fmt.Errorf("RuntimeError: Every node should have a unique IP address. Got %d nodes with node ids [%s] and %d unique IP addresses {%s}. Please check your network configuration. If you set `VLLM_HOST_IP` environment variable, make sure it is unique for each node.",
+		len(ids), strings.Join(quoted(ids), ", "), len(ips), strings.Join(quoted(ips), ", "))
+}
+
+// copyEnv sends the driver's environment to the workers as vLLM's Ray executor does. Since
+// vllm PR #34383 (0.17) every variable with a copied prefix goes, minus the worker-specific
+// ones and those named in $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json
+// (vllm/ray/ray_env.py get_env_vars_to_copy); before it, only vLLM's registered VLLM_*
+// variables and the Hugging Face tokens. Each worker then overwrites its own values
+// (update_environment_variables).
+func (e *engine) copyEnv(ctx context.Context) error {
+	worker := map[string]bool{"VLLM_HOST_IP": true, "VLLM_HOST_PORT": true, "LOCAL_RANK": true, "CUDA_VISIBLE_DEVICES": true}
+	prefixes := []string{"VLLM_"}
+	extra := map[string]bool{"HF_TOKEN": true, "HUGGING_FACE_HUB_TOKEN": true}
+	newer := !versionBefore(simVLLMVersion(), "0.17")
+	if newer {
+		prefixes = []string{"HF_", "HUGGING_FACE_", "LMCACHE_", "NCCL_", "UCX_", "VLLM_"}
+		extra["PYTHONHASHSEED"] = true
+	}
+	file := filepath.Join(vllmConfigRoot(), "ray_non_carry_over_env_vars.json")
+	noCarry := map[string]bool{}
+	if b, err := os.ReadFile(file); err == nil {
+		var names []string
+		if json.Unmarshal(b, &names) != nil {
+			e.log("WARNING", "ray_env.py:31", fmt.Sprintf("Failed to parse %s. Using an empty set for non-carry-over env vars.", file))
+		}
+		for _, n := range names {
+			noCarry[n] = true
+		}
+	}
+	copied := map[string]string{}
+	var names []string
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		want := extra[k]
+		for _, p := range prefixes {
+			want = want || strings.HasPrefix(k, p)
+		}
+		if want && !worker[k] && !noCarry[k] {
+			copied[k] = v
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = "'" + n + "'"
+	}
+	if newer {
+		qp := make([]string, len(prefixes))
+		for i, p := range prefixes {
+			qp[i] = "'" + p + "'"
+		}
+		e.log("INFO", "ray_env.py:70", "Env var prefixes to copy: ["+strings.Join(qp, ", ")+"]")
+		e.log("INFO", "ray_env.py:71", "Copying the following environment variables to workers: ["+strings.Join(quoted, ", ")+"]")
+		if len(noCarry) > 0 {
+			e.log("INFO", "ray_env.py:75", "RAY_NON_CARRY_OVER_ENV_VARS from config: "+pySet(noCarry))
+		}
+		e.log("INFO", "ray_env.py:77", "To exclude env vars from copying, add them to "+file)
+	} else {
+		e.log("INFO", "ray_env.py:63", "RAY_NON_CARRY_OVER_ENV_VARS from config: "+pySet(noCarry))
+		e.log("INFO", "ray_env.py:65", "Copying the following environment variables to workers: ["+strings.Join(quoted, ", ")+"]")
+		e.log("INFO", "ray_env.py:68", "If certain env vars should NOT be copied, add them to "+file+" file")
+	}
+	return e.gc.call(ctx, "POST", "/v1/results", map[string]any{"job": e.job, "key": "env", "value": copied}, nil)
+}
+
+// vllmConfigRoot is envs.VLLM_CONFIG_ROOT: $VLLM_CONFIG_ROOT, else $XDG_CONFIG_HOME/vllm,
+// else ~/.config/vllm.
+func vllmConfigRoot() string {
+	if v := os.Getenv("VLLM_CONFIG_ROOT"); v != "" {
+		return v
+	}
+	if v := os.Getenv("XDG_CONFIG_HOME"); v != "" {
+		return filepath.Join(v, "vllm")
+	}
+	home := os.Getenv("HOME")
+	if home == "" {
+		home = "/root"
+	}
+	return filepath.Join(home, ".config", "vllm")
+}
+
+func pySet(m map[string]bool) string {
+	if len(m) == 0 {
+		return "set()"
+	}
+	var names []string
+	for n := range m {
+		names = append(names, "'"+n+"'")
+	}
+	sort.Strings(names)
+	return "{" + strings.Join(names, ", ") + "}"
+}
+
+// versionBefore compares dotted release numbers.
+func versionBefore(v, than string) bool {
+	a, b := strings.Split(v, "."), strings.Split(than, ".")
+	for i := range max(len(a), len(b)) {
+		var x, y int
+		if i < len(a) {
+			x, _ = strconv.Atoi(a[i])
+		}
+		if i < len(b) {
+			y, _ = strconv.Atoi(b[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }
 
 func (e *engine) loadFor() time.Duration {
@@ -247,9 +446,9 @@ func (e *engine) loadFor() time.Duration {
 
 func (e *engine) shards() int { return int(envFloat(envShards, 8)) }
 
-// initDistributed runs rank 0's side of the distributed init and starts the other ranks
-// on the nodes the placement group chose.
-func (e *engine) initDistributed(ctx context.Context, ip string, pg placementGroup) error {
+// initDistributed runs rank 0's side of the distributed init: the c10d store on the
+// driver's address, which every other rank dials from its own node.
+func (e *engine) initDistributed(ctx context.Context, ip string) error {
 	store, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		n, text := strerror(err)
@@ -259,18 +458,8 @@ func (e *engine) initDistributed(ctx context.Context, ip string, pg placementGro
 	init := "tcp://" + store.Addr().String()
 	e.log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=0 local_rank=0 distributed_init_method=%s backend=nccl", e.world, init))
 	timeout := scaled(time.Duration(envFloat(envStoreTimeout, 600) * float64(time.Second)))
-	vllmEnv := map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "VLLM_") && k != "VLLM_HOST_IP" || k == "HF_TOKEN" {
-			vllmEnv[k] = v
-		}
-	}
-	go e.relayWorkerLogs(ctx)
-	for rank := 1; rank < e.world; rank++ {
-		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, InitMethod: init, VLLMEnv: vllmEnv, StoreTimeout: timeout, LoadFor: e.loadFor()})
-		if err := e.gc.call(ctx, "POST", "/v1/tasks", task{Job: e.job, Node: pg.Nodes[rank], Spec: spec}, nil); err != nil {
-			return fmt.Errorf("RuntimeError: start RayWorkerWrapper rank %d: %v", rank, err)
-		}
+	if err := e.gc.call(ctx, "POST", "/v1/results", map[string]any{"job": e.job, "key": "init", "value": map[string]any{"init_method": init, "store_timeout": timeout}}, nil); err != nil {
+		return fmt.Errorf("RuntimeError: init_device: %v", err)
 	}
 	hellos, conns, err := e.gather(store, timeout)
 	if err != nil {
@@ -309,9 +498,20 @@ func (e *engine) gather(store net.Listener, timeout time.Duration) ([]hello, []n
 	var hellos []hello
 	var conns []net.Conn
 	for len(hellos) < e.world-1 {
-		_ = store.(*net.TCPListener).SetDeadline(deadline)
+		// Wake up every second to notice an actor lost meanwhile.
+		wake := time.Now().Add(time.Second)
+		if deadline.Before(wake) {
+			wake = deadline
+		}
+		_ = store.(*net.TCPListener).SetDeadline(wake)
 		c, err := store.Accept()
 		if err != nil {
+			if lost := e.lostErr(); lost != nil {
+				return nil, nil, lost
+			}
+			if time.Now().Before(deadline) {
+				continue
+			}
 			return nil, nil, fmt.Errorf("torch.distributed.DistStoreError: Timed out after %d seconds waiting for clients. %d/%d clients joined.", int(timeout.Seconds())+1, len(hellos)+1, e.world)
 		}
 		_ = c.SetReadDeadline(deadline)
@@ -321,9 +521,8 @@ func (e *engine) gather(store net.Listener, timeout time.Duration) ([]hello, []n
 			continue
 		}
 		_ = c.SetReadDeadline(time.Time{})
-		if h.Err != "" {
-			return nil, nil, storeRecvError(h.Rank)
-		}
+		// A rank that failed its own NCCL init still joined the store: rank 0 goes on and
+		// waits for it in NCCL's bootstrap, forever, as measured (upstream.md §6).
 		hellos, conns = append(hellos, h), append(conns, c)
 	}
 	return hellos, conns, nil
@@ -348,17 +547,11 @@ func (e *engine) relayWorkerLogs(ctx context.Context) {
 	}
 }
 
-// load prints the shard progress as tqdm does, watching the other ranks meanwhile.
+// load prints the shard progress as tqdm does, waits for every rank's load_model, then
+// runs one collective over the NCCL connections (vLLM's profiling run). A rank whose node
+// Ray marked dead ends the load with Ray's ActorDiedError; a peer whose process died
+// breaks the collective; a cut link makes the collective hang, as NCCL does.
 func (e *engine) load(ctx context.Context) error {
-	lost := make(chan error, len(e.peers))
-	for _, c := range e.peers {
-		go func() { lost <- liveness(ctx, c) }()
-	}
-	go func() {
-		if err := <-lost; err != nil {
-			e.engineDead(err)
-		}
-	}()
 	n, per := e.shards(), time.Duration(envFloat(envShardSeconds, 0.5)*float64(time.Second))
 	start := time.Now()
 	e.log("INFO", "gpu_model_runner.py:2338", "Starting to load model "+e.flags.model+"...")
@@ -370,21 +563,71 @@ func (e *engine) load(ctx context.Context) error {
 			case <-time.After(per):
 			}
 		}
-		if e.dead.Load() {
-			return fmt.Errorf("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+		if err := e.lostErr(); err != nil {
+			return err
 		}
 		emit(tqdmLine(i, n, time.Since(start)))
 	}
 	e.log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", time.Since(start).Seconds()))
+	for e.world > 1 {
+		var vals []json.RawMessage
+		err := e.gc.call(ctx, "GET", fmt.Sprintf("/v1/results?job=%s&key=loaded&n=%d", e.job, e.world-1), nil, &vals)
+		if err == nil && len(vals) >= e.world-1 {
+			break
+		}
+		if lost := e.lostErr(); lost != nil {
+			return lost
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 	e.log("INFO", "gpu_model_runner.py:2392", fmt.Sprintf("Model loading took 0.0625 GiB and %.6f seconds", time.Since(start).Seconds()))
+	if err := e.collective(ctx); err != nil {
+		return err
+	}
+	go func() {
+		for ctx.Err() == nil && e.lostErr() == nil {
+			time.Sleep(time.Second)
+		}
+		if err := e.lostErr(); err != nil {
+			e.lostAfterStart()
+		}
+	}()
 	return nil
 }
 
-func (e *engine) engineDead(cause error) {
+// collective sends one byte to every peer and waits for its echo, with no deadline: NCCL
+// over sockets has none, so a silently cut link hangs here (measured, upstream.md §6).
+func (e *engine) collective(ctx context.Context) error {
+	for _, c := range e.peers {
+		if _, err := c.Write([]byte{'.'}); err == nil {
+			_, err = c.Read(make([]byte, 1))
+			if err == nil {
+				continue
+			}
+		}
+		if lost := e.lostErr(); lost != nil {
+			return lost
+		}
+		e.log("WARNING", "socket.cc:540", "NCCL WARN socketProgress: Connection closed by remote peer "+strings.ReplaceAll(c.RemoteAddr().String(), ":", "<")+">")
+		return fmt.Errorf("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, remote process exited or there was a network error, NCCL version %s", ncclVersion)
+	}
+	return nil
+}
+
+// lostAfterStart: a rank's node died while the engine serves. vLLM's /health stays 200
+// until the next request reaches the dead actor and the engine dies with it.
+func (e *engine) lostAfterStart() {
+	e.log("WARNING", "ray_executor.py:402", "A RayWorkerWrapper died: "+strings.SplitN(*e.lost.Load(), "\n", 2)[0])
+}
+
+func (e *engine) engineDead() {
 	if e.dead.Swap(true) {
 		return
 	}
-	e.log("ERROR", "core.py:776", "EngineCore encountered a fatal error: a RayWorkerWrapper stopped answering: "+cause.Error())
+	e.log("ERROR", "core.py:776", "EngineCore encountered a fatal error.")
+	e.log("ERROR", "core.py:777", *e.lost.Load())
 	vllmLog("APIServer", "ERROR", "async_llm.py:420", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.")
 }
 
@@ -458,6 +701,9 @@ func (e *engine) api() http.Handler {
 		if req.Model != e.flags.served {
 			apiError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
 			return
+		}
+		if e.lostErr() != nil {
+			e.engineDead()
 		}
 		if e.dead.Load() {
 			apiError(w, http.StatusServiceUnavailable, "EngineDeadError", "EngineCore encountered an issue.")

@@ -1,0 +1,279 @@
+package activities
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+)
+
+// vLLM's driver runs inside the Ray head's container: a Ray driver attaches to its node's
+// raylet through Unix sockets in the session directory of the container that runs Ray, and
+// finds its node by the IP `ray start --node-ip-address` recorded there (upstream.md §7;
+// vLLM's run_cluster.sh and docs do the same with `docker exec`). What a container of its
+// own gave is kept by a fixed wrapper in the head's container: vLLM's output goes to a file
+// that outlives the agent and is read by byte offset; a pid file (with the process's start
+// time, so a reused pid is not mistaken for vLLM) and a lock keep a retried launch from
+// starting a second vLLM; the exit code is written when vLLM ends; a stop is SIGTERM, then
+// SIGKILL after a grace period. No spec value is ever part of a script: vLLM's argument
+// vector is passed as "$@", and the only other arguments are numbers.
+
+// vllmDir is where the wrapper keeps vLLM's pid, exit code, lock and output in the head's
+// container.
+const vllmDir = "/tmp/tpdeploy/vllm"
+
+// vllmConfigRoot is the driver's VLLM_CONFIG_ROOT when the plan stops vLLM's copy of some
+// variables (its ray_non_carry_over_env_vars.json lives there).
+const vllmConfigRoot = "/tmp/tpdeploy/vllm-config"
+
+// vllmPrelude defines alive, which sets pid and says whether the recorded vLLM runs, and
+// status, which prints "running PID", "exited CODE", "gone" (recorded but neither running
+// nor finished: killed with its wrapper) or "none".
+const vllmPrelude = `d=` + vllmDir + `
+alive() {
+  [ -s "$d/pid" ] || return 1
+  read -r pid start <"$d/pid" || return 1
+  [ -r "/proc/$pid/stat" ] || return 1
+  [ "$(cut -d' ' -f22 "/proc/$pid/stat")" = "$start" ]
+}
+status() {
+  if alive; then echo "running $pid $(cat "$d/hash" 2>/dev/null)"
+  elif [ -f "$d/exit" ]; then echo "exited $(cat "$d/exit")"
+  elif [ -f "$d/pid" ]; then echo gone
+  else echo none; fi
+}
+`
+
+// vllmLaunchScript starts "$@" after its first argument (vllm serve ...) once: a live vLLM
+// is left alone. The first argument is the launch's hash, recorded so that a later launch
+// can tell whether the running vLLM is the one it wants.
+const vllmLaunchScript = vllmPrelude + `h=$1
+shift
+mkdir -p "$d" || exit 1
+if ! mkdir "$d/lock" 2>/dev/null; then
+  if alive; then exit 0; fi
+  rm -rf "$d/lock"
+  mkdir "$d/lock" 2>/dev/null || exit 0
+fi
+rm -f "$d/exit" "$d/pid"
+echo "$h" >"$d/hash"
+[ -f "$d/log" ] && mv "$d/log" "$d/log.prev"
+: >"$d/log"
+"$@" </dev/null >>"$d/log" 2>&1 &
+pid=$!
+echo "$pid $(cut -d' ' -f22 "/proc/$pid/stat")" >"$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
+wait "$pid"
+echo "$?" >"$d/exit"
+rmdir "$d/lock"
+`
+
+// vllmStatusScript prints vLLM's status.
+const vllmStatusScript = vllmPrelude + "status\n"
+
+// vllmReadScript prints up to $2 bytes of vLLM's output from byte offset $1 on stdout and
+// vLLM's status on stderr (status first, so no output written before it is missed).
+const vllmReadScript = vllmPrelude + `status >&2
+[ -f "$d/log" ] && tail -c +"$(($1 + 1))" "$d/log" | head -c "$2"
+exit 0
+`
+
+// vllmStopScript stops vLLM: SIGTERM, then SIGKILL after $1 seconds.
+const vllmStopScript = vllmPrelude + `alive || exit 0
+kill -TERM "$pid" 2>/dev/null
+i=0
+while alive; do
+  i=$((i + 1))
+  if [ "$i" -gt "$1" ]; then kill -KILL "$pid" 2>/dev/null; sleep 1; break; fi
+  sleep 1
+done
+exit 0
+`
+
+// vllmStatus is what the status script said.
+type vllmStatus struct {
+	State    string // running, exited, gone, none
+	PID      int
+	Hash     string // of the running vLLM's launch
+	ExitCode int
+}
+
+func parseVLLMStatus(s string) (vllmStatus, error) {
+	f := strings.Fields(strings.TrimSpace(s))
+	if len(f) == 0 {
+		return vllmStatus{}, fmt.Errorf("vllm status: no answer")
+	}
+	st := vllmStatus{State: f[0]}
+	switch {
+	case f[0] == "running" && (len(f) == 2 || len(f) == 3):
+		st.PID, _ = strconv.Atoi(f[1])
+		if len(f) == 3 {
+			st.Hash = f[2]
+		}
+	case f[0] == "exited" && len(f) == 2:
+		st.ExitCode, _ = strconv.Atoi(f[1])
+	case f[0] == "gone", f[0] == "none":
+	default:
+		return st, fmt.Errorf("vllm status: unexpected %q", s)
+	}
+	return st, nil
+}
+
+// launchHash identifies a vLLM launch: its argument vector, its environment and what vLLM
+// must not copy to its workers. A running vLLM with the same hash is adopted; one with
+// another is replaced.
+func launchHash(argv, env, noCarryOver []string) string {
+	b, _ := json.Marshal([][]string{argv, env, noCarryOver})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// execResult is what a command run in a container printed and how it ended.
+type execResult struct {
+	Stdout, Stderr string
+	ExitCode       int
+}
+
+// execIn runs cmd in a running container, waits for it and returns its output.
+func execIn(ctx context.Context, eng containerEngine, container string, cmd, env []string) (execResult, error) {
+	ex, err := eng.ExecCreate(ctx, container, client.ExecCreateOptions{Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return execResult{}, err
+	}
+	att, err := eng.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return execResult{}, err
+	}
+	defer att.Close()
+	var out, errOut bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil {
+		return execResult{}, err
+	}
+	res := execResult{Stdout: out.String(), Stderr: errOut.String()}
+	// The output ended: the process is ending; its exit code follows at once.
+	for i := 0; i < 50; i++ {
+		in, err := eng.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return res, err
+		}
+		if !in.Running {
+			res.ExitCode = in.ExitCode
+			return res, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return res, fmt.Errorf("exec %s: still running after its output ended", cmd[0])
+}
+
+// execDetached starts cmd in a running container and returns without waiting.
+func execDetached(ctx context.Context, eng containerEngine, container string, cmd, env []string) error {
+	ex, err := eng.ExecCreate(ctx, container, client.ExecCreateOptions{Cmd: cmd, Env: env})
+	if err != nil {
+		return err
+	}
+	_, err = eng.ExecStart(ctx, ex.ID, client.ExecStartOptions{Detach: true})
+	return err
+}
+
+func shScript(script string, args ...string) []string {
+	return append([]string{"/bin/sh", "-c", script, "tpdeploy"}, args...)
+}
+
+// vllmProcStatus asks the head's container whether vLLM runs.
+func vllmProcStatus(ctx context.Context, eng containerEngine, container string) (vllmStatus, error) {
+	r, err := execIn(ctx, eng, container, shScript(vllmStatusScript), nil)
+	if err != nil {
+		return vllmStatus{}, err
+	}
+	if r.ExitCode != 0 {
+		return vllmStatus{}, fmt.Errorf("vllm status in %s: exit %d: %s", container, r.ExitCode, strings.TrimSpace(r.Stderr))
+	}
+	return parseVLLMStatus(r.Stdout)
+}
+
+// nonCarryOverArchive is a tar holding vLLM's ray_non_carry_over_env_vars.json (a JSON
+// list of names), to be extracted at /.
+func nonCarryOverArchive(names []string) ([]byte, error) {
+	body, err := json.Marshal(names)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	root := strings.TrimPrefix(vllmConfigRoot, "/")
+	for _, dir := range []string{"tmp/tpdeploy/", root + "/"} {
+		if err := tw.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: root + "/ray_non_carry_over_env_vars.json", Mode: 0o644, Size: int64(len(body))}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(body); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// vllmOutput reads vLLM's output in the head's container from a byte offset, in bounded
+// chunks, with vLLM's status as of before the read.
+type vllmOutput struct {
+	eng       containerEngine
+	container string
+}
+
+// maxRead bounds one read of vLLM's output; maxLine bounds one delivered line (longer
+// lines are cut, never split into two).
+const (
+	maxRead = 1 << 20
+	maxLine = 256 << 10
+)
+
+// read returns the complete lines from offset (and the offset after them) and the status.
+// A partial last line is left for the next read.
+func (o vllmOutput) read(ctx context.Context, offset int64) ([]string, int64, vllmStatus, error) {
+	r, err := execIn(ctx, o.eng, o.container, shScript(vllmReadScript, strconv.FormatInt(offset, 10), strconv.Itoa(maxRead)), nil)
+	if err != nil {
+		return nil, offset, vllmStatus{}, err
+	}
+	st, err := parseVLLMStatus(r.Stderr)
+	if err != nil {
+		return nil, offset, st, fmt.Errorf("%v (exit %d)", err, r.ExitCode)
+	}
+	data := r.Stdout
+	end := strings.LastIndexByte(data, '\n')
+	if end < 0 {
+		if len(data) < maxRead {
+			return nil, offset, st, nil
+		}
+		end = len(data) - 1 // one line longer than a read: deliver it cut
+	}
+	lines := strings.Split(data[:end], "\n")
+	for i, l := range lines {
+		if len(l) > maxLine {
+			lines[i] = l[:maxLine]
+		}
+	}
+	return lines, offset + int64(end) + 1, st, nil
+}
+
+// launchLocks serialise launches per container within one agent; the wrapper's lock
+// covers launches from different processes.
+var launchLocks sync.Map
+
+func launchLock(container string) *sync.Mutex {
+	m, _ := launchLocks.LoadOrStore(container, &sync.Mutex{})
+	return m.(*sync.Mutex)
+}
