@@ -6,10 +6,18 @@
 package labnet
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Topology is a built lab network.
@@ -48,6 +56,9 @@ func Seed(prefix string, n int) (*Topology, error) {
 		return nil, fmt.Errorf("labnet: %d nodes; 1 to 26 supported", n)
 	}
 	t := &Topology{Prefix: prefix, Switch: prefix + "-sw", Gateway: prefix + "-gw"}
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return nil, fmt.Errorf("labnet: %w", err)
+	}
 	if err := t.build(n); err != nil {
 		_ = Destroy(prefix)
 		return nil, err
@@ -56,12 +67,22 @@ func Seed(prefix string, n int) (*Topology, error) {
 }
 
 func (t *Topology) build(n int) error {
-	steps := [][]string{
-		{"netns", "add", t.Switch},
-		{"-n", t.Switch, "link", "add", "br0", "type", "bridge"},
-		{"-n", t.Switch, "link", "set", "br0", "mtu", "9000", "up"},
-		{"netns", "add", t.Gateway},
-		{"-n", t.Gateway, "link", "set", "lo", "up"},
+	sw, err := newNamed(t.Switch)
+	if err != nil {
+		return err
+	}
+	defer sw.close()
+	gw, err := newNamed(t.Gateway)
+	if err != nil {
+		return err
+	}
+	defer gw.close()
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0", MTU: 9000}}
+	if err := sw.h.LinkAdd(br); err != nil {
+		return fmt.Errorf("labnet: %s: add bridge: %w", t.Switch, err)
+	}
+	if err := errors.Join(sw.h.LinkSetUp(br), gw.up("lo")); err != nil {
+		return fmt.Errorf("labnet: %w", err)
 	}
 	for i := range n {
 		node := Node{
@@ -75,62 +96,174 @@ func (t *Topology) build(n int) error {
 			node.FastIface = "vethA"
 			node.ExtIface, node.ExtAddr = "ext0", extHead
 		}
-		swSide := fmt.Sprintf("sw%d", i)
-		steps = append(steps,
-			[]string{"netns", "add", node.NetNS},
-			[]string{"-n", node.NetNS, "link", "set", "lo", "up"},
-			[]string{"-n", node.NetNS, "link", "add", node.FastIface, "mtu", "9000", "type", "veth", "peer", "name", swSide, "mtu", "9000", "netns", t.Switch},
-			[]string{"-n", node.NetNS, "addr", "add", node.FastAddr.String(), "dev", node.FastIface},
-			[]string{"-n", node.NetNS, "link", "set", node.FastIface, "up"},
-			[]string{"-n", t.Switch, "link", "set", swSide, "master", "br0", "up"},
-		)
-		if i == 0 {
-			steps = append(steps,
-				[]string{"-n", node.NetNS, "link", "add", "ext0", "type", "veth", "peer", "name", "gw0", "netns", t.Gateway},
-				[]string{"-n", node.NetNS, "addr", "add", extHead.String(), "dev", "ext0"},
-				[]string{"-n", node.NetNS, "link", "set", "ext0", "up"},
-				[]string{"-n", node.NetNS, "route", "add", "default", "via", extGW.String(), "dev", "ext0"},
-				[]string{"-n", t.Gateway, "addr", "add", extGW.String() + "/24", "dev", "gw0"},
-				[]string{"-n", t.Gateway, "link", "set", "gw0", "up"},
-			)
+		if err := t.addNode(node, sw, gw, br, i); err != nil {
+			return err
 		}
 		t.Nodes = append(t.Nodes, node)
 	}
-	for _, s := range steps {
-		if err := ip(s...); err != nil {
-			return err
-		}
+	return nil
+}
+
+// addNode makes a node's namespace: its fast link on the switch's bridge and, for the head,
+// the external link to the gateway with the default route.
+func (t *Topology) addNode(node Node, sw, gw *namespace, br *netlink.Bridge, i int) error {
+	ns, err := newNamed(node.NetNS)
+	if err != nil {
+		return err
+	}
+	defer ns.close()
+	swSide := fmt.Sprintf("sw%d", i)
+	fast := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: node.FastIface, MTU: 9000}, PeerName: swSide, PeerNamespace: netlink.NsFd(sw.fd)}
+	if err := ns.h.LinkAdd(fast); err != nil {
+		return fmt.Errorf("labnet: %s: add %s: %w", node.NetNS, node.FastIface, err)
+	}
+	if err := errors.Join(ns.up("lo"), ns.addr(node.FastIface, node.FastAddr), ns.up(node.FastIface)); err != nil {
+		return fmt.Errorf("labnet: %s: %w", node.NetNS, err)
+	}
+	peer, err := sw.h.LinkByName(swSide)
+	if err != nil {
+		return fmt.Errorf("labnet: %s: %s: %w", t.Switch, swSide, err)
+	}
+	if err := errors.Join(sw.h.LinkSetMTU(peer, 9000), sw.h.LinkSetMaster(peer, br), sw.h.LinkSetUp(peer)); err != nil {
+		return fmt.Errorf("labnet: %s: %s: %w", t.Switch, swSide, err)
+	}
+	if node.ExtIface == "" {
+		return nil
+	}
+	ext := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: node.ExtIface}, PeerName: "gw0", PeerNamespace: netlink.NsFd(gw.fd)}
+	if err := ns.h.LinkAdd(ext); err != nil {
+		return fmt.Errorf("labnet: %s: add %s: %w", node.NetNS, node.ExtIface, err)
+	}
+	if err := errors.Join(ns.addr(node.ExtIface, node.ExtAddr), ns.up(node.ExtIface),
+		gw.addr("gw0", netip.PrefixFrom(extGW, 24)), gw.up("gw0")); err != nil {
+		return fmt.Errorf("labnet: %w", err)
+	}
+	link, err := ns.h.LinkByName(node.ExtIface)
+	if err != nil {
+		return err
+	}
+	if err := ns.h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: extGW.AsSlice()}); err != nil {
+		return fmt.Errorf("labnet: %s: default route: %w", node.NetNS, err)
 	}
 	return nil
+}
+
+// namespace is a named network namespace (/run/netns/NAME, as `ip netns add` makes it)
+// with a netlink handle inside it.
+type namespace struct {
+	name string
+	fd   int
+	h    *netlink.Handle
+}
+
+// newNamed creates a named network namespace without leaving this thread in it.
+func newNamed(name string) (*namespace, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return nil, err
+	}
+	defer orig.Close()
+	ns, err := netns.NewNamed(name)
+	if err != nil {
+		_ = netns.Set(orig)
+		return nil, fmt.Errorf("labnet: add netns %s: %w", name, err)
+	}
+	if err := netns.Set(orig); err != nil {
+		return nil, fmt.Errorf("labnet: back from netns %s: %w", name, err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("labnet: netlink in %s: %w", name, err)
+	}
+	return &namespace{name: name, fd: int(ns), h: h}, nil
+}
+
+// openNamed opens an existing named namespace.
+func openNamed(name string) (*namespace, error) {
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		return nil, fmt.Errorf("labnet: netns %s: %w", name, err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("labnet: netlink in %s: %w", name, err)
+	}
+	return &namespace{name: name, fd: int(ns), h: h}, nil
+}
+
+func (n *namespace) close() {
+	n.h.Close()
+	h := netns.NsHandle(n.fd)
+	_ = h.Close()
+}
+
+func (n *namespace) up(link string) error {
+	l, err := n.h.LinkByName(link)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", n.name, link, err)
+	}
+	return n.h.LinkSetUp(l)
+}
+
+func (n *namespace) addr(link string, p netip.Prefix) error {
+	l, err := n.h.LinkByName(link)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", n.name, link, err)
+	}
+	a, err := netlink.ParseAddr(p.String())
+	if err != nil {
+		return err
+	}
+	return n.h.AddrAdd(l, a)
 }
 
 // Destroy removes every namespace whose name starts with prefix (veths go with them).
 func Destroy(prefix string) error {
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		return fmt.Errorf("ip netns list: %w", err)
+	entries, err := os.ReadDir(netnsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	var errs []string
-	for _, line := range strings.Split(string(out), "\n") {
-		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+	if err != nil {
+		return fmt.Errorf("labnet: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
 		if name == prefix || strings.HasPrefix(name, prefix+"-") {
-			if err := ip("netns", "del", name); err != nil {
-				errs = append(errs, err.Error())
+			if err := netns.DeleteNamed(name); err != nil {
+				errs = append(errs, fmt.Errorf("delete netns %s: %w", name, err))
 			}
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("labnet: %s", strings.Join(errs, "; "))
+		return fmt.Errorf("labnet: %w", errors.Join(errs...))
 	}
 	return nil
 }
 
+// netnsDir is where named network namespaces live (iproute2's convention).
+const netnsDir = "/run/netns"
+
 // Cut takes a node off the fast network (its fast link goes down), as a pulled cable.
 func (t *Topology) Cut(node string) error {
 	for _, n := range t.Nodes {
-		if n.Name == node {
-			return ip("-n", n.NetNS, "link", "set", n.FastIface, "down")
+		if n.Name != node {
+			continue
 		}
+		ns, err := openNamed(n.NetNS)
+		if err != nil {
+			return err
+		}
+		defer ns.close()
+		l, err := ns.h.LinkByName(n.FastIface)
+		if err != nil {
+			return err
+		}
+		return ns.h.LinkSetDown(l)
 	}
 	return fmt.Errorf("labnet: no node %s", node)
 }
@@ -138,10 +271,20 @@ func (t *Topology) Cut(node string) error {
 // Close destroys the topology.
 func (t *Topology) Close() error { return Destroy(t.Prefix) }
 
-func ip(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
+// Exec runs argv inside the named network namespace, replacing this process (as `ip netns
+// exec` does, without its /etc/netns bind mounts): a machine without iproute2 can run it.
+func Exec(name string, argv []string) error {
+	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return err
 	}
-	return nil
+	runtime.LockOSThread()
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("labnet: netns %s: %w", name, err)
+	}
+	if err := netns.Set(ns); err != nil {
+		return fmt.Errorf("labnet: enter netns %s: %w", name, err)
+	}
+	return syscall.Exec(path, argv, os.Environ())
 }

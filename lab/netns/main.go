@@ -1,5 +1,6 @@
 // Command netns builds or removes the seed topology in network namespaces (see
-// internal/labnet): `netns up --prefix tpd-demo --nodes 2`, `netns down --prefix tpd-demo`.
+// internal/labnet): `netns up --prefix tpd-demo --nodes 2`, `netns down --prefix tpd-demo`,
+// and runs a command in one: `netns exec tpd-demo-a -- python3 ...` (no iproute2 needed).
 package main
 
 import (
@@ -19,8 +20,11 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) >= 3 && args[0] == "exec" && args[2] == "--" && len(args) > 3 {
+		return labnet.Exec(args[1], args[3:])
+	}
 	if len(args) == 0 || (args[0] != "up" && args[0] != "down") {
-		return errors.New("usage: netns up|down [--prefix P] [--nodes N]")
+		return errors.New("usage: netns up|down [--prefix P] [--nodes N], or netns exec NAME -- COMMAND...")
 	}
 	fs := flag.NewFlagSet("netns "+args[0], flag.ContinueOnError)
 	prefix := fs.String("prefix", "tpd-demo", "namespace name prefix")
