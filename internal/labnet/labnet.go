@@ -15,8 +15,10 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	"github.com/vishvananda/netns"
 )
 
@@ -100,6 +102,43 @@ func (t *Topology) build(n int) error {
 			return err
 		}
 		t.Nodes = append(t.Nodes, node)
+	}
+	return t.waitRunning(5 * time.Second)
+}
+
+// waitRunning waits until every node's links have carrier: the kernel reports a veth's
+// operational state a moment after both ends are up (linkwatch), and a probe before that
+// would see the link down.
+func (t *Topology) waitRunning(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	links := map[string][]string{t.Switch: {"br0"}}
+	for i, n := range t.Nodes {
+		links[n.NetNS] = []string{n.FastIface}
+		links[t.Switch] = append(links[t.Switch], fmt.Sprintf("sw%d", i))
+		if n.ExtIface != "" {
+			links[n.NetNS] = append(links[n.NetNS], n.ExtIface)
+			links[t.Gateway] = []string{"gw0"}
+		}
+	}
+	for space, names := range links {
+		ns, err := openNamed(space)
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			for {
+				l, err := ns.h.LinkByName(name)
+				if err == nil && l.Attrs().RawFlags&unix.IFF_RUNNING != 0 && l.Attrs().OperState == netlink.OperUp {
+					break
+				}
+				if time.Now().After(deadline) {
+					ns.close()
+					return fmt.Errorf("labnet: %s: %s not running after %s", space, name, within)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		ns.close()
 	}
 	return nil
 }
