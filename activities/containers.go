@@ -78,11 +78,6 @@ type containerSpec struct {
 	Options    ContainerOptions  `json:"options"`
 }
 
-// ContainerName is the deterministic name of a role's container on a node; a retry
-// finds what an earlier attempt created instead of creating a second one.
-func ContainerName(cluster, node, role string) string {
-	return "tpd-" + cluster + "-" + node + "-" + role
-}
 
 // hash identifies everything that makes the container what it is, except the deployment
 // ID: a redeploy of an unchanged spec adopts the running container.

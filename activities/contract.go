@@ -1,267 +1,86 @@
 // Package activities holds tpdeploy's side effects, grouped by what they touch: the node
 // (netlink, sysfs), reachability (TCP), containers (Docker Engine API), Ray and vLLM. Every
-// node-bound activity runs on that node's own task queue, served by the node's agent.
+// node-bound activity runs on that node's own task queue, served by the node's agent. Their
+// requests, results and error types are package contract's; the names here are aliases.
 package activities
 
-import (
-	"net/netip"
-	"time"
-
-	"github.com/tpdeploy/tpdeploy/logscan"
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/spec"
-)
-
-// WorkflowQueue is the task queue the workflows run on.
-const WorkflowQueue = "tpdeploy"
+import "github.com/tpdeploy/tpdeploy/contract"
 
 // NodeQueue is the task queue served by the named node's agent.
-func NodeQueue(node string) string { return "tpdeploy.node." + node }
+func NodeQueue(node string) string { return contract.NodeQueue(node) }
 
-// Error types of non-retryable application errors. Workflows branch on them and the
-// starter prints them; they are part of the contract with operators' scripts.
-const (
-	ErrWrongNode          = "WrongNode"            // a task reached another node's agent
-	ErrBadRequest         = "BadRequest"           // a request the activity cannot act on
-	ErrNotImplemented     = "NotImplemented"       // this agent build lacks the capability
-	ErrNodeAgentDown      = "NodeAgentUnreachable" // no agent picked the task up in time
-	ErrDockerUnreachable  = "DockerUnreachable"    // retryable: the node's engine did not answer
-	ErrDocker             = "DockerError"          // the engine refused an operation
-	ErrImageMissing       = "ImageMissing"
-	ErrImageMismatch      = "ImageMismatch"
-	ErrNoViableSubnet     = "NoViableSubnet"
-	ErrInsufficientGPUs   = "InsufficientGPUs"
-	ErrPlacementMismatch  = "PlacementMismatch"
-	ErrDuplicateAddress   = "DuplicateAddress"
-	ErrNodeNotRegistered  = "NodeNotRegistered"
-	ErrPlacementPending   = logscan.PlacementPending
-	ErrC10dUnreachable    = logscan.C10dUnreachable
-	ErrNCCLNoInterface    = logscan.NCCLNoInterface
-	ErrNCCL               = logscan.NCCLError
-	ErrGlooLoopback       = logscan.GlooLoopback
-	ErrCUDAOutOfMemory    = logscan.CUDAOutOfMemory
-	ErrEngineDead         = logscan.EngineDead
-	ErrGCSUnreachable     = logscan.GCSUnreachable
-	ErrModelUnsupported   = logscan.ModelUnsupported
-	ErrModelUnavailable   = logscan.ModelUnavailable
-	ErrKVCacheTooSmall    = logscan.KVCacheTooSmall
-	ErrParallelLayout     = logscan.InvalidParallelLayout
-	ErrGlooNoInterface    = logscan.GlooNoInterface
-	ErrResourcesBusy      = logscan.ResourcesBusy
-	ErrRayDriverAttach    = logscan.RayDriverAttach
-	ErrRayUnreachable     = "RayGCSUnreachable" // retryable: the GCS did not answer the agent
-	ErrRayNodeDead        = "RayNodeDead"       // a planned node is DEAD in Ray
-	ErrContainerExited    = "ContainerExited"   // the Ray head's container is not running
-	ErrVLLMExited         = "VLLMExited"        // vLLM's process ended without a classified cause
-	ErrPolicyDenied       = "PolicyDenied"      // the node's operator policy refuses the request
-	ErrStepTimeout        = "StepTimeout"
-	ErrRetriesExhausted   = "RetriesExhausted" // a retryable failure outlived its retry policy
-	ErrCanceled           = "Canceled"
-	ErrCompensationFailed = "CompensationFailed"
+// ContainerName is the deterministic name of a role's container on a node.
+func ContainerName(cluster, node, role string) string {
+	return contract.ContainerName(cluster, node, role)
+}
+
+// Requests and results (package contract).
+type (
+	ProbeRequest           = contract.ProbeRequest
+	ListenRequest          = contract.ListenRequest
+	ListenResult           = contract.ListenResult
+	DialRequest            = contract.DialRequest
+	CloseRequest           = contract.CloseRequest
+	Deployment             = contract.Deployment
+	PreflightRequest       = contract.PreflightRequest
+	PreflightResult        = contract.PreflightResult
+	StartRayRequest        = contract.StartRayRequest
+	ContainerRef           = contract.ContainerRef
+	PlacementRequest       = contract.PlacementRequest
+	RegisteredNode         = contract.RegisteredNode
+	PlacementReport        = contract.PlacementReport
+	LaunchRequest          = contract.LaunchRequest
+	WatchRequest           = contract.WatchRequest
+	ServingProgress        = contract.ServingProgress
+	RemoveRequest          = contract.RemoveRequest
+	RemoveResult           = contract.RemoveResult
+	CheckDeploymentRequest = contract.CheckDeploymentRequest
+	DeploymentCheck        = contract.DeploymentCheck
+	BootIDRequest          = contract.BootIDRequest
 )
 
-// Container roles, also the role label on containers.
+// Queue, role and error type names (package contract).
 const (
-	RoleRayHead   = "ray-head"
-	RoleRayWorker = "ray-worker"
-	RoleVLLM      = "vllm"
+	ErrWrongNode            = contract.ErrWrongNode
+	ErrBadRequest           = contract.ErrBadRequest
+	ErrNotImplemented       = contract.ErrNotImplemented
+	ErrNodeAgentDown        = contract.ErrNodeAgentDown
+	ErrDockerUnreachable    = contract.ErrDockerUnreachable
+	ErrDocker               = contract.ErrDocker
+	ErrImageMissing         = contract.ErrImageMissing
+	ErrImageMismatch        = contract.ErrImageMismatch
+	ErrNoViableSubnet       = contract.ErrNoViableSubnet
+	ErrInsufficientGPUs     = contract.ErrInsufficientGPUs
+	ErrPlacementMismatch    = contract.ErrPlacementMismatch
+	ErrDuplicateAddress     = contract.ErrDuplicateAddress
+	ErrNodeNotRegistered    = contract.ErrNodeNotRegistered
+	ErrPlacementPending     = contract.ErrPlacementPending
+	ErrC10dUnreachable      = contract.ErrC10dUnreachable
+	ErrNCCLNoInterface      = contract.ErrNCCLNoInterface
+	ErrNCCL                 = contract.ErrNCCL
+	ErrGlooLoopback         = contract.ErrGlooLoopback
+	ErrCUDAOutOfMemory      = contract.ErrCUDAOutOfMemory
+	ErrEngineDead           = contract.ErrEngineDead
+	ErrGCSUnreachable       = contract.ErrGCSUnreachable
+	ErrModelUnsupported     = contract.ErrModelUnsupported
+	ErrModelUnavailable     = contract.ErrModelUnavailable
+	ErrKVCacheTooSmall      = contract.ErrKVCacheTooSmall
+	ErrParallelLayout       = contract.ErrParallelLayout
+	ErrGlooNoInterface      = contract.ErrGlooNoInterface
+	ErrResourcesBusy        = contract.ErrResourcesBusy
+	ErrRayDriverAttach      = contract.ErrRayDriverAttach
+	ErrRayUnreachable       = contract.ErrRayUnreachable
+	ErrRayNodeDead          = contract.ErrRayNodeDead
+	ErrContainerExited      = contract.ErrContainerExited
+	ErrVLLMExited           = contract.ErrVLLMExited
+	ErrPolicyDenied         = contract.ErrPolicyDenied
+	ErrStepTimeout          = contract.ErrStepTimeout
+	ErrRetriesExhausted     = contract.ErrRetriesExhausted
+	ErrCanceled             = contract.ErrCanceled
+	ErrCompensationFailed   = contract.ErrCompensationFailed
+	RoleRayHead             = contract.RoleRayHead
+	RoleRayWorker           = contract.RoleRayWorker
+	RoleVLLM                = contract.RoleVLLM
+	WorkflowQueue           = contract.WorkflowQueue
+	ActivityCheckDeployment = contract.ActivityCheckDeployment
 )
-
-// ProbeRequest asks a node agent to describe its node.
-type ProbeRequest struct {
-	Node string `json:"node"`
-	// SpecGPUs is the spec's count, used when detection finds none.
-	SpecGPUs   int    `json:"spec_gpus"`
-	DockerHost string `json:"docker_host"`
-}
-
-// ListenRequest asks a node to open short-lived reachability listeners.
-type ListenRequest struct {
-	Node string `json:"node"`
-	// Addrs are the node's candidate addresses with their prefix length (the subnet).
-	Addrs []netip.Prefix `json:"addrs"`
-	// TTL closes the listeners by itself if the close never arrives.
-	TTL time.Duration `json:"ttl"`
-}
-
-// ListenResult is the listeners a node opened, and the token that closes them.
-type ListenResult struct {
-	Token   string           `json:"token"`
-	Targets []netplan.Target `json:"targets"`
-}
-
-// DialRequest asks a node to dial every target from its own network namespace.
-type DialRequest struct {
-	Node    string           `json:"node"`
-	Targets []netplan.Target `json:"targets"`
-	Timeout time.Duration    `json:"timeout"`
-}
-
-// CloseRequest closes listeners opened by OpenProbeListeners.
-type CloseRequest struct {
-	Node  string `json:"node"`
-	Token string `json:"token"`
-}
-
-// Deployment identifies what containers belong to.
-type Deployment struct {
-	Cluster string `json:"cluster"`
-	ID      string `json:"id"`
-	// SpecHash lets an identical container be adopted instead of replaced.
-	SpecHash string `json:"spec_hash"`
-}
-
-// PreflightRequest checks a node before anything starts on it.
-type PreflightRequest struct {
-	Node       string `json:"node"`
-	DockerHost string `json:"docker_host"`
-	Image      string `json:"image"`
-	// Spec, when given, is checked against the node's policy as a whole.
-	Spec *spec.Cluster `json:"spec,omitempty"`
-}
-
-// PreflightResult reports the image as the node holds it.
-type PreflightResult struct {
-	Node    string `json:"node"`
-	ImageID string `json:"image_id"`
-}
-
-// StartRayRequest starts Ray (head or worker) on a node.
-type StartRayRequest struct {
-	Node       string           `json:"node"`
-	Deployment Deployment       `json:"deployment"`
-	Spec       spec.Cluster     `json:"spec"`
-	Plan       netplan.NodePlan `json:"plan"`
-	RayAddress string           `json:"ray_address"`
-	// Replace recreates the container even when one with the same spec runs (recovery:
-	// a running container may be stale after a node rebooted).
-	Replace bool `json:"replace,omitempty"`
-}
-
-// ContainerRef names a container an activity started or adopted. For vLLM (role vllm) it
-// names the Ray head's container that vLLM runs in, and PID is vLLM's process there.
-type ContainerRef struct {
-	Node    string `json:"node"`
-	Role    string `json:"role"`
-	Name    string `json:"name"`
-	ID      string `json:"id"`
-	Adopted bool   `json:"adopted,omitempty"`
-	PID     int    `json:"pid,omitempty"`
-}
-
-// PlacementRequest asks the head to prove Ray's view matches the plan.
-type PlacementRequest struct {
-	Node       string `json:"node"`
-	DockerHost string `json:"docker_host,omitempty"`
-	// RayHead is the head's Ray container, asked for `ray status` when placement cannot be
-	// proven in time.
-	RayHead  string       `json:"ray_head,omitempty"`
-	Plan     netplan.Plan `json:"plan"`
-	NeedGPUs int          `json:"need_gpus"`
-	// DashboardPort is kept so that recorded histories decode; placement is read from the
-	// GCS at Plan.RayAddress, not from the dashboard.
-	DashboardPort int `json:"dashboard_port,omitempty"`
-}
-
-// RegisteredNode is one Ray node as Ray reports it.
-type RegisteredNode struct {
-	NodeID string     `json:"node_id"`
-	IP     netip.Addr `json:"ip"`
-	Alive  bool       `json:"alive"`
-	GPUs   float64    `json:"gpus"`
-	Head   bool       `json:"head"`
-	// DeathMessage is Ray's reason for a dead node.
-	DeathMessage string `json:"death_message,omitempty"`
-}
-
-// PlacementReport is the proven placement.
-type PlacementReport struct {
-	Nodes []RegisteredNode `json:"nodes"`
-	GPUs  float64          `json:"gpus"`
-}
-
-// LaunchRequest starts vLLM on the head.
-type LaunchRequest struct {
-	Node       string       `json:"node"`
-	Deployment Deployment   `json:"deployment"`
-	Spec       spec.Cluster `json:"spec"`
-	Plan       netplan.Plan `json:"plan"`
-	Replace    bool         `json:"replace,omitempty"`
-}
-
-// WatchRequest follows vLLM until it serves, returning early with progress.
-type WatchRequest struct {
-	Node      string          `json:"node"`
-	Container ContainerRef    `json:"container"`
-	Spec      spec.Cluster    `json:"spec"`
-	Endpoint  string          `json:"endpoint"`
-	Cursor    ServingProgress `json:"cursor"`
-	// Plan lets the watch ask Ray (at Plan.RayAddress) about the planned nodes: a node
-	// that died, and whether a pending placement group is pinned to a registered node.
-	Plan *netplan.Plan `json:"plan,omitempty"`
-	// ReportWithin bounds how long one call runs before it returns its progress, so the
-	// workflow's queries stay current without an event per log line.
-	ReportWithin time.Duration `json:"report_within"`
-}
-
-// ServingProgress is what the workflow knows of vLLM's way to serving.
-type ServingProgress struct {
-	Phase        string        `json:"phase"` // starting, placement, rendezvous, loading, warming, serving
-	ShardsLoaded int           `json:"shards_loaded"`
-	ShardsTotal  int           `json:"shards_total"`
-	Percent      int           `json:"percent"`
-	Elapsed      time.Duration `json:"elapsed"`
-	ETA          time.Duration `json:"eta,omitempty"`
-	Serving      bool          `json:"serving"`
-	// Offset is how many bytes of vLLM's output were read: a resumed watch reads on from
-	// there and neither loses nor repeats a line.
-	Offset int64 `json:"offset,omitempty"`
-	// Since and SeenAtSince are the cursor of watches recorded before vLLM moved into the
-	// Ray head's container (a container log followed by timestamp); kept for replay.
-	Since       time.Time `json:"since,omitzero"`
-	SeenAtSince int       `json:"seen_at_since,omitempty"`
-	// Warnings are non-fatal findings in vLLM's output (e.g. Gloo's loopback fallback).
-	Warnings []string `json:"warnings,omitempty"`
-}
-
-// RemoveRequest removes a cluster's containers on one node, optionally only some roles.
-type RemoveRequest struct {
-	Node       string   `json:"node"`
-	DockerHost string   `json:"docker_host"`
-	Cluster    string   `json:"cluster"`
-	Roles      []string `json:"roles,omitempty"` // empty: every role
-}
-
-// RemoveResult lists what was removed.
-type RemoveResult struct {
-	Node    string   `json:"node"`
-	Removed []string `json:"removed"`
-}
-
-// ActivityCheckDeployment is the operations activity every agent serves on the workflow
-// queue: what the cluster's latest deploy is and whether its endpoint serves.
-const ActivityCheckDeployment = "CheckDeployment"
-
-// CheckDeploymentRequest asks about a cluster's latest deploy.
-type CheckDeploymentRequest struct {
-	Cluster string `json:"cluster"`
-}
-
-// DeploymentCheck is a cluster's latest deploy as Temporal and its endpoint see it.
-type DeploymentCheck struct {
-	Exists   bool   `json:"exists"`
-	Running  bool   `json:"running"`
-	RunID    string `json:"run_id,omitempty"`
-	Closed   string `json:"closed,omitempty"` // Completed, Failed, ...
-	SpecHash string `json:"spec_hash,omitempty"`
-	Endpoint string `json:"endpoint,omitempty"`
-	Healthy  bool   `json:"healthy"`
-	Detail   string `json:"detail,omitempty"`
-	// Plan is the serving deploy's plan (for the Ray check on the head).
-	Plan *netplan.Plan `json:"plan,omitempty"`
-}
-
-// BootIDRequest asks a node for its boot ID.
-type BootIDRequest struct {
-	Node string `json:"node"`
-}

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -42,13 +42,13 @@ type DeployRequest struct {
 
 // DeployResult is a serving deployment.
 type DeployResult struct {
-	Cluster      string                    `json:"cluster"`
-	DeploymentID string                    `json:"deployment_id"`
-	Endpoint     string                    `json:"endpoint"`
-	Plan         netplan.Plan              `json:"plan"`
-	Containers   []activities.ContainerRef `json:"containers"`
-	Steps        []StepTiming              `json:"steps"`
-	Warnings     []string                  `json:"warnings,omitempty"`
+	Cluster      string                  `json:"cluster"`
+	DeploymentID string                  `json:"deployment_id"`
+	Endpoint     string                  `json:"endpoint"`
+	Plan         netplan.Plan            `json:"plan"`
+	Containers   []contract.ContainerRef `json:"containers"`
+	Steps        []StepTiming            `json:"steps"`
+	Warnings     []string                `json:"warnings,omitempty"`
 }
 
 // StepTiming is how long one step took.
@@ -86,19 +86,16 @@ const (
 
 // State is everything the deploy knows, exposed by the "state" query.
 type State struct {
-	Phase         string                     `json:"phase"`
-	Details       string                     `json:"details"`
-	Plan          *netplan.Plan              `json:"plan,omitempty"`
-	Progress      activities.ServingProgress `json:"progress"`
-	Steps         []StepTiming               `json:"steps"`
-	Containers    []activities.ContainerRef  `json:"containers,omitempty"`
-	Compensations []string                   `json:"compensations,omitempty"`
-	Warnings      []string                   `json:"warnings,omitempty"`
-	Error         string                     `json:"error,omitempty"`
+	Phase         string                   `json:"phase"`
+	Details       string                   `json:"details"`
+	Plan          *netplan.Plan            `json:"plan,omitempty"`
+	Progress      contract.ServingProgress `json:"progress"`
+	Steps         []StepTiming             `json:"steps"`
+	Containers    []contract.ContainerRef  `json:"containers,omitempty"`
+	Compensations []string                 `json:"compensations,omitempty"`
+	Warnings      []string                 `json:"warnings,omitempty"`
+	Error         string                   `json:"error,omitempty"`
 }
-
-// na names the node agent's activities; only its method names and signatures are used.
-var na *activities.Node
 
 // DeployCluster deploys one model across the spec's nodes: probe → reachability → plan →
 // preflight → Ray head → Ray workers → placement → vLLM → serving. A failure or a cancel
@@ -130,7 +127,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	failure := toFailure(se, compErr)
 	d.state.Error = failure.Type() + ": " + failure.Message()
 	d.setPhase(ctx, PhaseFailed, d.state.Error)
-	if se.Type == activities.ErrCanceled && compErr == nil {
+	if se.Type == contract.ErrCanceled && compErr == nil {
 		return DeployResult{}, temporal.NewCanceledError(d.saga.ran)
 	}
 	return DeployResult{}, failure
@@ -165,7 +162,7 @@ func (d *deployment) registerQueries(ctx workflow.Context) error {
 	for name, h := range map[string]any{
 		QueryPhase:    func() (string, error) { return d.state.Phase, nil },
 		QueryPlan:     func() (*netplan.Plan, error) { return d.state.Plan, nil },
-		QueryProgress: func() (activities.ServingProgress, error) { return d.state.Progress, nil },
+		QueryProgress: func() (contract.ServingProgress, error) { return d.state.Progress, nil },
 		QueryState:    func() (State, error) { return d.state, nil },
 	} {
 		if err := workflow.SetQueryHandler(ctx, name, h); err != nil {
@@ -235,7 +232,7 @@ func (d *deployment) onNode(ctx workflow.Context, node, summary string, o stepOp
 		wait = o.agentWait
 	}
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:              activities.NodeQueue(node),
+		TaskQueue:              contract.NodeQueue(node),
 		ScheduleToStartTimeout: wait,
 		StartToCloseTimeout:    o.startToClose,
 		HeartbeatTimeout:       o.heartbeat,
@@ -283,8 +280,8 @@ func nodeNames(nodes []spec.Node) []string {
 	return names
 }
 
-func (d *deployment) deploymentRef() activities.Deployment {
-	return activities.Deployment{Cluster: d.spec.Name, ID: d.id, SpecHash: d.spec.Hash()}
+func (d *deployment) deploymentRef() contract.Deployment {
+	return contract.Deployment{Cluster: d.spec.Name, ID: d.id, SpecHash: d.spec.Hash()}
 }
 
 func (d *deployment) preflight(ctx workflow.Context) error {
@@ -293,9 +290,9 @@ func (d *deployment) preflight(ctx workflow.Context) error {
 		ids := map[string]string{}
 		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "preflight "+node, o), na.PreflightNode,
-				activities.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec})
-		}, func(node string, r activities.PreflightResult) { ids[node] = r.ImageID })
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "preflight "+node, o), contract.ActivityPreflightNode,
+				contract.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec})
+		}, func(node string, r contract.PreflightResult) { ids[node] = r.ImageID })
 		if err != nil {
 			return err
 		}
@@ -321,7 +318,7 @@ func (d *deployment) checkImageIDs(ids map[string]string) error {
 		d.state.Warnings = append(d.state.Warnings, msg)
 		return nil
 	}
-	return &stepError{Step: "preflight", Type: activities.ErrImageMismatch, Msg: msg + " (set image_mismatch: warn to proceed anyway)"}
+	return &stepError{Step: "preflight", Type: contract.ErrImageMismatch, Msg: msg + " (set image_mismatch: warn to proceed anyway)"}
 }
 
 func shortID(id string) string {
@@ -345,7 +342,7 @@ func (d *deployment) removeOnNode(node, role string) {
 	d.saga.add(fmt.Sprintf("remove %s on %s", role, node), func(ctx workflow.Context) error {
 		o := stepOptions{startToClose: d.spec.Timeouts.Teardown.D(), attempts: 5}
 		actx := d.onNode(ctx, node, fmt.Sprintf("remove %s on %s", role, node), o)
-		return workflow.ExecuteActivity(actx, na.RemoveContainers, activities.RemoveRequest{
+		return workflow.ExecuteActivity(actx, contract.ActivityRemoveContainers, contract.RemoveRequest{
 			Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name, Roles: []string{role},
 		}).Get(ctx, nil)
 	})
@@ -354,10 +351,10 @@ func (d *deployment) removeOnNode(node, role string) {
 func (d *deployment) startHead(ctx workflow.Context) error {
 	head, _ := d.state.Plan.Node(d.spec.Head().Name)
 	return d.step(ctx, PhaseRayHead, fmt.Sprintf("starting ray head on %s at %s", head.Name, d.state.Plan.RayAddress), func() error {
-		d.removeOnNode(head.Name, activities.RoleRayHead)
-		var ref activities.ContainerRef
+		d.removeOnNode(head.Name, contract.RoleRayHead)
+		var ref contract.ContainerRef
 		err := workflow.ExecuteActivity(d.onNode(ctx, head.Name, "ray head on "+head.Name+" "+head.Address.String(), d.rayOptions()),
-			na.StartRayHead, d.startRayRequest(head)).Get(ctx, &ref)
+			contract.ActivityStartRayHead, d.startRayRequest(head)).Get(ctx, &ref)
 		if err != nil {
 			return classify("start ray head", head.Name, err)
 		}
@@ -366,8 +363,8 @@ func (d *deployment) startHead(ctx workflow.Context) error {
 	})
 }
 
-func (d *deployment) startRayRequest(n netplan.NodePlan) activities.StartRayRequest {
-	return activities.StartRayRequest{
+func (d *deployment) startRayRequest(n netplan.NodePlan) contract.StartRayRequest {
+	return contract.StartRayRequest{
 		Node: n.Name, Deployment: d.deploymentRef(), Spec: d.spec, Plan: n, RayAddress: d.state.Plan.RayAddress, Replace: d.req.Replace,
 	}
 }
@@ -385,10 +382,10 @@ func (d *deployment) joinWorkers(ctx workflow.Context) error {
 	return d.step(ctx, PhaseRayWorkers, fmt.Sprintf("joining %d ray workers to %s", len(workers), d.state.Plan.RayAddress), func() error {
 		return forEachNode(ctx, "join ray worker", workers, func(node string) workflow.Future {
 			np, _ := d.state.Plan.Node(node)
-			d.removeOnNode(node, activities.RoleRayWorker)
+			d.removeOnNode(node, contract.RoleRayWorker)
 			return workflow.ExecuteActivity(d.onNode(ctx, node, "ray worker on "+node+" "+np.Address.String(), d.rayOptions()),
-				na.StartRayWorker, d.startRayRequest(np))
-		}, func(_ string, ref activities.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
+				contract.ActivityStartRayWorker, d.startRayRequest(np))
+		}, func(_ string, ref contract.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
 	})
 }
 
@@ -396,9 +393,9 @@ func (d *deployment) checkPlacement(ctx workflow.Context) error {
 	head := d.spec.Head().Name
 	return d.step(ctx, PhasePlacement, fmt.Sprintf("checking that all %d nodes registered with ray under their planned addresses", len(d.spec.Nodes)), func() error {
 		o := stepOptions{startToClose: d.spec.Timeouts.Placement.D(), heartbeat: 20 * time.Second, attempts: 3}
-		var report activities.PlacementReport
-		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), na.CheckPlacement,
-			activities.PlacementRequest{Node: head, DockerHost: d.spec.Head().DockerHost, RayHead: activities.ContainerName(d.spec.Name, head, activities.RoleRayHead),
+		var report contract.PlacementReport
+		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), contract.ActivityCheckPlacement,
+			contract.PlacementRequest{Node: head, DockerHost: d.spec.Head().DockerHost, RayHead: contract.ContainerName(d.spec.Name, head, contract.RoleRayHead),
 				Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize()},
 		).Get(ctx, &report)
 		if err != nil {
@@ -411,11 +408,11 @@ func (d *deployment) checkPlacement(ctx workflow.Context) error {
 func (d *deployment) launch(ctx workflow.Context) error {
 	head := d.spec.Head().Name
 	return d.step(ctx, PhaseLaunch, fmt.Sprintf("launching vllm serve %s (tp=%d, pp=%d) on %s", d.spec.Model.Path, d.spec.Parallel.Tensor, d.spec.Parallel.Pipeline, head), func() error {
-		d.removeOnNode(head, activities.RoleVLLM)
+		d.removeOnNode(head, contract.RoleVLLM)
 		o := stepOptions{startToClose: d.spec.Timeouts.Launch.D(), attempts: 3}
-		var ref activities.ContainerRef
-		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), na.LaunchVLLM,
-			activities.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace},
+		var ref contract.ContainerRef
+		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), contract.ActivityLaunchVLLM,
+			contract.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace},
 		).Get(ctx, &ref)
 		if err != nil {
 			return classify("launch vllm", head, err)
@@ -446,11 +443,11 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 			// An agent restarted mid-load (systemd, a crash) must find the watch waiting.
 			agentWait: max(6*d.spec.Timeouts.NodeAgent.D(), time.Minute),
 		}
-		cursor := activities.ServingProgress{}
+		cursor := contract.ServingProgress{}
 		for {
-			var p activities.ServingProgress
-			err := workflow.ExecuteActivity(d.onNode(ctx, head, "watch vllm on "+head, o), na.WatchServing,
-				activities.WatchRequest{Node: head, Container: vllm, Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every, Plan: d.state.Plan},
+			var p contract.ServingProgress
+			err := workflow.ExecuteActivity(d.onNode(ctx, head, "watch vllm on "+head, o), contract.ActivityWatchServing,
+				contract.WatchRequest{Node: head, Container: vllm, Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every, Plan: d.state.Plan},
 			).Get(ctx, &p)
 			if err != nil {
 				return classify("wait until serving", head, err)
@@ -461,7 +458,7 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 				return nil
 			}
 			if !workflow.Now(ctx).Before(deadline) {
-				return &stepError{Step: "wait until serving", Node: head, Type: activities.ErrStepTimeout,
+				return &stepError{Step: "wait until serving", Node: head, Type: contract.ErrStepTimeout,
 					Msg: fmt.Sprintf("not serving after %s (last: %s)", d.spec.Timeouts.Serving.D(), describeProgress(p, head))}
 			}
 			cursor = p
@@ -469,7 +466,7 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 	})
 }
 
-func describeProgress(p activities.ServingProgress, node string) string {
+func describeProgress(p contract.ServingProgress, node string) string {
 	switch {
 	case p.Serving:
 		return "serving on " + node

@@ -8,22 +8,22 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 )
 
 // nonRetryable are the error types no retry can fix; activities raise them as
 // non-retryable, and the retry policies list them too so a type cannot slip through.
 var nonRetryable = []string{
-	activities.ErrWrongNode, activities.ErrBadRequest, activities.ErrNotImplemented,
-	activities.ErrImageMissing, activities.ErrImageMismatch, activities.ErrNoViableSubnet,
-	activities.ErrInsufficientGPUs, activities.ErrPlacementMismatch, activities.ErrDuplicateAddress,
-	activities.ErrNodeNotRegistered, activities.ErrPlacementPending, activities.ErrC10dUnreachable,
-	activities.ErrNCCLNoInterface, activities.ErrNCCL, activities.ErrGlooLoopback,
-	activities.ErrCUDAOutOfMemory, activities.ErrEngineDead, activities.ErrContainerExited,
-	activities.ErrVLLMExited, activities.ErrRayNodeDead, activities.ErrGCSUnreachable,
-	activities.ErrModelUnsupported, activities.ErrModelUnavailable, activities.ErrKVCacheTooSmall,
-	activities.ErrParallelLayout, activities.ErrGlooNoInterface, activities.ErrResourcesBusy,
-	activities.ErrRayDriverAttach, activities.ErrPolicyDenied, ErrSpecInvalid,
+	contract.ErrWrongNode, contract.ErrBadRequest, contract.ErrNotImplemented,
+	contract.ErrImageMissing, contract.ErrImageMismatch, contract.ErrNoViableSubnet,
+	contract.ErrInsufficientGPUs, contract.ErrPlacementMismatch, contract.ErrDuplicateAddress,
+	contract.ErrNodeNotRegistered, contract.ErrPlacementPending, contract.ErrC10dUnreachable,
+	contract.ErrNCCLNoInterface, contract.ErrNCCL, contract.ErrGlooLoopback,
+	contract.ErrCUDAOutOfMemory, contract.ErrEngineDead, contract.ErrContainerExited,
+	contract.ErrVLLMExited, contract.ErrRayNodeDead, contract.ErrGCSUnreachable,
+	contract.ErrModelUnsupported, contract.ErrModelUnavailable, contract.ErrKVCacheTooSmall,
+	contract.ErrParallelLayout, contract.ErrGlooNoInterface, contract.ErrResourcesBusy,
+	contract.ErrRayDriverAttach, contract.ErrPolicyDenied, ErrSpecInvalid,
 }
 
 // ErrSpecInvalid is the type of a deploy refused for its spec.
@@ -52,24 +52,24 @@ func (e *stepError) Error() string {
 // classify turns an activity failure into a stepError. A task that no agent picked up in
 // time means the node's agent is down; that is said in plain words with the node's name.
 func classify(step, node string, err error) *stepError {
-	se := &stepError{Step: step, Node: node, Type: activities.ErrStepTimeout, Msg: message(err)}
+	se := &stepError{Step: step, Node: node, Type: contract.ErrStepTimeout, Msg: message(err)}
 	var timeout *temporal.TimeoutError
 	var app *temporal.ApplicationError
 	switch {
 	case temporal.IsCanceledError(err):
-		se.Type, se.Msg = activities.ErrCanceled, "canceled"
+		se.Type, se.Msg = contract.ErrCanceled, "canceled"
 	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
-		se.Type = activities.ErrNodeAgentDown
+		se.Type = contract.ErrNodeAgentDown
 		se.Msg = fmt.Sprintf("node agent is not serving task queue %s (no agent picked the task up in time; is `worker --node %s` running?)",
-			activities.NodeQueue(node), node)
+			contract.NodeQueue(node), node)
 	case errors.As(err, &timeout):
-		se.Type = activities.ErrStepTimeout
+		se.Type = contract.ErrStepTimeout
 		se.Msg = fmt.Sprintf("timed out (%s)", strings.ToLower(strings.TrimPrefix(timeout.TimeoutType().String(), "TIMEOUT_TYPE_")))
 	case errors.As(err, &app):
 		se.Type = app.Type()
 		// Untyped (or Go-typed) errors are retryable ones the retry policy gave up on.
 		if se.Type == "" || strings.HasPrefix(se.Type, "*") {
-			se.Type = activities.ErrRetriesExhausted
+			se.Type = contract.ErrRetriesExhausted
 		}
 	}
 	return se
@@ -109,8 +109,8 @@ func toFailure(e *stepError, compensationErr error) *temporal.ApplicationError {
 	typ := e.Type
 	if compensationErr != nil {
 		msg += "; compensation failed: " + compensationErr.Error()
-		if typ == activities.ErrCanceled {
-			typ = activities.ErrCompensationFailed
+		if typ == contract.ErrCanceled {
+			typ = contract.ErrCompensationFailed
 		}
 	}
 	var app *temporal.ApplicationError

@@ -9,7 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -45,7 +45,7 @@ func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
 	switch {
 	case err == nil:
 		report.Plan = &plan
-	case errors.As(err, &se) && (se.Type == activities.ErrNoViableSubnet || se.Type == activities.ErrInsufficientGPUs):
+	case errors.As(err, &se) && (se.Type == contract.ErrNoViableSubnet || se.Type == contract.ErrInsufficientGPUs):
 		// The measurements are the useful part of a failed plan: return them.
 		report.Error = se.Error()
 	default:
@@ -86,8 +86,8 @@ func (d *deployment) probe(ctx workflow.Context) error {
 		got := map[string]netplan.NodeProbe{}
 		err := forEachNode(ctx, "probe", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "probe "+node, o), na.ProbeNode,
-				activities.ProbeRequest{Node: node, SpecGPUs: n.GPUs, DockerHost: n.DockerHost})
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "probe "+node, o), contract.ActivityProbeNode,
+				contract.ProbeRequest{Node: node, SpecGPUs: n.GPUs, DockerHost: n.DockerHost})
 		}, func(node string, p netplan.NodeProbe) { got[node] = p })
 		if err != nil {
 			return err
@@ -111,11 +111,11 @@ func (d *deployment) reachability(ctx workflow.Context) error {
 		dialTimeout := 2 * time.Second
 		o := stepOptions{startToClose: 30 * time.Second, attempts: 3}
 		names := nodeNames(d.spec.Nodes)
-		listeners := map[string]activities.ListenResult{}
+		listeners := map[string]contract.ListenResult{}
 		err := forEachNode(ctx, "open reachability listeners", names, func(node string) workflow.Future {
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "listen on "+node, o), na.OpenProbeListeners,
-				activities.ListenRequest{Node: node, Addrs: addrs[node], TTL: 2 * time.Minute})
-		}, func(node string, r activities.ListenResult) { listeners[node] = r })
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "listen on "+node, o), contract.ActivityOpenProbeListeners,
+				contract.ListenRequest{Node: node, Addrs: addrs[node], TTL: 2 * time.Minute})
+		}, func(node string, r contract.ListenResult) { listeners[node] = r })
 		// Listeners close whatever happens next; the TTL covers an agent that dies first.
 		defer d.closeListeners(ctx, listeners)
 		if err != nil {
@@ -129,8 +129,8 @@ func (d *deployment) reachability(ctx workflow.Context) error {
 					targets = append(targets, listeners[peer].Targets...)
 				}
 			}
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "dial peers from "+node, o), na.DialPeers,
-				activities.DialRequest{Node: node, Targets: targets, Timeout: dialTimeout})
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "dial peers from "+node, o), contract.ActivityDialPeers,
+				contract.DialRequest{Node: node, Targets: targets, Timeout: dialTimeout})
 		}, func(node string, r []netplan.PairResult) { results[node] = r })
 		if err != nil {
 			return err
@@ -143,14 +143,14 @@ func (d *deployment) reachability(ctx workflow.Context) error {
 	})
 }
 
-func (d *deployment) closeListeners(ctx workflow.Context, listeners map[string]activities.ListenResult) {
+func (d *deployment) closeListeners(ctx workflow.Context, listeners map[string]contract.ListenResult) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	o := stepOptions{startToClose: 10 * time.Second, attempts: 2}
 	var futures []workflow.Future
 	for _, n := range d.spec.Nodes {
 		if l, ok := listeners[n.Name]; ok && l.Token != "" {
 			futures = append(futures, workflow.ExecuteActivity(d.onNode(dctx, n.Name, "close listeners on "+n.Name, o),
-				na.CloseProbeListeners, activities.CloseRequest{Node: n.Name, Token: l.Token}))
+				contract.ActivityCloseProbeListeners, contract.CloseRequest{Node: n.Name, Token: l.Token}))
 		}
 	}
 	for _, f := range futures {

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/searchattr"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -53,13 +53,13 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           activities.WorkflowQueue,
+		TaskQueue:           contract.WorkflowQueue,
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 	})
-	var chk activities.DeploymentCheck
-	if err := workflow.ExecuteActivity(actx, activities.ActivityCheckDeployment,
-		activities.CheckDeploymentRequest{Cluster: s.Name}).Get(ctx, &chk); err != nil {
+	var chk contract.DeploymentCheck
+	if err := workflow.ExecuteActivity(actx, contract.ActivityCheckDeployment,
+		contract.CheckDeploymentRequest{Cluster: s.Name}).Get(ctx, &chk); err != nil {
 		return res, err
 	}
 	done := func(action, reason string) (RedeployResult, error) {
@@ -107,7 +107,7 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 func clusterChild(ctx workflow.Context, id string) workflow.Context {
 	return workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            id,
-		TaskQueue:             activities.WorkflowQueue,
+		TaskQueue:             contract.WorkflowQueue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
 	})

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/searchattr"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -201,10 +201,10 @@ func (sv *supervisor) baseline(ctx workflow.Context) {
 	futures := map[string]workflow.Future{}
 	for _, n := range sv.spec.Nodes {
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue: activities.NodeQueue(n.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),
+			TaskQueue: contract.NodeQueue(n.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),
 			StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 2},
 		})
-		futures[n.Name] = workflow.ExecuteActivity(actx, na.BootID, activities.BootIDRequest{Node: n.Name})
+		futures[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityBootID, contract.BootIDRequest{Node: n.Name})
 	}
 	for _, n := range sv.spec.Nodes {
 		var id string
@@ -242,11 +242,11 @@ func short(id string) string {
 // check asks whether the endpoint serves; Unhealthy failures in a row are an incident.
 func (sv *supervisor) check(ctx workflow.Context) *Incident {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: activities.WorkflowQueue, StartToCloseTimeout: 20 * time.Second,
+		TaskQueue: contract.WorkflowQueue, StartToCloseTimeout: 20 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
-	var chk activities.DeploymentCheck
-	err := workflow.ExecuteActivity(actx, activities.ActivityCheckDeployment, activities.CheckDeploymentRequest{Cluster: sv.spec.Name}).Get(ctx, &chk)
+	var chk contract.DeploymentCheck
+	err := workflow.ExecuteActivity(actx, contract.ActivityCheckDeployment, contract.CheckDeploymentRequest{Cluster: sv.spec.Name}).Get(ctx, &chk)
 	sv.state.LastCheck = workflow.Now(ctx)
 	switch {
 	case err != nil:
@@ -275,16 +275,16 @@ func (sv *supervisor) check(ctx workflow.Context) *Incident {
 
 // rayAlive asks the head's agent whether every planned node is alive in Ray under its
 // address. An agent that does not answer says nothing about Ray (ok stays true).
-func (sv *supervisor) rayAlive(ctx workflow.Context, chk activities.DeploymentCheck) (string, bool) {
+func (sv *supervisor) rayAlive(ctx workflow.Context, chk contract.DeploymentCheck) (string, bool) {
 	if chk.Plan == nil {
 		return "ray not checked (no plan)", true
 	}
 	head := sv.spec.Head()
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: activities.NodeQueue(head.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),
+		TaskQueue: contract.NodeQueue(head.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),
 		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
-	err := workflow.ExecuteActivity(actx, na.RayNodesAlive, activities.PlacementRequest{
+	err := workflow.ExecuteActivity(actx, contract.ActivityRayNodesAlive, contract.PlacementRequest{
 		Node: head.Name, Plan: *chk.Plan, NeedGPUs: sv.spec.WorldSize(),
 	}).Get(ctx, nil)
 	var app *temporal.ApplicationError

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -19,7 +19,7 @@ type TeardownRequest struct {
 
 // TeardownResult lists what was removed on each node.
 type TeardownResult struct {
-	Removed []activities.RemoveResult `json:"removed"`
+	Removed []contract.RemoveResult `json:"removed"`
 	// NeverDeployed says the cluster had no deploy to tear down (nothing was done).
 	NeverDeployed bool `json:"never_deployed,omitempty"`
 }
@@ -43,9 +43,9 @@ func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult,
 	o.agentWait = max(3*d.spec.Timeouts.NodeAgent.D(), 30*time.Second)
 	err := forEachNode(ctx, "teardown", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 		n, _ := d.spec.Node(node)
-		return workflow.ExecuteActivity(d.onNode(ctx, node, "remove cluster containers on "+node, o), na.RemoveContainers,
-			activities.RemoveRequest{Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name})
-	}, func(_ string, r activities.RemoveResult) { res.Removed = append(res.Removed, r) })
+		return workflow.ExecuteActivity(d.onNode(ctx, node, "remove cluster containers on "+node, o), contract.ActivityRemoveContainers,
+			contract.RemoveRequest{Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name})
+	}, func(_ string, r contract.RemoveResult) { res.Removed = append(res.Removed, r) })
 	if err != nil {
 		var se *stepError
 		if errors.As(err, &se) {
