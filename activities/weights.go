@@ -1,0 +1,1018 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/weights"
+)
+
+// Error types of the model-weight activities.
+const (
+	// ErrModelIncomplete: a node lacks files of the model, or the source of a copy lacks
+	// a file it was asked for.
+	ErrModelIncomplete = "ModelIncomplete"
+	// ErrModelCorrupt: a copied file's size or hash is not the head's manifest's (the
+	// partial copy is removed), or the model's files cannot be read as a model.
+	ErrModelCorrupt = "ModelCorrupt"
+	// ErrModelServerGone: the head's model server refused the connection or the token
+	// (closed, expired, or its agent restarted); open another and copy again.
+	ErrModelServerGone = "ModelServerGone"
+)
+
+// Model layouts SyncModel writes.
+const (
+	// ModelLayoutDir writes files at Root/<name> (model.host_dir).
+	ModelLayoutDir = "dir"
+	// ModelLayoutHF writes files into a Hugging Face cache as huggingface_hub does: Root is
+	// the snapshot directory <hf_cache>/hub/models--Org--Name/snapshots/<commit>, content
+	// goes to ../../blobs/<hash>, the snapshot entry links to it, and refs/<Ref> names
+	// the commit once every file is in place.
+	ModelLayoutHF = "hf"
+)
+
+const (
+	// defaultModelServeTTL and maxModelServeTTL bound how long a model server stays open
+	// without a request in flight when its close never arrives.
+	defaultModelServeTTL = 5 * time.Minute
+	maxModelServeTTL     = time.Hour
+	// syncParallelism is how many files SyncModel copies at once by default.
+	syncParallelism = 4
+	// syncStallAfter ends a copy that received nothing for this long (retryable).
+	syncStallAfter = 60 * time.Second
+	// syncHeartbeatEvery is how often SyncModel reports its progress.
+	syncHeartbeatEvery = time.Second
+	// linkSuffix ends the temporary name of a snapshot link before it is renamed in place.
+	linkSuffix = ".tpdeploy-link"
+)
+
+// ModelManifestRequest asks a node to describe the model it holds. Paths are as the agent
+// sees them (translated by the caller when the agent runs under a prefix).
+type ModelManifestRequest struct {
+	Node string `json:"node"`
+	// HFCache is the node's hf_cache (the directory holding hub/).
+	HFCache string `json:"hf_cache,omitempty"`
+	// Repo is the model's Hugging Face name (model.path).
+	Repo string `json:"repo,omitempty"`
+	// Revision is model.revision: a branch, tag or commit; empty means what refs/main names.
+	Revision string `json:"revision,omitempty"`
+	// Dir, when set, is model.host_dir: it is scanned instead of the cache.
+	Dir string `json:"dir,omitempty"`
+	// Checksums reads and hashes every file (model.checksums).
+	Checksums bool `json:"checksums,omitempty"`
+}
+
+// ModelManifest describes the model this node holds: a Hugging Face snapshot in its cache,
+// or model.host_dir. Missing files are in the manifest, not errors; the workflow compares
+// manifests (weights.Compare) and fails the preflight with ModelIncomplete.
+func (a *Node) ModelManifest(ctx context.Context, req ModelManifestRequest) (weights.Manifest, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return weights.Manifest{}, err
+	}
+	if req.Dir == "" && (req.HFCache == "" || req.Repo == "") {
+		return weights.Manifest{}, temporal.NewNonRetryableApplicationError("a model manifest needs a directory, or a Hugging Face cache and repository", ErrBadRequest, nil)
+	}
+	type scanned struct {
+		m   weights.Manifest
+		err error
+	}
+	done := make(chan scanned, 1)
+	go func() {
+		var s scanned
+		if req.Dir != "" {
+			s.m, s.err = weights.ScanDirContext(ctx, req.Dir, req.Checksums)
+		} else {
+			s.m, s.err = weights.ScanHFContext(ctx, req.HFCache, req.Repo, req.Revision, req.Checksums)
+		}
+		done <- s
+	}()
+	// Checksums read every byte (minutes for a large model): heartbeat meanwhile.
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case s := <-done:
+			source := req.Repo
+			if req.Dir != "" {
+				source = req.Dir
+			}
+			if errors.Is(s.err, weights.ErrInvalid) {
+				return s.m, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model %s: %v", source, s.err), ErrModelCorrupt, nil)
+			}
+			if s.err != nil {
+				return s.m, fmt.Errorf("scan model %s: %w", source, s.err)
+			}
+			return s.m, nil
+		case <-tick.C:
+			activity.RecordHeartbeat(ctx, "scanning")
+		}
+	}
+}
+
+// OpenModelServerRequest asks the head's node to serve model files to the other nodes.
+type OpenModelServerRequest struct {
+	Node string `json:"node"`
+	// Addr is the node's planned address (on the fast subnet); the server listens there
+	// on an ephemeral port.
+	Addr netip.Addr `json:"addr"`
+	// Root is the directory the files are in, as the agent sees it: the snapshot
+	// (the head's Manifest.Dir) or model.host_dir.
+	Root string `json:"root"`
+	// Files are the names, relative to Root, the server serves; nothing else is.
+	Files []string `json:"files"`
+	// TTL closes the server by itself after this long without a request in flight, if the
+	// close never arrives (default 5 minutes, at most an hour).
+	TTL time.Duration `json:"ttl,omitempty"`
+}
+
+// ModelServer is a server OpenModelServer opened, and the token that reads from and closes
+// it.
+type ModelServer struct {
+	Addr  netip.AddrPort `json:"addr"`
+	Token string         `json:"token"`
+}
+
+// CloseModelServerRequest closes a server opened by OpenModelServer.
+type CloseModelServerRequest struct {
+	Node  string `json:"node"`
+	Token string `json:"token"`
+}
+
+// modelServers holds the open model servers of this process, by token. (Node's fields are
+// fixed by node.go; tokens are random, so one registry serves every Node of a process.)
+var modelServers = struct {
+	mu sync.Mutex
+	m  map[string]*modelServer
+}{m: map[string]*modelServer{}}
+
+// modelServer serves a fixed list of files over HTTP with Range support.
+type modelServer struct {
+	node, token, root string
+	files             map[string]bool
+	ttl               time.Duration
+	srv               *http.Server
+	log               *zap.Logger
+	// served counts the bytes of file content written to clients.
+	served atomic.Int64
+
+	mu     sync.Mutex
+	active int
+	last   time.Time
+	timer  *time.Timer
+	closed bool
+}
+
+// OpenModelServer starts an HTTP server on an ephemeral port of Addr, in the node's network
+// namespace, serving the listed files under Root (GET /<name>, with Range, bearer token).
+// It closes on CloseModelServer, or by itself after TTL without a request in flight.
+func (a *Node) OpenModelServer(ctx context.Context, req OpenModelServerRequest) (ModelServer, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return ModelServer{}, err
+	}
+	if !req.Addr.IsValid() {
+		return ModelServer{}, temporal.NewNonRetryableApplicationError("a model server needs the node's address", ErrBadRequest, nil)
+	}
+	files := map[string]bool{}
+	for _, f := range req.Files {
+		if !fs.ValidPath(f) || f == "." {
+			return ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model file %q is not a path inside the model's directory", f), ErrBadRequest, nil)
+		}
+		files[f] = true
+	}
+	if fi, err := os.Stat(req.Root); err != nil || !fi.IsDir() {
+		return ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", req.Root), ErrModelIncomplete, nil)
+	}
+	ttl := req.TTL
+	if ttl <= 0 {
+		ttl = defaultModelServeTTL
+	}
+	ttl = min(ttl, maxModelServeTTL)
+	var l net.Listener
+	err := a.inNetNS(func() error {
+		var err error
+		l, err = net.Listen("tcp", netip.AddrPortFrom(req.Addr, 0).String())
+		return err
+	})
+	if err != nil {
+		return ModelServer{}, fmt.Errorf("model server on %s: %w", req.Addr, err)
+	}
+	token, err := newToken()
+	if err != nil {
+		_ = l.Close()
+		return ModelServer{}, err
+	}
+	s := &modelServer{node: a.Name, token: token, root: req.Root, files: files, ttl: ttl, last: time.Now(), log: a.logger()}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.mu.Lock() // expire reads the timer
+	s.timer = time.AfterFunc(ttl, s.expire)
+	s.mu.Unlock()
+	modelServers.mu.Lock()
+	modelServers.m[token] = s
+	modelServers.mu.Unlock()
+	go func() { _ = s.srv.Serve(l) }()
+	ap := l.Addr().(*net.TCPAddr).AddrPort()
+	addr := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	a.logger().Info("model server open", zap.Stringer("addr", addr), zap.String("root", req.Root), zap.Int("files", len(files)), zap.Duration("ttl", ttl))
+	return ModelServer{Addr: addr, Token: token}, nil
+}
+
+// CloseModelServer closes the server of a token; an unknown token (already closed,
+// expired, or lost with an agent restart) is not an error.
+func (a *Node) CloseModelServer(ctx context.Context, req CloseModelServerRequest) error {
+	if err := a.checkNode(req.Node); err != nil {
+		return err
+	}
+	closeModelServer(req.Token)
+	return nil
+}
+
+func closeModelServer(token string) bool {
+	modelServers.mu.Lock()
+	s, ok := modelServers.m[token]
+	delete(modelServers.m, token)
+	modelServers.mu.Unlock()
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.timer.Stop()
+	s.mu.Unlock()
+	_ = s.srv.Close()
+	s.log.Info("model server closed", zap.Int64("served_bytes", s.served.Load()))
+	return true
+}
+
+// openModelServer returns the open server of a token, for tests.
+func openModelServer(token string) *modelServer {
+	modelServers.mu.Lock()
+	defer modelServers.mu.Unlock()
+	return modelServers.m[token]
+}
+
+// expire closes the server once it has been idle for its TTL.
+func (s *modelServer) expire() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if s.active > 0 {
+		s.timer.Reset(s.ttl)
+		s.mu.Unlock()
+		return
+	}
+	if idle := time.Since(s.last); idle < s.ttl {
+		s.timer.Reset(s.ttl - idle)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	closeModelServer(s.token)
+}
+
+func (s *modelServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.active++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.active--
+		s.last = time.Now()
+		s.mu.Unlock()
+	}()
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.token)) != 1 {
+		http.Error(w, "unknown token", http.StatusUnauthorized)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		http.Error(w, "GET only", http.StatusMethodNotAllowed)
+		return
+	}
+	name := strings.TrimPrefix(r.URL.Path, "/")
+	if !s.files[name] {
+		http.Error(w, "not served here: "+name, http.StatusForbidden)
+		return
+	}
+	f, err := os.Open(filepath.Join(s.root, filepath.FromSlash(name)))
+	if errors.Is(err, fs.ErrNotExist) {
+		http.Error(w, "no "+name+" on "+s.node, http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		http.Error(w, "no "+name+" on "+s.node, http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(countingWriter{w, &s.served}, r, "", time.Time{}, f)
+}
+
+// countingWriter counts the body bytes written; it keeps ReadFrom, so the file still goes
+// out with sendfile.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	n, err := io.Copy(c.ResponseWriter, r)
+	c.n.Add(n)
+	return n, err
+}
+
+// SyncModelRequest asks a node to copy model files from the head's model server.
+type SyncModelRequest struct {
+	Node  string         `json:"node"`
+	From  netip.AddrPort `json:"from"`
+	Token string         `json:"token"`
+	// Root is the destination directory as the agent sees it: model.host_dir, or for
+	// ModelLayoutHF the snapshot directory (weights.HFSnapshotDir of the node's hf_cache,
+	// the repository and the head's Manifest.Revision).
+	Root string `json:"root"`
+	// Layout is ModelLayoutDir (the default) or ModelLayoutHF.
+	Layout string `json:"layout,omitempty"`
+	// Ref, for ModelLayoutHF, is the ref pointed at the snapshot's commit once every file
+	// is in place: "main" when the spec pins no revision, the spec's branch when it names
+	// one; empty writes no ref (a pinned commit).
+	Ref string `json:"ref,omitempty"`
+	// Files are what to copy (weights.Lacking), with the head's sizes and hashes.
+	Files []weights.File `json:"files"`
+	// Parallel is how many files are copied at once (default 4).
+	Parallel int `json:"parallel,omitempty"`
+}
+
+// SyncProgress is SyncModel's heartbeat.
+type SyncProgress struct {
+	// Done is the bytes in place of Total: copied, resumed from partial files, or found.
+	Done  int64 `json:"done"`
+	Total int64 `json:"total"`
+	// Received is what came over the network in this attempt.
+	Received int64    `json:"received"`
+	MBps     float64  `json:"mbps"`
+	Current  []string `json:"current,omitempty"`
+	Copied   []string `json:"copied,omitempty"`
+}
+
+// SyncResult is what SyncModel copied.
+type SyncResult struct {
+	// Bytes came over the network in this attempt; Reused were already on this node
+	// (partial files of an earlier attempt, blobs another snapshot shares).
+	Bytes   int64   `json:"bytes"`
+	Reused  int64   `json:"reused,omitempty"`
+	Seconds float64 `json:"seconds"`
+	// MBps is Bytes per second, in decimal megabytes.
+	MBps float64 `json:"mbps"`
+	// Copied names the files now in place, sorted.
+	Copied []string `json:"copied"`
+}
+
+// SyncModel copies the files a node lacks from the head's model server, agent to agent
+// over the planned subnet. Each file is written to <name>.tpdeploy-partial, resumed from
+// that file's size with a Range request when it is there (so an agent killed mid-copy does
+// not fetch again what arrived), verified by size and hash (the resumed part included),
+// and renamed into place. Progress heartbeats every second; a retried attempt trusts the
+// files on disk, not the heartbeat. Nothing in Files: nothing is done.
+func (a *Node) SyncModel(ctx context.Context, req SyncModelRequest) (SyncResult, error) {
+	res := SyncResult{Copied: []string{}}
+	if err := a.checkNode(req.Node); err != nil {
+		return res, err
+	}
+	if err := checkSyncRequest(req); err != nil {
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+	}
+	if len(req.Files) == 0 {
+		return res, nil
+	}
+	var prev SyncProgress
+	if activity.HasHeartbeatDetails(ctx) {
+		_ = activity.GetHeartbeatDetails(ctx, &prev)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s := &syncer{a: a, req: req, prevCopied: map[string]bool{}, current: map[string]bool{}, changed: make(chan struct{}, 1)}
+	for _, n := range prev.Copied {
+		s.prevCopied[n] = true
+	}
+	for _, f := range req.Files {
+		s.total += f.Size
+	}
+	start := time.Now()
+	jobs := make(chan weights.File)
+	parallel := req.Parallel
+	if parallel <= 0 {
+		parallel = syncParallelism
+	}
+	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			err = a.inNetNS(func() error {
+				var derr error
+				c, derr = d.DialContext(ctx, network, addr)
+				return derr
+			})
+			return c, err
+		},
+		ResponseHeaderTimeout: 30 * time.Second,
+		DisableCompression:    true,
+		MaxIdleConnsPerHost:   parallel,
+		ReadBufferSize:        1 << 20,
+	}
+	defer tr.CloseIdleConnections()
+	s.client = &http.Client{Transport: tr}
+
+	// The first failure ends the others (their errors are its consequences).
+	var failOnce sync.Once
+	var failed error
+	fail := func(err error) {
+		failOnce.Do(func() { failed = err; cancel(err) })
+	}
+	var wg sync.WaitGroup
+	for range min(parallel, len(req.Files)) {
+		wg.Go(func() {
+			for f := range jobs {
+				if err := s.one(ctx, f); err != nil {
+					fail(err)
+				}
+			}
+		})
+	}
+	go func() {
+		defer close(jobs)
+		for _, f := range req.Files {
+			select {
+			case jobs <- f:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+
+	tick := time.NewTicker(syncHeartbeatEvery)
+	defer tick.Stop()
+	lastReceived, lastChange := int64(0), time.Now()
+	for running := true; running; {
+		select {
+		case <-finished:
+			running = false
+		case <-s.changed:
+		case <-tick.C:
+			if r := s.received.Load(); r != lastReceived {
+				lastReceived, lastChange = r, time.Now()
+			} else if s.downloading() && time.Since(lastChange) > syncStallAfter {
+				fail(fmt.Errorf("copy from %s: nothing received for %s", req.From, syncStallAfter))
+			}
+		}
+		activity.RecordHeartbeat(ctx, s.progress(start))
+	}
+	res.Bytes = s.received.Load()
+	res.Reused = s.reused.Load()
+	res.Seconds = time.Since(start).Seconds()
+	if res.Seconds > 0 {
+		res.MBps = float64(res.Bytes) / res.Seconds / 1e6
+	}
+	res.Copied = s.copiedNames()
+	err := failed
+	if err == nil && ctx.Err() != nil {
+		err = context.Cause(ctx) // canceled before a copy began
+	}
+	if err != nil {
+		a.logger().Warn("model sync stopped", zap.Int64("received", res.Bytes), zap.Strings("copied", res.Copied), zap.Error(err))
+		return res, err
+	}
+	if req.Layout == ModelLayoutHF && req.Ref != "" {
+		if err := writeHFRef(req.Root, req.Ref); err != nil {
+			return res, err
+		}
+	}
+	a.logger().Info("model synced", zap.Stringer("from", req.From), zap.Int("files", len(res.Copied)),
+		zap.Int64("bytes", res.Bytes), zap.Int64("reused", res.Reused), zap.Float64("mbps", res.MBps))
+	return res, nil
+}
+
+func checkSyncRequest(req SyncModelRequest) error {
+	if !req.From.IsValid() || req.Token == "" {
+		return errors.New("a model sync needs the model server's address and token")
+	}
+	if req.Root == "" {
+		return errors.New("a model sync needs a destination directory")
+	}
+	switch req.Layout {
+	case "", ModelLayoutDir:
+	case ModelLayoutHF:
+		if !weights.IsGitSHA1(filepath.Base(req.Root)) || filepath.Base(filepath.Dir(req.Root)) != "snapshots" {
+			return fmt.Errorf("%s is not a Hugging Face snapshot directory (…/snapshots/<commit>)", req.Root)
+		}
+		if req.Ref != "" && !filepath.IsLocal(req.Ref) {
+			return fmt.Errorf("ref %q is not a ref name", req.Ref)
+		}
+	default:
+		return fmt.Errorf("unknown model layout %q", req.Layout)
+	}
+	for _, f := range req.Files {
+		if !fs.ValidPath(f.Name) || f.Name == "." || f.Size < 0 {
+			return fmt.Errorf("model file %q is not a path inside the model's directory", f.Name)
+		}
+	}
+	return nil
+}
+
+// syncer is one SyncModel call's state, shared by its copying goroutines.
+type syncer struct {
+	a          *Node
+	req        SyncModelRequest
+	client     *http.Client
+	prevCopied map[string]bool
+	total      int64
+	received   atomic.Int64 // over the network
+	reused     atomic.Int64 // resumed partial files and blobs already there
+	found      atomic.Int64 // files already in place
+	changed    chan struct{}
+
+	mu      sync.Mutex
+	current map[string]bool
+	copied  []string
+}
+
+func (s *syncer) progress(start time.Time) SyncProgress {
+	p := SyncProgress{Total: s.total, Received: s.received.Load()}
+	p.Done = p.Received + s.reused.Load() + s.found.Load()
+	if secs := time.Since(start).Seconds(); secs > 0 {
+		p.MBps = float64(p.Received) / secs / 1e6
+	}
+	s.mu.Lock()
+	for n := range s.current {
+		p.Current = append(p.Current, n)
+	}
+	p.Copied = slices.Clone(s.copied)
+	s.mu.Unlock()
+	slices.Sort(p.Current)
+	slices.Sort(p.Copied)
+	return p
+}
+
+func (s *syncer) copiedNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.copied)
+	slices.Sort(out)
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+func (s *syncer) downloading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.current) > 0
+}
+
+func (s *syncer) setCurrent(name string, on bool) {
+	s.mu.Lock()
+	if on {
+		s.current[name] = true
+	} else {
+		delete(s.current, name)
+	}
+	s.mu.Unlock()
+}
+
+func (s *syncer) placed(name string) {
+	s.mu.Lock()
+	s.copied = append(s.copied, name)
+	s.mu.Unlock()
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// paths of one file: where it ends up, where its partial copy grows, and (Hugging Face)
+// the blob the destination links to.
+func (s *syncer) paths(f weights.File) (dest, partial, blobs string) {
+	dest = filepath.Join(s.req.Root, filepath.FromSlash(f.Name))
+	partial = dest + weights.PartialSuffix
+	if s.req.Layout == ModelLayoutHF {
+		blobs = filepath.Join(filepath.Dir(filepath.Dir(s.req.Root)), "blobs")
+	}
+	return dest, partial, blobs
+}
+
+// blobName is the name a file's blob has in a Hugging Face cache, when known before the
+// content is.
+func blobName(f weights.File) string {
+	switch {
+	case weights.IsSHA256(f.Blob) || weights.IsGitSHA1(f.Blob):
+		return f.Blob
+	case weights.IsSHA256(f.SHA256):
+		return f.SHA256
+	}
+	return ""
+}
+
+// one brings one file into place: found there already, linked to a blob already there,
+// or copied.
+func (s *syncer) one(ctx context.Context, f weights.File) error {
+	dest, partial, blobs := s.paths(f)
+	if done, err := s.inPlace(ctx, f, dest, blobs); err != nil || done {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(partial), 0o755); err != nil {
+		return err
+	}
+	sum, err := s.fetch(ctx, f, partial)
+	if err != nil {
+		return err
+	}
+	if blobs == "" {
+		if err := os.Rename(partial, dest); err != nil {
+			return err
+		}
+	} else {
+		blob := blobName(f)
+		if blob == "" {
+			blob = sum
+		}
+		if err := os.MkdirAll(blobs, 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(partial, filepath.Join(blobs, blob)); err != nil {
+			return err
+		}
+		if err := linkBlob(dest, filepath.Join(blobs, blob)); err != nil {
+			return err
+		}
+	}
+	s.placed(f.Name)
+	return nil
+}
+
+// inPlace reports whether a file is already where it belongs: for a Hugging Face cache,
+// its blob is there at its size (then the snapshot entry is linked to it); for a directory,
+// the file is there at its size and, when its hash is known, with that hash (unless an
+// earlier attempt reported it copied).
+func (s *syncer) inPlace(ctx context.Context, f weights.File, dest, blobs string) (bool, error) {
+	if blobs != "" {
+		blob := blobName(f)
+		if blob == "" {
+			return false, nil
+		}
+		p := filepath.Join(blobs, blob)
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
+			return false, nil
+		}
+		if target, err := os.Readlink(dest); err != nil || filepath.Base(target) != blob {
+			if err := linkBlob(dest, p); err != nil {
+				return false, err
+			}
+		}
+		s.found.Add(f.Size)
+		s.placed(f.Name)
+		return true, nil
+	}
+	fi, err := os.Stat(dest)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
+		return false, nil
+	}
+	if f.SHA256 != "" && !s.prevCopied[f.Name] {
+		sum, err := weights.HashFile(ctx, dest)
+		if err != nil {
+			return false, err
+		}
+		if sum != f.SHA256 {
+			return false, nil
+		}
+	}
+	s.found.Add(f.Size)
+	s.placed(f.Name)
+	return true, nil
+}
+
+// digest hashes a file's content as it arrives, for the checks its manifest allows: its
+// sha256 when known (or needed to name a Hugging Face blob), else its git blob id for a
+// small file of a Hugging Face cache.
+type digest struct {
+	size   int64
+	sha256 hash.Hash
+	git    hash.Hash
+}
+
+func newDigest(f weights.File, wantSHA256 string, needSHA256 bool) *digest {
+	d := &digest{size: f.Size}
+	if wantSHA256 != "" || needSHA256 {
+		d.sha256 = sha256.New()
+	}
+	if wantSHA256 == "" && weights.IsGitSHA1(f.Blob) {
+		d.git = sha1.New()
+	}
+	d.reset()
+	return d
+}
+
+func (d *digest) reset() {
+	if d.sha256 != nil {
+		d.sha256.Reset()
+	}
+	if d.git != nil {
+		d.git.Reset()
+		fmt.Fprintf(d.git, "blob %d\x00", d.size)
+	}
+}
+
+func (d *digest) Write(p []byte) (int, error) {
+	if d.sha256 != nil {
+		d.sha256.Write(p)
+	}
+	if d.git != nil {
+		d.git.Write(p)
+	}
+	return len(p), nil
+}
+
+// fetch completes a file's partial copy from the model server, resuming from its size,
+// and verifies it; it returns the content's sha256 when it was computed. A corrupt copy
+// is removed; a copy interrupted by the network stays for the next attempt.
+func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (string, error) {
+	file, err := os.OpenFile(partial, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil {
+		return "", err
+	}
+	have := fi.Size()
+	if have > f.Size {
+		have = 0
+	}
+	wantSHA256 := f.SHA256
+	if wantSHA256 == "" && weights.IsSHA256(f.Blob) {
+		wantSHA256 = f.Blob
+	}
+	dg := newDigest(f, wantSHA256, s.req.Layout == ModelLayoutHF && blobName(f) == "")
+	if have > 0 {
+		// Seed the hashes with what an earlier attempt wrote: the whole file is verified.
+		if _, err := io.Copy(dg, io.NewSectionReader(file, 0, have)); err != nil {
+			return "", fmt.Errorf("read %s: %w", partial, err)
+		}
+		s.reused.Add(have)
+	}
+	if err := file.Truncate(have); err != nil {
+		return "", err
+	}
+	if _, err := file.Seek(have, io.SeekStart); err != nil {
+		return "", err
+	}
+	if have < f.Size {
+		s.setCurrent(f.Name, true)
+		err := s.download(ctx, f, file, &have, dg, partial)
+		s.setCurrent(f.Name, false)
+		if err != nil {
+			return "", err
+		}
+	}
+	corrupt := func(what string) error {
+		_ = file.Close()
+		_ = os.Remove(partial)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: %s; the partial copy was removed", f.Name, s.req.From, what), ErrModelCorrupt, nil)
+	}
+	if have != f.Size {
+		return "", corrupt(fmt.Sprintf("%d bytes arrived, the head's manifest says %d", have, f.Size))
+	}
+	var sum string
+	if dg.sha256 != nil {
+		sum = hex.EncodeToString(dg.sha256.Sum(nil))
+		if wantSHA256 != "" && sum != wantSHA256 {
+			return "", corrupt(fmt.Sprintf("sha256 %s, the head's manifest says %s", sum, wantSHA256))
+		}
+	}
+	if dg.git != nil {
+		if got := hex.EncodeToString(dg.git.Sum(nil)); got != f.Blob {
+			return "", corrupt(fmt.Sprintf("git blob %s, the head's manifest says %s", got, f.Blob))
+		}
+	}
+	if err := file.Sync(); err != nil {
+		return "", err
+	}
+	return sum, file.Close()
+}
+
+// download appends the rest of a file from the model server to file, from *have on.
+func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, have *int64, dg *digest, partial string) error {
+	u := url.URL{Scheme: "http", Host: s.req.From.String(), Path: "/" + f.Name}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.req.Token)
+	if *have > 0 {
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(*have, 10)+"-")
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: no model server at %s (closed, expired, or its agent restarted)", f.Name, s.req.From), ErrModelServerGone, err)
+		}
+		return fmt.Errorf("copy %s from %s: %w", f.Name, s.req.From, err)
+	}
+	defer resp.Body.Close()
+	body := func() string {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return strings.TrimSpace(string(b))
+	}
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		if start, ok := contentRangeStart(resp.Header.Get("Content-Range")); !ok || start != *have {
+			return fmt.Errorf("copy %s from %s: asked for bytes from %d, got %q", f.Name, s.req.From, *have, resp.Header.Get("Content-Range"))
+		}
+	case http.StatusOK:
+		if *have > 0 { // the range was not honoured: start again
+			s.reused.Add(-*have)
+			*have = 0
+			dg.reset()
+			if err := file.Truncate(0); err != nil {
+				return err
+			}
+			if _, err := file.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+		}
+	case http.StatusNotFound:
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the source lacks %s: %s", f.Name, body()), ErrModelIncomplete, nil)
+	case http.StatusRequestedRangeNotSatisfiable:
+		_ = file.Close()
+		_ = os.Remove(partial)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: the source holds less than the %d bytes already copied, the head's manifest says %d; the partial copy was removed",
+			f.Name, s.req.From, *have, f.Size), ErrModelCorrupt, nil)
+	case http.StatusUnauthorized:
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: the model server at %s does not know this token (closed, expired, or its agent restarted)", f.Name, s.req.From), ErrModelServerGone, nil)
+	case http.StatusForbidden:
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: %s", f.Name, body()), ErrBadRequest, nil)
+	default:
+		return fmt.Errorf("copy %s from %s: %s: %s", f.Name, s.req.From, resp.Status, body())
+	}
+	// One byte more than expected is read so that an oversized source shows.
+	dst := io.MultiWriter(file, dg, progressWriter{&s.received, have})
+	buf := make([]byte, 1<<20)
+	_, err = io.CopyBuffer(dst, io.LimitReader(resp.Body, f.Size-*have+1), buf)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("copy %s from %s: %w", f.Name, s.req.From, err)
+	}
+	if *have < f.Size {
+		return fmt.Errorf("copy %s from %s: the response ended at byte %d of %d", f.Name, s.req.From, *have, f.Size)
+	}
+	return nil
+}
+
+// progressWriter counts what arrives, for the heartbeat and the file's own offset.
+type progressWriter struct {
+	total *atomic.Int64
+	file  *int64
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	p.total.Add(int64(len(b)))
+	*p.file += int64(len(b))
+	return len(b), nil
+}
+
+// contentRangeStart reads the first byte of "bytes START-END/SIZE".
+func contentRangeStart(v string) (int64, bool) {
+	rest, ok := strings.CutPrefix(v, "bytes ")
+	if !ok {
+		return 0, false
+	}
+	start, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(start, 10, 64)
+	return n, err == nil
+}
+
+// linkBlob points a snapshot entry at its blob, relatively as huggingface_hub does
+// (../../blobs/<hash>), replacing whatever was there in one rename.
+func linkBlob(dest, blob string) error {
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(filepath.Dir(dest), blob)
+	if err != nil {
+		return err
+	}
+	tmp := dest + linkSuffix
+	_ = os.Remove(tmp)
+	if err := os.Symlink(rel, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dest)
+}
+
+// writeHFRef makes refs/<ref> of a snapshot's repository name the snapshot's commit.
+func writeHFRef(snapshot, ref string) error {
+	repoDir := filepath.Dir(filepath.Dir(snapshot))
+	p := filepath.Join(repoDir, "refs", filepath.FromSlash(ref))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	tmp := p + weights.PartialSuffix
+	if err := os.WriteFile(tmp, []byte(filepath.Base(snapshot)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// RemovePartialModelRequest asks a node to remove the partial copies under a model
+// directory (SyncModel's compensation).
+type RemovePartialModelRequest struct {
+	Node string `json:"node"`
+	// Root is SyncModel's destination directory, as the agent sees it.
+	Root string `json:"root"`
+}
+
+// RemovePartialModelResult names the partial files removed, relative to Root.
+type RemovePartialModelResult struct {
+	Removed []string `json:"removed"`
+}
+
+// RemovePartialModel removes the *.tpdeploy-partial files (and half-made snapshot links)
+// under Root, and nothing else: complete files, verified and renamed into place, stay.
+// A Root that is not there is not an error.
+func (a *Node) RemovePartialModel(ctx context.Context, req RemovePartialModelRequest) (RemovePartialModelResult, error) {
+	res := RemovePartialModelResult{Removed: []string{}}
+	if err := a.checkNode(req.Node); err != nil {
+		return res, err
+	}
+	if req.Root == "" {
+		return res, temporal.NewNonRetryableApplicationError("no directory to clean", ErrBadRequest, nil)
+	}
+	err := filepath.WalkDir(req.Root, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(p, weights.PartialSuffix) && !strings.HasSuffix(p, linkSuffix) {
+			return nil
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		rel, _ := filepath.Rel(req.Root, p)
+		res.Removed = append(res.Removed, filepath.ToSlash(rel))
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("remove partial model files under %s: %w", req.Root, err)
+	}
+	if len(res.Removed) > 0 {
+		a.logger().Info("partial model files removed", zap.String("root", req.Root), zap.Strings("files", res.Removed))
+	}
+	return res, nil
+}

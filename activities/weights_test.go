@@ -1,0 +1,543 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tpdeploy/tpdeploy/weights"
+)
+
+const (
+	modelRepo   = "Org/Tiny"
+	modelCommit = "5f1c8d2a0b9e7c6d4f3a2b1c0d9e8f7a6b5c4d3e"
+)
+
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+type modelFile struct {
+	name string
+	data []byte
+}
+
+// tinyModelFiles is a model of n shards of size bytes each, random content (a corrupted
+// copy must not hash the same), plus its config, tokenizer and index.
+func tinyModelFiles(n, size int) []modelFile {
+	files := []modelFile{
+		{"config.json", []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`)},
+		{"tokenizer.json", []byte(strings.Repeat("tok ", 300))},
+	}
+	var wm []string
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i, n)
+		wm = append(wm, fmt.Sprintf(`"layers.%d.w":%q`, i, name))
+		files = append(files, modelFile{name, randomBytes(uint64(i), size)})
+	}
+	files = append(files, modelFile{"model.safetensors.index.json", []byte(`{"weight_map":{` + strings.Join(wm, ",") + `}}`)})
+	return files
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
+	_, _ = r.Read(b)
+	return b
+}
+
+func hfBlob(f modelFile) string {
+	if strings.HasSuffix(f.name, ".safetensors") {
+		s := sha256.Sum256(f.data)
+		return hex.EncodeToString(s[:])
+	}
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(f.data))
+	h.Write(f.data)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeHFCache lays files out as huggingface_hub does (blobs, snapshot links, refs/main).
+func writeHFCache(t *testing.T, cache string, files []modelFile) {
+	t.Helper()
+	dir := weights.HFRepoDir(cache, modelRepo)
+	for _, f := range files {
+		writeModelFile(t, filepath.Join(dir, "blobs", hfBlob(f)), f.data)
+		link := filepath.Join(dir, "snapshots", modelCommit, f.name)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("../../blobs/"+hfBlob(f), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeModelFile(t, filepath.Join(dir, "refs", "main"), []byte(modelCommit))
+}
+
+func writeModelDir(t *testing.T, dir string, files []modelFile) {
+	t.Helper()
+	for _, f := range files {
+		writeModelFile(t, filepath.Join(dir, f.name), f.data)
+	}
+}
+
+func writeModelFile(t *testing.T, p string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func withoutFiles(files []modelFile, names ...string) []modelFile {
+	return slices.DeleteFunc(slices.Clone(files), func(f modelFile) bool { return slices.Contains(names, f.name) })
+}
+
+// agent is one node agent under test: its activities run in a test activity environment,
+// where heartbeats work.
+type agent struct {
+	node *Node
+	env  *testsuite.TestActivityEnvironment
+	mu   sync.Mutex
+	hb   []SyncProgress
+}
+
+func newAgent(t *testing.T, name string, bg context.Context) *agent {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	g := &agent{node: &Node{Name: name}, env: suite.NewTestActivityEnvironment()}
+	g.env.RegisterActivity(g.node)
+	if bg != nil {
+		g.env.SetWorkerOptions(worker.Options{BackgroundActivityContext: bg})
+	}
+	g.env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
+		var p SyncProgress
+		if d.Get(&p) == nil {
+			g.mu.Lock()
+			g.hb = append(g.hb, p)
+			g.mu.Unlock()
+		}
+	})
+	return g
+}
+
+func run[T any](g *agent, fn any, req any) (T, error) {
+	var out T
+	v, err := g.env.ExecuteActivity(fn, req)
+	if err == nil {
+		err = v.Get(&out)
+	}
+	return out, err
+}
+
+func (g *agent) manifest(t *testing.T, req ModelManifestRequest) weights.Manifest {
+	t.Helper()
+	req.Node = g.node.Name
+	m, err := run[weights.Manifest](g, g.node.ModelManifest, req)
+	if err != nil {
+		t.Fatalf("%s: model manifest: %v", g.node.Name, err)
+	}
+	return m
+}
+
+func (g *agent) sync(req SyncModelRequest) (SyncResult, error) {
+	req.Node = g.node.Name
+	return run[SyncResult](g, g.node.SyncModel, req)
+}
+
+func (g *agent) open(t *testing.T, root string, files []string, ttl time.Duration) ModelServer {
+	t.Helper()
+	srv, err := run[ModelServer](g, g.node.OpenModelServer, OpenModelServerRequest{Node: g.node.Name, Addr: loopback, Root: root, Files: files, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeModelServer(srv.Token) })
+	return srv
+}
+
+func served(t *testing.T, srv ModelServer) int64 {
+	t.Helper()
+	s := openModelServer(srv.Token)
+	if s == nil {
+		t.Fatal("the model server closed")
+	}
+	return s.served.Load()
+}
+
+func modelAppError(t *testing.T, err error) *temporal.ApplicationError {
+	t.Helper()
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) {
+		t.Fatalf("error %v (%T) is not an application error", err, err)
+	}
+	return app
+}
+
+func TestModelManifestActivity(t *testing.T) {
+	cache := t.TempDir()
+	writeHFCache(t, cache, tinyModelFiles(4, 1000))
+	a := newAgent(t, "node-a", nil)
+	m := a.manifest(t, ModelManifestRequest{HFCache: cache, Repo: modelRepo})
+	if len(m.Files) != 7 || m.Revision != modelCommit || m.Dir != weights.HFSnapshotDir(cache, modelRepo, modelCommit) || len(m.Missing) != 0 {
+		t.Fatalf("manifest = %+v", m)
+	}
+	if d := a.manifest(t, ModelManifestRequest{Dir: filepath.Join(cache, "nowhere")}); d.Absent == "" {
+		t.Errorf("a directory that is not there: %+v", d)
+	}
+	_, err := run[weights.Manifest](a, a.node.ModelManifest, ModelManifestRequest{Node: "node-b", HFCache: cache, Repo: modelRepo})
+	if app := modelAppError(t, err); app.Type() != ErrWrongNode {
+		t.Errorf("task for another node: %v", err)
+	}
+	writeModelFile(t, filepath.Join(cache, "bad", "config.json"), []byte("{}"))
+	writeModelFile(t, filepath.Join(cache, "bad", "model.safetensors.index.json"), []byte("{"))
+	_, err = run[weights.Manifest](a, a.node.ModelManifest, ModelManifestRequest{Node: "node-a", Dir: filepath.Join(cache, "bad")})
+	if app := modelAppError(t, err); app.Type() != ErrModelCorrupt || !app.NonRetryable() {
+		t.Errorf("unreadable index: %v", err)
+	}
+}
+
+// TestSyncModelNothingMissingCopiesNothing: identical nodes need no copy, and a copy
+// retried after it completed sends nothing again.
+func TestSyncModelNothingMissingCopiesNothing(t *testing.T) {
+	headCache, nodeCache := t.TempDir(), t.TempDir()
+	files := tinyModelFiles(2, 5000)
+	writeHFCache(t, headCache, files)
+	writeHFCache(t, nodeCache, files)
+	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
+	head := a.manifest(t, ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
+	node := b.manifest(t, ModelManifestRequest{HFCache: nodeCache, Repo: modelRepo})
+	if ps := weights.Compare(head, "node-b", node); len(ps) != 0 {
+		t.Fatalf("problems: %v", ps)
+	}
+	lacking := weights.Lacking(head, node)
+	if len(lacking) != 0 {
+		t.Fatalf("lacking = %v", weights.Names(lacking))
+	}
+	srv := a.open(t, head.Dir, weights.Names(head.Files), 0)
+	res, err := b.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
+		Layout: ModelLayoutHF, Ref: "main", Files: lacking})
+	if err != nil || res.Bytes != 0 || len(res.Copied) != 0 {
+		t.Fatalf("sync of nothing = %+v, %v", res, err)
+	}
+	// Every file, all there already: found, not sent.
+	res, err = b.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
+		Layout: ModelLayoutHF, Ref: "main", Files: head.Files})
+	if err != nil || res.Bytes != 0 || len(res.Copied) != len(head.Files) || served(t, srv) != 0 {
+		t.Fatalf("sync of what is there = %+v, %v; served %d bytes", res, err, served(t, srv))
+	}
+}
+
+// TestSyncModelCopiesWhatANodeLacks copies two missing shards into one node's Hugging Face
+// cache, and the whole model into a node that has none, as huggingface_hub would have
+// written them; the nodes then compare equal to the head.
+func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
+	headCache, bCache, cCache := t.TempDir(), t.TempDir(), t.TempDir()
+	files := tinyModelFiles(4, 300_000)
+	shard2, shard4 := files[3].name, files[5].name
+	writeHFCache(t, headCache, files)
+	writeHFCache(t, bCache, withoutFiles(files, shard2, shard4))
+	a, b, c := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil), newAgent(t, "node-c", nil)
+	head := a.manifest(t, ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
+	nodeB := b.manifest(t, ModelManifestRequest{HFCache: bCache, Repo: modelRepo})
+	want := []string{
+		"node-b lacks model-00002-of-00004.safetensors (head has 300.0 kB)",
+		"node-b lacks model-00004-of-00004.safetensors (head has 300.0 kB)",
+	}
+	var got []string
+	for _, p := range weights.Compare(head, "node-b", nodeB) {
+		got = append(got, p.Message)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("preflight: %q", got)
+	}
+	srv := a.open(t, head.Dir, weights.Names(head.Files), time.Minute)
+
+	lacking := weights.Lacking(head, nodeB)
+	res, err := b.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(bCache, modelRepo, head.Revision),
+		Layout: ModelLayoutHF, Ref: "main", Files: lacking})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Copied, []string{shard2, shard4}) || res.Bytes != 600_000 || served(t, srv) != 600_000 {
+		t.Fatalf("sync = %+v; served %d", res, served(t, srv))
+	}
+	if after := b.manifest(t, ModelManifestRequest{HFCache: bCache, Repo: modelRepo, Checksums: true}); len(weights.Compare(head, "node-b", after)) != 0 || len(weights.Check("node-b", after)) != 0 {
+		t.Fatalf("node-b after the copy: %v %v", weights.Compare(head, "node-b", after), weights.Check("node-b", after))
+	}
+	link := filepath.Join(weights.HFSnapshotDir(bCache, modelRepo, modelCommit), shard2)
+	if target, err := os.Readlink(link); err != nil || target != "../../blobs/"+hfBlob(files[3]) {
+		t.Errorf("%s links to %q (%v), want ../../blobs/<sha256> as huggingface_hub writes it", shard2, target, err)
+	}
+	// Heartbeats reach the server throttled; the first is sent at once.
+	b.mu.Lock()
+	hb := slices.Clone(b.hb)
+	b.mu.Unlock()
+	if len(hb) == 0 || hb[0].Total != 600_000 {
+		t.Errorf("heartbeats = %+v", hb)
+	}
+
+	// node-c has no copy of the model at all.
+	nodeC := c.manifest(t, ModelManifestRequest{HFCache: cCache, Repo: modelRepo})
+	if ps := weights.Compare(head, "node-c", nodeC); len(ps) != 1 || !strings.Contains(ps[0].Message, "node-c lacks the model: no hub/models--Org--Tiny") {
+		t.Fatalf("node-c: %v", ps)
+	}
+	res, err = c.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(cCache, modelRepo, head.Revision),
+		Layout: ModelLayoutHF, Ref: "main", Files: weights.Lacking(head, nodeC), Parallel: 2})
+	if err != nil || len(res.Copied) != 7 {
+		t.Fatalf("sync of the whole model = %+v, %v", res, err)
+	}
+	if after := c.manifest(t, ModelManifestRequest{HFCache: cCache, Repo: modelRepo}); len(weights.Compare(head, "node-c", after)) != 0 {
+		t.Fatalf("node-c after the copy: %v", weights.Compare(head, "node-c", after))
+	}
+	if ref, _ := os.ReadFile(filepath.Join(weights.HFRepoDir(cCache, modelRepo), "refs", "main")); string(ref) != modelCommit {
+		t.Errorf("refs/main = %q", ref)
+	}
+}
+
+// TestSyncModelResumesAnInterruptedCopy cuts a copy after a known number of bytes (the
+// agent's context is cancelled, as when it is killed), then a new agent copies again:
+// only what had not arrived is sent.
+func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
+	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
+	const size, cut = 32 << 20, 10 << 20
+	files := []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"model.safetensors", randomBytes(7, size)}}
+	writeModelDir(t, headDir, files)
+	a := newAgent(t, "node-a", nil)
+	head := a.manifest(t, ModelManifestRequest{Dir: headDir, Checksums: true})
+	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute)
+
+	// A link that delivers cut bytes of a response, then nothing.
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+srv.Addr.String()+r.URL.Path, nil)
+		out.Header = r.Header.Clone()
+		resp, err := http.DefaultTransport.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		maps.Copy(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		if n, _ := io.CopyN(w, resp.Body, cut); n == cut {
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}
+	}))
+	via := netip.MustParseAddrPort(proxy.Listener.Addr().String())
+
+	bg, kill := context.WithCancel(context.Background())
+	first := newAgent(t, "node-b", bg)
+	partial := filepath.Join(nodeDir, "model.safetensors"+weights.PartialSuffix)
+	go func() {
+		defer kill()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if fi, err := os.Stat(partial); err == nil && fi.Size() >= cut {
+				return
+			}
+		}
+	}()
+	shard, _ := head.File("model.safetensors")
+	req := SyncModelRequest{From: via, Token: srv.Token, Root: nodeDir, Files: []weights.File{shard}}
+	if _, err := first.sync(req); err == nil {
+		t.Fatal("the interrupted copy succeeded")
+	}
+	if fi, err := os.Stat(partial); err != nil || fi.Size() != cut {
+		t.Fatalf("after the interruption: %v, %v; want %d bytes in the partial file", fi, err, cut)
+	}
+
+	// The cut response's handler ends once the link is gone; then count.
+	proxy.Close()
+	for s := openModelServer(srv.Token); ; time.Sleep(5 * time.Millisecond) {
+		s.mu.Lock()
+		active := s.active
+		s.mu.Unlock()
+		if active == 0 {
+			break
+		}
+	}
+	before := served(t, srv)
+	second := newAgent(t, "node-b", nil) // a restarted agent: only the disk remembers
+	req.From = srv.Addr
+	res, err := second.sync(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != size-cut || res.Reused != cut || served(t, srv)-before != size-cut {
+		t.Fatalf("resumed copy = %+v; the server sent %d bytes; want %d sent, %d reused", res, served(t, srv)-before, size-cut, cut)
+	}
+	if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("partial file left: %v", err)
+	}
+	got, err := weights.HashFile(context.Background(), filepath.Join(nodeDir, "model.safetensors"))
+	if err != nil || got != shard.SHA256 {
+		t.Fatalf("copied sha256 %s (%v), want %s", got, err, shard.SHA256)
+	}
+}
+
+// TestSyncModelRefusesACorruptSource: a head whose file no longer matches its manifest
+// (same size, other bytes) fails the copy as ModelCorrupt and leaves no partial file; a
+// head that lost a file fails it as ModelIncomplete.
+func TestSyncModelRefusesACorruptSource(t *testing.T) {
+	for _, hf := range []bool{false, true} {
+		t.Run(map[bool]string{false: "directory, checksums", true: "hugging face cache, blob names"}[hf], func(t *testing.T) {
+			headRoot, nodeRoot := t.TempDir(), t.TempDir()
+			files := tinyModelFiles(2, 200_000)
+			a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
+			var head weights.Manifest
+			req := SyncModelRequest{Root: filepath.Join(nodeRoot, "model")}
+			if hf {
+				writeHFCache(t, headRoot, files)
+				head = a.manifest(t, ModelManifestRequest{HFCache: headRoot, Repo: modelRepo})
+				req.Root, req.Layout = weights.HFSnapshotDir(nodeRoot, modelRepo, head.Revision), ModelLayoutHF
+			} else {
+				writeModelDir(t, filepath.Join(headRoot, "model"), files)
+				head = a.manifest(t, ModelManifestRequest{Dir: filepath.Join(headRoot, "model"), Checksums: true})
+			}
+			shard := files[2].name
+			f, _ := head.File(shard)
+			writeModelFile(t, filepath.Join(head.Dir, shard), randomBytes(99, 200_000)) // through the link: the blob itself
+			srv := a.open(t, head.Dir, weights.Names(head.Files), time.Minute)
+			req.From, req.Token, req.Files = srv.Addr, srv.Token, []weights.File{f}
+			_, err := b.sync(req)
+			app := modelAppError(t, err)
+			if app.Type() != ErrModelCorrupt || !app.NonRetryable() || !strings.Contains(app.Message(), "the partial copy was removed") {
+				t.Fatalf("type %s: %s", app.Type(), app.Message())
+			}
+			for _, p := range []string{filepath.Join(req.Root, shard+weights.PartialSuffix), filepath.Join(req.Root, shard)} {
+				if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s is there after a corrupt copy (%v)", p, err)
+				}
+			}
+			if err := os.Remove(filepath.Join(head.Dir, files[3].name)); err != nil {
+				t.Fatal(err)
+			}
+			lost, _ := head.File(files[3].name)
+			req.Files = []weights.File{lost}
+			_, err = b.sync(req)
+			if app := modelAppError(t, err); app.Type() != ErrModelIncomplete || !app.NonRetryable() || !strings.Contains(app.Message(), "the source lacks "+lost.Name) {
+				t.Fatalf("type %s: %s", app.Type(), app.Message())
+			}
+		})
+	}
+}
+
+// TestModelServerServesOnlyItsListAndExpires: the server answers ranges of the files it
+// was given, refuses any other file and strangers, and closes by itself after its TTL.
+func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
+	dir := t.TempDir()
+	writeModelDir(t, dir, []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"secret.safetensors", []byte("not listed")}})
+	a := newAgent(t, "node-a", nil)
+	srv := a.open(t, dir, []string{"config.json"}, 500*time.Millisecond)
+	get := func(name, token, rng string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr.String()+"/"+name, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if rng != "" {
+			req.Header.Set("Range", rng)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("config.json", srv.Token, "bytes=2-"); code != http.StatusPartialContent || body != `model_type":"llama"}` {
+		t.Errorf("range of a listed file: %d %q", code, body)
+	}
+	if code, _ := get("secret.safetensors", srv.Token, ""); code != http.StatusForbidden {
+		t.Errorf("a file not in the list: %d", code)
+	}
+	if code, _ := get("config.json", "", ""); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d", code)
+	}
+	// Idle for its TTL, it closes: the port refuses connections.
+	deadline := time.Now().Add(5 * time.Second)
+	for openModelServer(srv.Token) != nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if openModelServer(srv.Token) != nil {
+		t.Fatal("the model server is still open after its TTL")
+	}
+	if c, err := net.DialTimeout("tcp", srv.Addr.String(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the model server's port still accepts connections")
+	}
+	other := a.open(t, dir, []string{"config.json"}, time.Hour)
+	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil || openModelServer(other.Token) != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil {
+		t.Errorf("closing a closed server: %v", err)
+	}
+	b := newAgent(t, "node-b", nil)
+	_, err := b.sync(SyncModelRequest{From: other.Addr, Token: other.Token, Root: t.TempDir(), Files: []weights.File{{Name: "config.json", Size: 22}}})
+	if app := modelAppError(t, err); app.Type() != ErrModelServerGone {
+		t.Errorf("copy from a closed server: %s: %s", app.Type(), app.Message())
+	}
+}
+
+func TestRemovePartialModel(t *testing.T) {
+	root := t.TempDir()
+	for _, n := range []string{"model.safetensors", "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix, "config.json" + linkSuffix} {
+		writeModelFile(t, filepath.Join(root, n), []byte("x"))
+	}
+	a := newAgent(t, "node-b", nil)
+	res, err := run[RemovePartialModelResult](a, a.node.RemovePartialModel, RemovePartialModelRequest{Node: "node-b", Root: root})
+	want := []string{"config.json" + linkSuffix, "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix}
+	if err != nil || !slices.Equal(res.Removed, want) {
+		t.Fatalf("removed %q, %v; want %q", res.Removed, err, want)
+	}
+	if _, err := os.Stat(filepath.Join(root, "model.safetensors")); err != nil {
+		t.Errorf("a complete file was removed: %v", err)
+	}
+	if _, err := run[RemovePartialModelResult](a, a.node.RemovePartialModel, RemovePartialModelRequest{Node: "node-b", Root: filepath.Join(root, "nowhere")}); err != nil {
+		t.Errorf("a directory that is not there: %v", err)
+	}
+}
+
+// TestSyncModelThroughputOnLoopback copies a 200 MB shard (sha256 verified) over loopback
+// and reports the rate.
+func TestSyncModelThroughputOnLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 400 MB")
+	}
+	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
+	data := randomBytes(200, 200_000_000)
+	writeModelDir(t, headDir, []modelFile{{"config.json", []byte("{}")}, {"model.safetensors", data}})
+	sum := sha256.Sum256(data)
+	data = nil
+	f := weights.File{Name: "model.safetensors", Size: 200_000_000, SHA256: hex.EncodeToString(sum[:])}
+	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
+	srv := a.open(t, headDir, []string{f.Name}, time.Minute)
+	res, err := b.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: nodeDir, Files: []weights.File{f}})
+	if err != nil || res.Bytes != f.Size {
+		t.Fatalf("sync = %+v, %v", res, err)
+	}
+	t.Logf("loopback copy of %s, sha256 verified: %.2f s, %.0f MB/s", weights.HumanSize(res.Bytes), res.Seconds, res.MBps)
+}
