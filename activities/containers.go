@@ -78,7 +78,6 @@ type containerSpec struct {
 	Options    ContainerOptions  `json:"options"`
 }
 
-
 // hash identifies everything that makes the container what it is, except the deployment
 // ID: a redeploy of an unchanged spec adopts the running container.
 func (s containerSpec) hash() string {
