@@ -128,9 +128,13 @@ func roleSpec(c spec.Cluster, d Deployment, node, role string, o ContainerOption
 // hfCacheMount is where stock vLLM images look for the Hugging Face cache.
 const hfCacheMount = "/root/.cache/huggingface"
 
-// rayGPUArgs passes the spec's GPU count to Ray where the spec gives one.
-func rayGPUArgs(n spec.Node) []string {
-	if n.GPUs > 0 {
+// rayGPUArgs passes the plan's GPU count for the node to Ray (what the probe found, or the
+// spec when it declares one), so Ray and the plan agree; none when neither knows.
+func rayGPUArgs(np netplan.NodePlan, n spec.Node) []string {
+	switch {
+	case np.GPUs > 0:
+		return []string{"--num-gpus=" + strconv.Itoa(np.GPUs)}
+	case n.GPUs > 0:
 		return []string{"--num-gpus=" + strconv.Itoa(n.GPUs)}
 	}
 	return nil
@@ -141,7 +145,7 @@ func rayHeadSpec(req StartRayRequest, o ContainerOptions) containerSpec {
 	n, _ := req.Spec.Node(req.Node)
 	cmd := []string{"start", "--head", "--node-ip-address=" + req.Plan.Address.String(),
 		"--port=" + strconv.Itoa(req.Spec.Ports.Ray), "--dashboard-port=" + strconv.Itoa(req.Spec.Ports.Dashboard)}
-	cmd = append(append(cmd, rayGPUArgs(n)...), "--block")
+	cmd = append(append(cmd, rayGPUArgs(req.Plan, n)...), "--block")
 	s := roleSpec(req.Spec, req.Deployment, req.Node, RoleRayHead, o)
 	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, nil)
 	return s
@@ -151,7 +155,7 @@ func rayHeadSpec(req StartRayRequest, o ContainerOptions) containerSpec {
 func rayWorkerSpec(req StartRayRequest, o ContainerOptions) containerSpec {
 	n, _ := req.Spec.Node(req.Node)
 	cmd := []string{"start", "--address=" + req.RayAddress, "--node-ip-address=" + req.Plan.Address.String()}
-	cmd = append(append(cmd, rayGPUArgs(n)...), "--block")
+	cmd = append(append(cmd, rayGPUArgs(req.Plan, n)...), "--block")
 	s := roleSpec(req.Spec, req.Deployment, req.Node, RoleRayWorker, o)
 	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, nil)
 	return s
@@ -256,7 +260,14 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 			a.logger().Info("container created", zap.String("name", s.Name), zap.String("hash", want))
 		case err != nil:
 			return ref, engineError(addr, "inspect "+s.Name, err)
-		case !replace && got.Container.Config != nil && got.Container.Config.Labels[LabelSpecHash] == want:
+		case got.Container.Config == nil || got.Container.Config.Labels[LabelCluster] != s.Labels[LabelCluster]:
+			// Never replace what another cluster, or not tpdeploy, owns.
+			owner := "no tpdeploy cluster"
+			if got.Container.Config != nil && got.Container.Config.Labels[LabelCluster] != "" {
+				owner = "cluster " + got.Container.Config.Labels[LabelCluster]
+			}
+			return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and belongs to %s: remove or rename it", s.Name, owner), ErrBadRequest, nil)
+		case !replace && got.Container.Config.Labels[LabelSpecHash] == want:
 			ref.ID, ref.Adopted = got.Container.ID, true
 			if got.Container.State != nil && got.Container.State.Running {
 				return ref, nil

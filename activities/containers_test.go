@@ -557,3 +557,31 @@ func TestPolicyRefusesWhatTheOperatorDidNotAllow(t *testing.T) {
 		})
 	}
 }
+
+// A container of the wanted name that another cluster owns is never replaced.
+func TestNeverReplacesAnotherClustersContainer(t *testing.T) {
+	eng := engineForTest(t)
+	ctx := context.Background()
+	c := testCluster(t)
+	a := testNode("node-a")
+	other, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       ContainerName(c.Name, "node-a", RoleRayHead),
+		Config:     &container.Config{Image: chatterImage, Labels: map[string]string{LabelCluster: c.Name + "-other"}},
+		HostConfig: &container.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = eng.ContainerRemove(ctx, other.ID, client.ContainerRemoveOptions{Force: true}) })
+	_, err = a.StartRayHead(ctx, headRequest(c, "run-1", nil))
+	app := appError(t, err)
+	if app.Type() != ErrBadRequest || !strings.Contains(app.Message(), "belongs to cluster "+c.Name+"-other") {
+		t.Fatalf("type %s: %s", app.Type(), app.Message())
+	}
+	if _, err := eng.ContainerInspect(ctx, other.ID, client.ContainerInspectOptions{}); err != nil {
+		t.Fatalf("the other cluster's container is gone: %v", err)
+	}
+	if ContainerName("x-node", "a", RoleRayHead) == ContainerName("x", "node-a", RoleRayHead) {
+		t.Error("two clusters share a container name")
+	}
+}

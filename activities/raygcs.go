@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tpdeploy/tpdeploy/netplan"
 )
 
 // Ray's node table is read from the GCS itself, over its gRPC API, not from the dashboard:
@@ -250,4 +252,26 @@ func (a *Node) registeredNodes(ctx context.Context, gcsAddr string) ([]Registere
 		return nil, err
 	}
 	return registered(nodes)
+}
+
+// RayNodesAt reads Ray's node table from the GCS at gcsAddr (host:port) from this process.
+func RayNodesAt(ctx context.Context, gcsAddr string) ([]RegisteredNode, error) {
+	nodes, err := rayNodes(ctx, gcsAddr, func(ctx context.Context, addr string) (net.Conn, error) {
+		return (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, "tcp", addr)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return registered(nodes)
+}
+
+// RayHealth says whether every planned node is alive in Ray under its planned address with
+// the GPUs needed: nil, or what is wrong (a dead node, one under another address, one
+// missing).
+func RayHealth(plan netplan.Plan, needGPUs int, nodes []RegisteredNode) error {
+	if err := deadPlanned(plan, nodes); err != nil {
+		return err
+	}
+	_, _, err := placementVerdict(PlacementRequest{Plan: plan, NeedGPUs: needGPUs}, nodes)
+	return err
 }

@@ -283,10 +283,59 @@ const (
 	ActivityRemoveContainers    = "RemoveContainers"
 	ActivityBootID              = "BootID"
 	ActivityRayNodesAlive       = "RayNodesAlive"
+	// Operations activities served on the workflow queue (control.Checks).
+	ActivityTeardownRunning = "TeardownRunning"
+	ActivityPauseSchedule   = "PauseSchedule"
+	ActivityWaitClosed      = "WaitClosed"
+	ActivityWatchCluster    = "WatchCluster"
 )
 
+// WatchClusterRequest asks for a cluster's health to be watched until something happens:
+// Unhealthy failed checks in a row (every Every), or For of health.
+type WatchClusterRequest struct {
+	Cluster   string        `json:"cluster"`
+	Every     time.Duration `json:"every"`
+	Unhealthy int           `json:"unhealthy"`
+	For       time.Duration `json:"for"`
+}
+
+// ClusterHealth is what a watch saw: serving or not, why, and how many checks it made.
+type ClusterHealth struct {
+	Healthy   bool      `json:"healthy"`
+	Detail    string    `json:"detail"`
+	Checks    int       `json:"checks"`
+	LastCheck time.Time `json:"last_check"`
+	// Deploying says a deploy of the cluster was running at the last check.
+	Deploying bool `json:"deploying,omitempty"`
+}
+
+// PauseRequest pauses a cluster's redeploy schedule, if it has one.
+type PauseRequest struct {
+	Cluster string `json:"cluster"`
+	Note    string `json:"note"`
+}
+
+// WaitRequest waits until a workflow (the latest run of an ID) is closed.
+type WaitRequest struct {
+	WorkflowID string `json:"workflow_id"`
+}
+
+// ClusterRequest names a cluster.
+type ClusterRequest struct {
+	Cluster string `json:"cluster"`
+}
+
+// ClusterBusy says whether an operation (a teardown) of the cluster is running.
+type ClusterBusy struct {
+	Running    bool   `json:"running"`
+	WorkflowID string `json:"workflow_id,omitempty"`
+	RunID      string `json:"run_id,omitempty"`
+}
+
 // ContainerName is the deterministic name of a role's container on a node; a retry
-// finds what an earlier attempt created instead of creating a second one.
+// finds what an earlier attempt created instead of creating a second one. The separator
+// is '_', which neither cluster names ([a-z0-9-]) nor node names ([a-z0-9.-]) contain, so
+// two clusters can never share a name (`x-node` + `a` and `x` + `node-a` differ).
 func ContainerName(cluster, node, role string) string {
-	return "tpd-" + cluster + "-" + node + "-" + role
+	return "tpd_" + cluster + "_" + node + "_" + role
 }

@@ -65,7 +65,8 @@ func (c Controller) StartDeploy(ctx context.Context, req workflows.DeployRequest
 func (c Controller) Plan(ctx context.Context, s spec.Cluster) (workflows.PlanReport, error) {
 	var rep workflows.PlanReport
 	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       workflows.PlanWorkflowID(s.Name),
+		// One plan per spec: a plan running for another spec is never joined.
+		ID:                       workflows.PlanWorkflowID(s.Name) + "-" + s.Hash(),
 		TaskQueue:                activities.WorkflowQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowExecutionTimeout: 5 * time.Minute,
@@ -145,6 +146,29 @@ func (c Controller) latest(ctx context.Context, cluster string) (Status, error) 
 	return st, nil
 }
 
+// latestCached is latest, reusing the result and spec read for the same run (the watch
+// asks every few seconds; a closed run's result and spec do not change).
+func (c Controller) latestCached(ctx context.Context, cluster string, runID *string, cached *Status) (Status, error) {
+	id := workflows.DeployWorkflowID(cluster)
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return Status{}, fmt.Errorf("describe %s: %w", id, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return Status{WorkflowID: id, RunID: info.GetExecution().GetRunId(), Running: true}, nil
+	}
+	if rid := info.GetExecution().GetRunId(); rid == *runID {
+		return *cached, nil
+	}
+	st, err := c.latest(ctx, cluster)
+	if err != nil {
+		return st, err
+	}
+	*runID, *cached = st.RunID, st
+	return st, nil
+}
+
 func closedName(s enumspb.WorkflowExecutionStatus) string {
 	switch s {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
@@ -165,32 +189,43 @@ func closedName(s enumspb.WorkflowExecutionStatus) string {
 // deploySpec reads the spec a deploy was started with from its first history event, so
 // `teardown CLUSTER` needs no spec file.
 func (c Controller) deploySpec(ctx context.Context, id, runID string) (spec.Cluster, error) {
+	var req workflows.DeployRequest
+	if err := c.firstInput(ctx, id, runID, &req); err != nil {
+		return spec.Cluster{}, err
+	}
+	return req.Spec.WithDefaults(), nil
+}
+
+// firstInput decodes the input a workflow was started with (its first history event),
+// with the client's data converter (payloads may be encrypted).
+func (c Controller) firstInput(ctx context.Context, id, runID string, v any) error {
 	it := c.Client.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
-		return spec.Cluster{}, fmt.Errorf("workflow %s has no history", id)
+		return fmt.Errorf("workflow %s has no history", id)
 	}
 	ev, err := it.Next()
 	if err != nil {
-		return spec.Cluster{}, fmt.Errorf("read history of %s: %w", id, err)
+		return fmt.Errorf("read history of %s: %w", id, err)
 	}
 	payloads := ev.GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()
 	if len(payloads) == 0 {
-		return spec.Cluster{}, fmt.Errorf("workflow %s has no input", id)
+		return fmt.Errorf("workflow %s has no input", id)
 	}
 	dc := c.DataConverter
 	if dc == nil {
 		dc = converter.GetDefaultDataConverter()
 	}
-	var req workflows.DeployRequest
-	if err := dc.FromPayload(payloads[0], &req); err != nil {
-		return spec.Cluster{}, fmt.Errorf("decode input of %s: %w", id, err)
+	if err := dc.FromPayload(payloads[0], v); err != nil {
+		return fmt.Errorf("decode input of %s: %w", id, err)
 	}
-	return req.Spec.WithDefaults(), nil
+	return nil
 }
 
-// Teardown stops the cluster: a running deploy is cancelled (its compensations remove
-// what it started) and then every container of the cluster is removed on every node.
-// s may be nil, in which case the spec of the latest deploy is used.
+// Teardown stops the cluster: TeardownCluster stops the supervisor, pauses the schedule,
+// cancels a running deploy (its compensations remove what it started) and then removes
+// every container of the cluster on every node. s may be nil, in which case the spec of the
+// latest deploy is used. A teardown already running with the same spec is joined; one with
+// another spec is waited for, then this one runs (never a stale result).
 func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluster) (workflows.TeardownResult, error) {
 	var res workflows.TeardownResult
 	id := workflows.DeployWorkflowID(cluster)
@@ -206,40 +241,59 @@ func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluste
 		}
 		s = &got
 	}
-	// The supervisor first, or it would redeploy what is being removed.
-	for _, id := range []string{workflows.SuperviseWorkflowID(cluster), id} {
-		if err := c.cancelRunning(ctx, id); err != nil {
-			return res, err
+	tid := workflows.TeardownWorkflowID(cluster)
+	for {
+		run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID:                                       tid,
+			TaskQueue:                                activities.WorkflowQueue,
+			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+			WorkflowExecutionErrorWhenAlreadyStarted: true,
+			StaticSummary:                            "teardown " + cluster,
+		}, workflows.TeardownCluster, workflows.TeardownRequest{Spec: *s})
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			running, rerr := c.teardownSpec(ctx, tid, started.RunId)
+			join := c.Client.GetWorkflow(ctx, tid, started.RunId)
+			if rerr == nil && running.Hash() == s.Hash() {
+				if err := join.Get(ctx, &res); err != nil {
+					return res, Reason(err)
+				}
+				return res, nil
+			}
+			_ = join.Get(ctx, nil) // another spec's teardown: wait for it, then run ours
+			continue
 		}
+		if err != nil {
+			return res, fmt.Errorf("start teardown of %s: %w", cluster, err)
+		}
+		if err := run.Get(ctx, &res); err != nil {
+			return res, Reason(err)
+		}
+		return res, nil
 	}
-	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       workflows.TeardownWorkflowID(cluster),
-		TaskQueue:                activities.WorkflowQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		StaticSummary:            "teardown " + cluster,
-	}, workflows.TeardownCluster, workflows.TeardownRequest{Spec: *s})
-	if err != nil {
-		return res, fmt.Errorf("start teardown of %s: %w", cluster, err)
-	}
-	if err := run.Get(ctx, &res); err != nil {
-		return res, Reason(err)
-	}
-	return res, nil
 }
 
-// cancelRunning cancels a running workflow and waits for it to close (a deploy runs its
-// compensations meanwhile); a workflow that is not running is fine.
-func (c Controller) cancelRunning(ctx context.Context, id string) error {
-	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
-	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return nil
+// teardownSpec reads the spec a teardown was started with.
+func (c Controller) teardownSpec(ctx context.Context, id, runID string) (spec.Cluster, error) {
+	var req workflows.TeardownRequest
+	if err := c.firstInput(ctx, id, runID, &req); err != nil {
+		return spec.Cluster{}, err
 	}
-	runID := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	if err := c.Client.CancelWorkflow(ctx, id, runID); err != nil {
-		return fmt.Errorf("cancel %s: %w", id, err)
+	return req.Spec.WithDefaults(), nil
+}
+
+// Redeploy asks the cluster's supervisor for a redeploy now; it also re-arms a supervisor
+// that gave up (degraded).
+func (c Controller) Redeploy(ctx context.Context, cluster, reason string) error {
+	err := c.Client.SignalWorkflow(ctx, workflows.SuperviseWorkflowID(cluster), "", workflows.SignalRedeploy, reason)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return fmt.Errorf("cluster %s has no running supervisor (it runs once a deploy served): deploy it with `starter deploy`", cluster)
 	}
-	// The outcome is a cancel, not an error here.
-	_ = c.Client.GetWorkflow(ctx, id, runID).Get(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("signal the supervisor of %s: %w", cluster, err)
+	}
 	return nil
 }
 

@@ -61,9 +61,10 @@ func runMain(m *testing.M) int {
 	}
 	defer temporalClient.Close()
 	w := worker.New(temporalClient, activities.WorkflowQueue, worker.Options{})
-	w.RegisterWorkflow(workflows.DeployCluster)
-	w.RegisterWorkflow(workflows.PlanCluster)
-	w.RegisterWorkflow(workflows.TeardownCluster)
+	// Every workflow type, as agents register them: workers of one queue must agree.
+	workflows.RegisterAll(w)
+	// The operations activities every agent serves on the workflow queue.
+	w.RegisterActivity(&Checks{Controller: Controller{Client: temporalClient}})
 	if err := w.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -83,6 +84,11 @@ func cluster(t *testing.T, name string, agents ...string) (spec.Cluster, *fakeag
 	s.Timeouts.NodeAgent = spec.Duration(3 * time.Second)
 	f := fakeagents.New()
 	f.Probes = map[string]netplan.NodeProbe{head: fakeagents.SeedProbe(head, true), wk: fakeagents.SeedProbe(wk, false)}
+	// A deploy that serves starts the cluster's supervisor, whose checks of the fake
+	// endpoint would fail: it ends with the test.
+	t.Cleanup(func() {
+		_ = temporalClient.TerminateWorkflow(context.Background(), workflows.SuperviseWorkflowID(name), "", "test over")
+	})
 	for _, suffix := range agents {
 		node := name + "-" + suffix
 		w := worker.New(temporalClient, activities.NodeQueue(node), worker.Options{})

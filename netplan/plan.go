@@ -426,9 +426,11 @@ func Choose(c spec.Cluster, probes []NodeProbe, matrix []PairResult) (Plan, erro
 	plan.NCCL = ncclForm(best.members, byNode)
 	for i, m := range best.members {
 		n := c.Nodes[i]
-		gpus := byNode[n.Name].GPUs
+		// The spec's count, when it gives one, is the operator's (fewer GPUs than the node
+		// has, say); else what the probe detected. Ray's --num-gpus uses the same number.
+		gpus := n.GPUs
 		if gpus == 0 {
-			gpus = n.GPUs
+			gpus = byNode[n.Name].GPUs
 		}
 		plan.GPUs += gpus
 		plan.Nodes = append(plan.Nodes, NodePlan{

@@ -140,11 +140,20 @@ func printSupervision(w io.Writer, sv *workflows.Supervision) {
 	if sv == nil {
 		return
 	}
-	health := "not serving"
-	if sv.Healthy {
-		health = "serving"
+	switch {
+	case sv.Degraded:
+		fmt.Fprintf(w, "  supervisor: DEGRADED: %s; next try %s, or sooner if a node reboots, a new spec serves or `starter redeploy %s`\n",
+			sv.LastCause, clockOrDash(sv.NextTry), sv.Cluster)
+	case sv.LastCheck.IsZero():
+		fmt.Fprintf(w, "  supervisor: no check yet\n")
+	default:
+		health := "not serving"
+		if sv.Healthy {
+			health = "serving"
+		}
+		fmt.Fprintf(w, "  supervisor: %s at last check %s (%s)\n", health, clockOrDash(sv.LastCheck), sv.Detail)
 	}
-	fmt.Fprintf(w, "  supervisor: %s at last check %s (%s); %d incidents\n", health, clockOrDash(sv.LastCheck), sv.Detail, len(sv.Incidents))
+	fmt.Fprintf(w, "  supervisor: %d incidents, %d redeploys\n", len(sv.Incidents), sv.Redeploys)
 	for _, inc := range sv.Incidents {
 		where := ""
 		if inc.Node != "" {
@@ -243,6 +252,25 @@ func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	fmt.Fprintf(stdout, "cluster %s torn down (%d containers removed)\n", cluster, n)
+	return nil
+}
+
+func cmdRedeploy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("redeploy", "redeploy CLUSTER [--reason TEXT]", stderr)
+	reason := c.fs.String("reason", "operator", "what to record as the incident's cause")
+	cluster, err := c.cluster(args)
+	if err != nil {
+		return helpOK(err)
+	}
+	ctl, closeFn, err := c.controller()
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if err := ctl.Redeploy(ctx, cluster, *reason); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "asked the supervisor of %s to redeploy; `starter status %s` shows the incident\n", cluster, cluster)
 	return nil
 }
 

@@ -25,7 +25,10 @@ Commands:
   deploy -f spec.yaml [--watch]   deploy the cluster (one deploy per cluster at a time)
   plan -f spec.yaml [--json]      probe nodes, test reachability, show the subnet plan; starts nothing
   status CLUSTER [--watch]        show the latest deploy's phase, progress, plan and result
-  teardown CLUSTER [-f spec.yaml] cancel a running deploy and remove the cluster's containers
+  teardown CLUSTER [-f spec.yaml] cancel a running deploy, stop supervision, pause the schedule,
+                                  remove the cluster's containers
+  redeploy CLUSTER [--reason TEXT]
+                                  ask the cluster's supervisor to redeploy now (re-arms a degraded one)
   schedule create CLUSTER -f spec.yaml --every 24h | --cron '0 3 * * *'
                                   redeploy on a schedule (no-op while the spec is unchanged and serving)
   schedule list [--json] | pause CLUSTER | unpause CLUSTER | delete CLUSTER
@@ -75,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdStatus(ctx, rest, stdout, stderr)
 	case "teardown":
 		return cmdTeardown(ctx, rest, stdout, stderr)
+	case "redeploy":
+		return cmdRedeploy(ctx, rest, stdout, stderr)
 	case "schedule":
 		return cmdSchedule(ctx, rest, stdout, stderr)
 	case "codec-server":

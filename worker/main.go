@@ -139,11 +139,7 @@ func run(ctx context.Context, args []string) error {
 		fatal <- err
 	}}
 	wf := worker.New(c, activities.WorkflowQueue, workerOpts)
-	wf.RegisterWorkflow(workflows.DeployCluster)
-	wf.RegisterWorkflow(workflows.PlanCluster)
-	wf.RegisterWorkflow(workflows.TeardownCluster)
-	wf.RegisterWorkflow(workflows.RedeployCluster)
-	wf.RegisterWorkflow(workflows.SuperviseCluster)
+	workflows.RegisterAll(wf)
 	wf.RegisterActivity(&control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter}})
 
 	nodeWorker := worker.New(c, activities.NodeQueue(*node), workerOpts)
@@ -161,7 +157,8 @@ func run(ctx context.Context, args []string) error {
 	defer live.Set(false, "shutting down")
 	live.Set(true, "polling "+activities.WorkflowQueue+" and "+activities.NodeQueue(*node))
 	z.Info("node agent serving", zap.String("queue", activities.NodeQueue(*node)))
-	go informSupervisors(ctx, c, agent, z)
+	go informWorkflows(ctx, c, agent, z)
+	go reconcile(ctx, control.Controller{Client: c, DataConverter: copts.DataConverter}, agent, z)
 	select {
 	case <-ctx.Done():
 		z.Info("shutting down")
@@ -230,27 +227,45 @@ func containerOptions(network, ipc, gpus, shm, ulimits string) (activities.Conta
 	return o, nil
 }
 
-// informSupervisors tells every running cluster supervisor this node's boot ID, once at
-// start-up: a supervisor that knew another ID learns the node rebooted. Supervisors of
-// clusters without this node ignore it.
-func informSupervisors(ctx context.Context, c client.Client, agent *activities.Node, z *zap.Logger) {
+// informWorkflows tells every running cluster supervisor and deploy this node's boot ID,
+// once at start-up: one that knew another ID learns the node rebooted (a supervisor
+// redeploys, a deploy starts over). Those of clusters without this node ignore it.
+func informWorkflows(ctx context.Context, c client.Client, agent *activities.Node, z *zap.Logger) {
 	boot, err := agent.BootID(ctx, activities.BootIDRequest{Node: agent.Name})
 	if err != nil {
-		z.Warn("boot id unknown; supervisors not informed", zap.Error(err))
+		z.Warn("boot id unknown; supervisors and deploys not informed", zap.Error(err))
 		return
 	}
-	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", "SuperviseCluster")
+	query := "WorkflowType IN ('SuperviseCluster', 'DeployCluster') AND ExecutionStatus = 'Running'"
 	for attempt := 0; attempt < 5; attempt++ {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
 		if err == nil {
 			for _, e := range resp.Executions {
 				id := e.GetExecution().GetWorkflowId()
 				err := c.SignalWorkflow(ctx, id, "", workflows.SignalNodeBooted, workflows.NodeBoot{Node: agent.Name, BootID: boot})
-				z.Info("informed supervisor of boot", zap.String("supervisor", id), zap.String("boot_id", boot), zap.Error(err))
+				z.Info("told of this node's boot", zap.String("workflow", id), zap.String("boot_id", boot), zap.Error(err))
 			}
 			return
 		}
-		z.Warn("list supervisors", zap.Error(err))
+		z.Warn("list supervisors and deploys", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(attempt+1) * time.Second):
+		}
+	}
+}
+
+// reconcile removes this node's containers that no current deployment holds — what a
+// deploy had to leave while this node was down — once at start-up.
+func reconcile(ctx context.Context, ctl control.Controller, agent *activities.Node, z *zap.Logger) {
+	for attempt := 0; attempt < 5; attempt++ {
+		removed, err := activities.Reconcile(ctx, agent, "", ctl.Wanted)
+		if err == nil {
+			z.Info("reconciled this node's containers", zap.Strings("removed", removed))
+			return
+		}
+		z.Warn("reconcile", zap.Error(err))
 		select {
 		case <-ctx.Done():
 			return

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -38,6 +39,8 @@ type DeployRequest struct {
 	// Replace recreates every container instead of adopting running ones with the same
 	// spec (recovery after a reboot, where a running container may be stale).
 	Replace bool `json:"replace,omitempty"`
+	// MaxRestarts bounds the restarts after reboots during the deploy (default 3).
+	MaxRestarts int `json:"max_restarts,omitempty"`
 }
 
 // DeployResult is a serving deployment.
@@ -49,6 +52,8 @@ type DeployResult struct {
 	Containers   []contract.ContainerRef `json:"containers"`
 	Steps        []StepTiming            `json:"steps"`
 	Warnings     []string                `json:"warnings,omitempty"`
+	// Restarts are the reboots the deploy started over after.
+	Restarts []string `json:"restarts,omitempty"`
 }
 
 // StepTiming is how long one step took.
@@ -94,19 +99,46 @@ type State struct {
 	Containers    []contract.ContainerRef  `json:"containers,omitempty"`
 	Compensations []string                 `json:"compensations,omitempty"`
 	Warnings      []string                 `json:"warnings,omitempty"`
+	Restarts      []string                 `json:"restarts,omitempty"`
 	Error         string                   `json:"error,omitempty"`
 }
 
 // DeployCluster deploys one model across the spec's nodes: probe → reachability → plan →
 // preflight → Ray head → Ray workers → placement → vLLM → serving. A failure or a cancel
-// runs the compensations of the steps taken so far, last first.
+// runs the compensations of the steps taken so far, last first. A planned node that
+// reboots meanwhile (its agent reports a new boot ID, or a step fails and the node's boot
+// ID changed) makes it compensate and start over from probing — addresses can change with
+// a reboot — up to MaxRestarts times.
 func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error) {
 	d := newDeployment(ctx, req)
 	if err := d.registerQueries(ctx); err != nil {
 		return DeployResult{}, err
 	}
 	d.searchAttrs = workflow.GetVersion(ctx, searchAttributesVersion, workflow.DefaultVersion, 1) == 1
-	err := d.run(ctx)
+	d.resilient = workflow.GetVersion(ctx, resilienceVersion, workflow.DefaultVersion, 1) == 1
+	start := workflow.Now(ctx)
+	var err error
+	if d.resilient {
+		d.listenForReboots(ctx)
+		err = d.claim(ctx)
+	}
+	for err == nil {
+		err = d.run(ctx)
+		if err == nil || !d.resilient || ctx.Err() != nil {
+			break
+		}
+		why := d.rebootedMeanwhile(ctx, err)
+		if why == "" {
+			break
+		}
+		if d.restarts >= d.maxRestarts() {
+			err = &stepError{Step: d.state.Phase, Type: ErrNodeRebooted,
+				Msg: fmt.Sprintf("%s; gave up after %d restarts (what failed: %v)", why, d.restarts, err)}
+			break
+		}
+		d.restart(ctx, why)
+		err = nil
+	}
 	if err == nil {
 		d.setPhase(ctx, PhaseServed, fmt.Sprintf("serving %s at %s", d.spec.Model.ServedName, d.result.Endpoint))
 		if workflow.GetVersion(ctx, superviseVersion, workflow.DefaultVersion, 1) == 1 {
@@ -115,18 +147,30 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		d.result.Steps = d.state.Steps
 		d.result.Containers = d.state.Containers
 		d.result.Warnings = d.state.Warnings
+		d.result.Restarts = d.state.Restarts
+		rec := metrics.Workflow(ctx)
+		rec.Deploy(d.spec.Name, nil)
+		rec.TimeToServing(d.spec.Name, workflow.Now(ctx).Sub(start))
 		return d.result, nil
 	}
 	var se *stepError
 	if !errors.As(err, &se) {
 		se = &stepError{Step: d.state.Phase, Type: "Internal", Msg: err.Error()}
 	}
+	if d.resilient {
+		se = d.nodeDownCause(se)
+	}
 	d.setPhase(ctx, PhaseCompensating, fmt.Sprintf("%s failed (%s); compensating", se.Step, se.Type))
+	touched := len(d.saga.steps) > 0
 	compErr := d.saga.compensate(ctx)
 	d.state.Compensations = d.saga.ran
 	failure := toFailure(se, compErr)
 	d.state.Error = failure.Type() + ": " + failure.Message()
 	d.setPhase(ctx, PhaseFailed, d.state.Error)
+	metrics.Workflow(ctx).Deploy(d.spec.Name, failure)
+	if d.resilient && touched && se.Type != contract.ErrCanceled {
+		d.tellSupervisorFailed(ctx, failure.Type())
+	}
 	if se.Type == contract.ErrCanceled && compErr == nil {
 		return DeployResult{}, temporal.NewCanceledError(d.saga.ran)
 	}
@@ -146,15 +190,30 @@ type deployment struct {
 	// searchAttrs says this run records ClusterName/DeployPhase; searchPhase is the last.
 	searchAttrs bool
 	searchPhase string
+	// resilient says this run checks its ownership, restarts after a reboot and names a
+	// node that went down (histories recorded before these replay without them).
+	resilient bool
+	// reboot is the reboot this run heard of (set by the boot-report listener), cancelRun
+	// cancels the steps in flight when it hears one, restarts counts the restarts.
+	reboot    string
+	cancelRun workflow.CancelFunc
+	restarts  int
+	// answered are the nodes whose agents answered in this run; down, those that stopped.
+	answered map[string]bool
+	down     map[string]string
+	// probeAgentWait is how long the next probe waits for agents (after a reboot).
+	probeAgentWait time.Duration
 }
 
 func newDeployment(ctx workflow.Context, req DeployRequest) *deployment {
 	c := req.Spec.WithDefaults()
 	return &deployment{
-		spec:  c,
-		req:   req,
-		id:    workflow.GetInfo(ctx).WorkflowExecution.RunID,
-		state: State{Phase: PhaseValidating},
+		spec:     c,
+		req:      req,
+		id:       workflow.GetInfo(ctx).WorkflowExecution.RunID,
+		state:    State{Phase: PhaseValidating},
+		answered: map[string]bool{},
+		down:     map[string]string{},
 	}
 }
 
@@ -173,8 +232,14 @@ func (d *deployment) registerQueries(ctx workflow.Context) error {
 }
 
 func (d *deployment) run(ctx workflow.Context) error {
-	if err := d.spec.Validate(); err != nil {
-		return &stepError{Step: "validate spec", Type: ErrSpecInvalid, Msg: err.Error()}
+	if err := d.validate(ctx); err != nil {
+		return err
+	}
+	if d.resilient {
+		var cancel workflow.CancelFunc
+		ctx, cancel = workflow.WithCancel(ctx)
+		d.cancelRun = cancel
+		defer func() { d.cancelRun = nil }()
 	}
 	d.result = DeployResult{Cluster: d.spec.Name, DeploymentID: d.id}
 	plan, err := planCluster(ctx, d.spec, d)
@@ -215,39 +280,9 @@ func (d *deployment) step(ctx workflow.Context, phase, details string, fn func()
 	return err
 }
 
-// stepOptions are the timeouts and retries of one kind of node step.
-type stepOptions struct {
-	startToClose time.Duration
-	heartbeat    time.Duration
-	attempts     int32
-	// agentWait overrides the spec's node_agent wait where an agent restart mid-step is
-	// expected (the long serving watch).
-	agentWait time.Duration
-}
-
-// onNode returns ctx set to run an activity on node's own task queue.
+// onNode returns ctx set to run an activity of kind o on node's own task queue.
 func (d *deployment) onNode(ctx workflow.Context, node, summary string, o stepOptions) workflow.Context {
-	wait := d.spec.Timeouts.NodeAgent.D()
-	if o.agentWait > 0 {
-		wait = o.agentWait
-	}
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:              contract.NodeQueue(node),
-		ScheduleToStartTimeout: wait,
-		StartToCloseTimeout:    o.startToClose,
-		HeartbeatTimeout:       o.heartbeat,
-		// Container steps must finish or acknowledge a cancel before compensations run, or
-		// a teardown could race a container still being created.
-		WaitForCancellation: true,
-		Summary:             summary,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:        time.Second,
-			BackoffCoefficient:     2,
-			MaximumInterval:        15 * time.Second,
-			MaximumAttempts:        o.attempts,
-			NonRetryableErrorTypes: nonRetryable,
-		},
-	})
+	return onNode(ctx, d.spec, node, summary, o)
 }
 
 // forEachNode runs one activity per node at once and waits for all of them; every
@@ -286,7 +321,7 @@ func (d *deployment) deploymentRef() contract.Deployment {
 
 func (d *deployment) preflight(ctx workflow.Context) error {
 	return d.step(ctx, PhasePreflight, fmt.Sprintf("preflight: image %s on %d nodes", d.spec.Image, len(d.spec.Nodes)), func() error {
-		o := stepOptions{startToClose: d.spec.Timeouts.Preflight.D(), attempts: 3}
+		o := deployStep(d.spec.Timeouts.Preflight.D(), 3)
 		ids := map[string]string{}
 		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
@@ -330,7 +365,7 @@ func shortID(id string) string {
 }
 
 func (d *deployment) rayOptions() stepOptions {
-	return stepOptions{startToClose: d.spec.Timeouts.RayStart.D(), attempts: 3}
+	return deployStep(d.spec.Timeouts.RayStart.D(), 3)
 }
 
 // removeOnNode registers the compensation that removes role's containers on node. It is
@@ -340,11 +375,18 @@ func (d *deployment) rayOptions() stepOptions {
 func (d *deployment) removeOnNode(node, role string) {
 	n, _ := d.spec.Node(node)
 	d.saga.add(fmt.Sprintf("remove %s on %s", role, node), func(ctx workflow.Context) error {
-		o := stepOptions{startToClose: d.spec.Timeouts.Teardown.D(), attempts: 5}
-		actx := d.onNode(ctx, node, fmt.Sprintf("remove %s on %s", role, node), o)
-		return workflow.ExecuteActivity(actx, contract.ActivityRemoveContainers, contract.RemoveRequest{
+		if why := d.down[node]; why != "" && d.resilient {
+			return &errDeferred{why: node + " is down (" + why + "); its agent removes the cluster's stale containers when it starts"}
+		}
+		actx := d.onNode(ctx, node, fmt.Sprintf("remove %s on %s", role, node), cleanupStep(d.spec))
+		err := workflow.ExecuteActivity(actx, contract.ActivityRemoveContainers, contract.RemoveRequest{
 			Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name, Roles: []string{role},
 		}).Get(ctx, nil)
+		if err != nil && d.resilient && classify("remove", node, err).Type == contract.ErrNodeAgentDown {
+			d.down[node] = "its agent did not answer the removal"
+			return &errDeferred{why: node + "'s agent does not answer; it removes the cluster's stale containers when it starts"}
+		}
+		return err
 	})
 }
 
@@ -392,7 +434,8 @@ func (d *deployment) joinWorkers(ctx workflow.Context) error {
 func (d *deployment) checkPlacement(ctx workflow.Context) error {
 	head := d.spec.Head().Name
 	return d.step(ctx, PhasePlacement, fmt.Sprintf("checking that all %d nodes registered with ray under their planned addresses", len(d.spec.Nodes)), func() error {
-		o := stepOptions{startToClose: d.spec.Timeouts.Placement.D(), heartbeat: 20 * time.Second, attempts: 3}
+		o := deployStep(d.spec.Timeouts.Placement.D(), 3)
+		o.heartbeat = 20 * time.Second
 		var report contract.PlacementReport
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), contract.ActivityCheckPlacement,
 			contract.PlacementRequest{Node: head, DockerHost: d.spec.Head().DockerHost, RayHead: contract.ContainerName(d.spec.Name, head, contract.RoleRayHead),
@@ -409,7 +452,7 @@ func (d *deployment) launch(ctx workflow.Context) error {
 	head := d.spec.Head().Name
 	return d.step(ctx, PhaseLaunch, fmt.Sprintf("launching vllm serve %s (tp=%d, pp=%d) on %s", d.spec.Model.Path, d.spec.Parallel.Tensor, d.spec.Parallel.Pipeline, head), func() error {
 		d.removeOnNode(head, contract.RoleVLLM)
-		o := stepOptions{startToClose: d.spec.Timeouts.Launch.D(), attempts: 3}
+		o := deployStep(d.spec.Timeouts.Launch.D(), 3)
 		var ref contract.ContainerRef
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), contract.ActivityLaunchVLLM,
 			contract.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace},
@@ -436,13 +479,7 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 			every = 10 * time.Second
 		}
 		deadline := workflow.Now(ctx).Add(d.spec.Timeouts.Serving.D())
-		o := stepOptions{
-			startToClose: every + time.Minute,
-			heartbeat:    15 * time.Second,
-			attempts:     10,
-			// An agent restarted mid-load (systemd, a crash) must find the watch waiting.
-			agentWait: max(6*d.spec.Timeouts.NodeAgent.D(), time.Minute),
-		}
+		o := watchStep(d.spec, every)
 		cursor := contract.ServingProgress{}
 		for {
 			var p contract.ServingProgress

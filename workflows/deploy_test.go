@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -29,15 +30,23 @@ func newEnv(t *testing.T, f *fakeagents.Agents) *testsuite.TestWorkflowEnvironme
 	env.OnWorkflow(SuperviseCluster, mock.Anything, mock.Anything).Return(nil)
 	// Teardown cancels the supervisor (not running here).
 	env.OnRequestCancelExternalWorkflow(mock.Anything, mock.Anything, mock.Anything).Return(nil).Maybe()
+	// A failed deploy tells the supervisor (none runs here).
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalDeployFailed, mock.Anything).Return(errors.New("no supervisor")).Maybe()
 	env.RegisterActivity(f)
 	env.SetTestTimeout(time.Minute)
 	return env
 }
 
+// executeDeploy runs DeployCluster under the cluster's deploy ID, as every trigger does.
+func executeDeploy(env *testsuite.TestWorkflowEnvironment, req DeployRequest) {
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: DeployWorkflowID(req.Spec.Name)})
+	env.ExecuteWorkflow(DeployCluster, req)
+}
+
 func TestDeployHappyPath(t *testing.T) {
 	f := fakeagents.New()
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec(), Trigger: "test"})
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec(), Trigger: "test"})
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("workflow did not complete")
 	}
@@ -106,7 +115,7 @@ func TestDeployHappyPath(t *testing.T) {
 func TestDeployPlanEnvPerNode(t *testing.T) {
 	f := fakeagents.New()
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var res DeployResult
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
@@ -163,8 +172,10 @@ func TestDeployFailures(t *testing.T) {
 		{"watch exhausted", "WatchServing node-a", nil, activities.ErrRetriesExhausted, []string{"wait until serving"}, everything, 10},
 		{"agent down at probe", "ProbeNode node-b", fakeagents.AgentDown(), activities.ErrNodeAgentDown,
 			[]string{"node-b: probe: node agent is not serving task queue tpdeploy.node.node-b"}, nil, 1},
-		{"agent down at join", "StartRayWorker node-b", fakeagents.AgentDown(), activities.ErrNodeAgentDown,
-			[]string{"node-b: join ray worker: node agent is not serving task queue tpdeploy.node.node-b"}, rayAll, 1},
+		// node-b answered at the probe and stopped: it went down, and its removal is left to
+		// its agent's reconcile when it starts.
+		{"agent down at join", "StartRayWorker node-b", fakeagents.AgentDown(), ErrNodeDown,
+			[]string{"node-b went down during the deploy", "node-b: join ray worker: node agent is not serving task queue tpdeploy.node.node-b"}, headOnly, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -175,7 +186,7 @@ func TestDeployFailures(t *testing.T) {
 				f.Flaky[tt.key] = 1000
 			}
 			env := newEnv(t, f)
-			env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
+			executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 			err := env.GetWorkflowError()
 			if err == nil {
 				t.Fatal("deploy succeeded")
@@ -207,8 +218,16 @@ func TestDeployFailures(t *testing.T) {
 			if state.Phase != PhaseFailed || state.Error == "" {
 				t.Errorf("state after failure: phase %q error %q", state.Phase, state.Error)
 			}
-			if len(state.Compensations) != len(tt.wantRemove) {
-				t.Errorf("state records compensations %q, want %d", state.Compensations, len(tt.wantRemove))
+			ran := 0
+			for _, c := range state.Compensations {
+				if !strings.Contains(c, "(deferred: ") {
+					ran++
+				} else if tt.wantType != ErrNodeDown {
+					t.Errorf("a compensation was deferred: %q", c)
+				}
+			}
+			if ran != len(tt.wantRemove) {
+				t.Errorf("state records compensations %q, want %d run", state.Compensations, len(tt.wantRemove))
 			}
 		})
 	}
@@ -225,7 +244,7 @@ func TestDeployRetriesTransientFailures(t *testing.T) {
 	f.Flaky["StartRayWorker node-b"] = 2
 	f.Flaky["ProbeNode node-a"] = 1
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatalf("transient failures were not retried: %v", err)
 	}
@@ -239,7 +258,7 @@ func TestCompensationFailureDoesNotMaskOriginal(t *testing.T) {
 	f.Failures["CheckPlacement node-a"] = nonRetryable1(activities.ErrPlacementMismatch, "node-a registered as 10.1.230.180, planned 192.168.200.12")
 	f.Failures["RemoveContainers node-b"] = bad("docker daemon gone")
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var app *temporal.ApplicationError
 	if !errors.As(env.GetWorkflowError(), &app) {
 		t.Fatalf("want application error, got %v", env.GetWorkflowError())
@@ -263,7 +282,7 @@ func TestNoViableSubnetStartsNothing(t *testing.T) {
 	f := fakeagents.New()
 	f.Unreachable["node-b>node-a"] = true
 	env := newEnv(t, f)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var app *temporal.ApplicationError
 	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != activities.ErrNoViableSubnet {
 		t.Fatalf("want NoViableSubnet, got %v", env.GetWorkflowError())
@@ -289,7 +308,7 @@ func TestImageMismatch(t *testing.T) {
 			env := newEnv(t, f)
 			s := fakeagents.SeedSpec()
 			s.ImageMismatch = policy
-			env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: s})
+			executeDeploy(env, DeployRequest{Spec: s})
 			err := env.GetWorkflowError()
 			if policy == "warn" {
 				var res DeployResult
@@ -317,7 +336,7 @@ func TestInvalidSpecFailsBeforeAnyActivity(t *testing.T) {
 	env := newEnv(t, f)
 	s := fakeagents.SeedSpec()
 	s.Parallel.Tensor = 8
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: s})
+	executeDeploy(env, DeployRequest{Spec: s})
 	var app *temporal.ApplicationError
 	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != ErrSpecInvalid {
 		t.Fatalf("want SpecInvalid, got %v", env.GetWorkflowError())
@@ -344,7 +363,7 @@ func TestCancelDuringLoadingTearsDown(t *testing.T) {
 		}
 		env.CancelWorkflow()
 	}, 10*time.Second)
-	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	err := env.GetWorkflowError()
 	if !temporal.IsCanceledError(err) {
 		t.Fatalf("want canceled, got %v", err)
@@ -389,6 +408,7 @@ func TestPlanWorkflowReportsMeasurements(t *testing.T) {
 func TestTeardownRemovesEveryNode(t *testing.T) {
 	f := fakeagents.New()
 	env := newEnv(t, f)
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: TeardownWorkflowID("seed")})
 	env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: fakeagents.SeedSpec()})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -397,5 +417,129 @@ func TestTeardownRemovesEveryNode(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"RemoveContainers node-a", "RemoveContainers node-b"}; !slices.Equal(got, want) {
 		t.Errorf("teardown calls = %q, want %q", got, want)
+	}
+	// It owns the cluster first: the schedule paused, a running deploy waited for.
+	if got := fakeagents.Calls(f, "PauseSchedule", "WaitClosed"); !slices.Equal(got, []string{"PauseSchedule seed", "WaitClosed tpdeploy-deploy-seed"}) {
+		t.Errorf("before removing: %q", got)
+	}
+}
+
+// A teardown started under another ID (the UI's form accepts any) is refused with the ID
+// to use: a deploy looks for the teardown under that ID before it starts.
+func TestTeardownUnderAnotherIDIsRefused(t *testing.T) {
+	f := fakeagents.New()
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: fakeagents.SeedSpec()})
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrWrongWorkflowID || !strings.Contains(app.Message(), "tpdeploy-teardown-seed") {
+		t.Fatalf("teardown under another ID: %v", err)
+	}
+	if got := fakeagents.Calls(f, "RemoveContainers"); len(got) != 0 {
+		t.Errorf("it removed containers: %q", got)
+	}
+}
+
+// A deploy under another ID, or while the cluster is torn down, is refused before it
+// touches anything.
+func TestDeployOwnership(t *testing.T) {
+	f := fakeagents.New()
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrWrongWorkflowID || !strings.Contains(app.Message(), "tpdeploy-deploy-seed") {
+		t.Fatalf("deploy under another ID: %v", err)
+	}
+	f = fakeagents.New()
+	f.TeardownBusy = true
+	env = newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrClusterBusy || !strings.Contains(app.Message(), "being torn down") {
+		t.Fatalf("deploy during a teardown: %v", err)
+	}
+	if got := fakeagents.Calls(f, "ProbeNode", "StartRayHead"); len(got) != 0 {
+		t.Errorf("a refused deploy acted: %q", got)
+	}
+}
+
+// A planned node that reboots while vLLM loads (its agent reports a new boot ID) makes the
+// deploy compensate and start over from probing, recreating every container; it serves.
+func TestDeployStartsOverWhenANodeReboots(t *testing.T) {
+	f := fakeagents.New()
+	f.BlockWatch = true
+	f.Started = make(chan string, 100)
+	env := newEnv(t, f)
+	env.RegisterDelayedCallback(func() {
+		for key := range f.Started {
+			if key == "WatchServing node-a" {
+				break
+			}
+		}
+		fakeagents.Reboot(f, "node-b", "boot-2")
+		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
+	}, time.Second)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("deploy after a reboot: %v", err)
+	}
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Restarts) != 1 || !strings.Contains(res.Restarts[0], "node-b rebooted (boot ID boot-nod -> boot-2)") {
+		t.Errorf("restarts = %q", res.Restarts)
+	}
+	if got := fakeagents.Attempts(f, "ProbeNode node-b"); got != 2 {
+		t.Errorf("node-b probed %d times, want twice (again after the reboot)", got)
+	}
+	if got := fakeagents.Calls(f, "RemoveContainers"); !slices.Equal(got, []string{"RemoveContainers node-a vllm", "RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}) {
+		t.Errorf("compensations before starting over = %q", got)
+	}
+	if got := fakeagents.Calls(f, "LaunchVLLM"); !slices.Equal(got, []string{"LaunchVLLM node-a", "LaunchVLLM node-a replace"}) {
+		t.Errorf("launches = %q, want the second to recreate", got)
+	}
+}
+
+// A step that fails because a node rebooted (vLLM's engine died) is checked against every
+// node's boot ID: a changed one means starting over, not failing.
+func TestDeployStartsOverWhenAFailureFollowsAReboot(t *testing.T) {
+	f := fakeagents.New()
+	f.Failures["WatchServing node-a"] = nonRetryable1(activities.ErrEngineDead, "EngineDeadError")
+	f.OnCall = func(key string) {
+		if key == "WatchServing node-a" && fakeagents.Attempts(f, "BootID node-b") == 0 {
+			fakeagents.Reboot(f, "node-b", "boot-2")
+			f.OnCall = nil
+		}
+	}
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "EngineDead") {
+		// The engine keeps dying after the restart too: the deploy fails, but only after
+		// it started over once for the reboot it found.
+		t.Fatalf("deploy: %v", err)
+	}
+	var state State
+	q, _ := env.QueryWorkflow(QueryState)
+	_ = q.Get(&state)
+	if len(state.Restarts) != 1 || !strings.Contains(state.Restarts[0], "node-b rebooted") {
+		t.Errorf("restarts = %q, want one for node-b's reboot", state.Restarts)
+	}
+	if got := fakeagents.Attempts(f, "ProbeNode node-b"); got != 2 {
+		t.Errorf("node-b probed %d times, want twice", got)
+	}
+}
+
+// A node that keeps rebooting ends the deploy after MaxRestarts, as NodeRebooted.
+func TestDeployGivesUpAfterItsRestarts(t *testing.T) {
+	f := fakeagents.New()
+	f.Failures["WatchServing node-a"] = nonRetryable1(activities.ErrEngineDead, "EngineDeadError")
+	f.BootIDs["node-b"] = "boot-again"
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec(), MaxRestarts: 2})
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrNodeRebooted || !strings.Contains(app.Message(), "gave up after 2 restarts") {
+		t.Fatalf("err = %v", err)
+	}
+	if got := fakeagents.Attempts(f, "ProbeNode node-a"); got != 3 {
+		t.Errorf("probed %d times, want 3 (the first attempt and 2 restarts)", got)
 	}
 }

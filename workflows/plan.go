@@ -82,7 +82,8 @@ func planCluster(ctx workflow.Context, c spec.Cluster, d *deployment) (netplan.P
 
 func (d *deployment) probe(ctx workflow.Context) error {
 	return d.step(ctx, PhaseProbing, fmt.Sprintf("probing %d nodes", len(d.spec.Nodes)), func() error {
-		o := stepOptions{startToClose: d.spec.Timeouts.Probe.D(), attempts: 3}
+		o := deployStep(d.spec.Timeouts.Probe.D(), 3)
+		o.agentWait = d.probeAgentWait
 		got := map[string]netplan.NodeProbe{}
 		err := forEachNode(ctx, "probe", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
@@ -95,6 +96,7 @@ func (d *deployment) probe(ctx workflow.Context) error {
 		d.probes = make([]netplan.NodeProbe, 0, len(d.spec.Nodes))
 		for _, n := range d.spec.Nodes {
 			d.probes = append(d.probes, got[n.Name])
+			d.answered[n.Name] = true
 		}
 		return nil
 	})
@@ -109,7 +111,7 @@ func (d *deployment) reachability(ctx workflow.Context) error {
 	}
 	return d.step(ctx, PhaseReachability, fmt.Sprintf("testing reachability between %d nodes", len(d.spec.Nodes)), func() error {
 		dialTimeout := 2 * time.Second
-		o := stepOptions{startToClose: 30 * time.Second, attempts: 3}
+		o := deployStep(30*time.Second, 3)
 		names := nodeNames(d.spec.Nodes)
 		listeners := map[string]contract.ListenResult{}
 		err := forEachNode(ctx, "open reachability listeners", names, func(node string) workflow.Future {
@@ -145,7 +147,7 @@ func (d *deployment) reachability(ctx workflow.Context) error {
 
 func (d *deployment) closeListeners(ctx workflow.Context, listeners map[string]contract.ListenResult) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	o := stepOptions{startToClose: 10 * time.Second, attempts: 2}
+	o := deployStep(10*time.Second, 2)
 	var futures []workflow.Future
 	for _, n := range d.spec.Nodes {
 		if l, ok := listeners[n.Name]; ok && l.Token != "" {

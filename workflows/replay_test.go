@@ -3,8 +3,6 @@ package workflows
 import (
 	"path/filepath"
 	"testing"
-
-	"go.temporal.io/sdk/worker"
 )
 
 // TestReplayCommittedHistories replays histories recorded from real runs (see
@@ -20,11 +18,7 @@ func TestReplayCommittedHistories(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflow(DeployCluster)
-			r.RegisterWorkflow(PlanCluster)
-			r.RegisterWorkflow(TeardownCluster)
-			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
+			if err := ReplayHistoryFile(f); err != nil {
 				t.Fatalf("replay %s: %v", f, err)
 			}
 		})

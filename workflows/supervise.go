@@ -50,6 +50,17 @@ type SuperviseRequest struct {
 	MaxLoops  int               `json:"max_loops,omitempty"`
 	BootIDs   map[string]string `json:"boot_ids,omitempty"`
 	Incidents []Incident        `json:"incidents,omitempty"`
+	// WatchFor is how long one watch of a healthy cluster runs before it reports (default
+	// 1h): the history grows by a few events per WatchFor, and with incidents.
+	WatchFor spec.Duration `json:"watch_for,omitempty"`
+	// Cooldown is the first wait of a degraded cluster before one more redeploy (default
+	// 30m); each failed one doubles it, up to 4h.
+	Cooldown spec.Duration `json:"cooldown,omitempty"`
+	// Degraded, NextCooldown and Spent carry the circuit breaker across continue-as-new.
+	Degraded     bool          `json:"degraded,omitempty"`
+	LastCause    string        `json:"last_cause,omitempty"`
+	NextCooldown spec.Duration `json:"next_cooldown,omitempty"`
+	Spent        int           `json:"spent,omitempty"`
 }
 
 // Incident is one thing the supervisor saw and what it did about it.
@@ -72,10 +83,21 @@ type Supervision struct {
 	Failures  int               `json:"failures"`
 	Detail    string            `json:"detail,omitempty"`
 	Incidents []Incident        `json:"incidents"`
+	// Degraded says recovery gave up: no redeploy until something changes (a new spec
+	// serving, a node reboot, `starter redeploy`) or the cool-down passes; LastCause is why.
+	Degraded  bool      `json:"degraded,omitempty"`
+	LastCause string    `json:"last_cause,omitempty"`
+	NextTry   time.Time `json:"next_try,omitzero"`
+	// Redeploys is how many redeploys the supervisor started, all incidents together.
+	Redeploys int `json:"redeploys"`
 }
 
 // keptIncidents bounds the incidents carried across continue-as-new.
 const keptIncidents = 50
+
+// superviseWatchVersion: supervisors from here on watch through one long-lived activity
+// and keep a circuit breaker; runs recorded before replay the periodic checks.
+const superviseWatchVersion = "supervise-watch"
 
 // SuperviseCluster watches a serving cluster: it checks the endpoint every CheckEvery and
 // listens for node agents reporting their boot ID. A changed boot ID (a reboot) or
@@ -93,6 +115,10 @@ func SuperviseCluster(ctx workflow.Context, req SuperviseRequest) error {
 	}
 	if len(sv.state.BootIDs) < len(sv.spec.Nodes) {
 		sv.baseline(ctx)
+	}
+	if workflow.GetVersion(ctx, superviseWatchVersion, workflow.DefaultVersion, 1) == 1 {
+		sv.watching = true
+		return sv.watch(ctx)
 	}
 	booted := workflow.GetSignalChannel(ctx, SignalNodeBooted)
 	deployed := workflow.GetSignalChannel(ctx, SignalDeployed)
@@ -157,6 +183,11 @@ type supervisor struct {
 	maxAttempts int
 	maxLoops    int
 	state       Supervision
+	// watching: this run watches through WatchCluster and keeps a circuit breaker.
+	watching     bool
+	watchFor     time.Duration
+	cooldown     time.Duration
+	nextCooldown time.Duration
 }
 
 func newSupervisor(req SuperviseRequest) *supervisor {
@@ -181,6 +212,16 @@ func newSupervisor(req SuperviseRequest) *supervisor {
 	if sv.state.Incidents == nil {
 		sv.state.Incidents = []Incident{}
 	}
+	if sv.watchFor = req.WatchFor.D(); sv.watchFor <= 0 {
+		sv.watchFor = time.Hour
+	}
+	if sv.cooldown = req.Cooldown.D(); sv.cooldown <= 0 {
+		sv.cooldown = 30 * time.Minute
+	}
+	if sv.nextCooldown = req.NextCooldown.D(); sv.nextCooldown <= 0 {
+		sv.nextCooldown = sv.cooldown
+	}
+	sv.state.Degraded, sv.state.LastCause, sv.state.Redeploys = req.Degraded, req.LastCause, req.Spent
 	return sv
 }
 
@@ -192,6 +233,8 @@ func (sv *supervisor) continueAsNew(ctx workflow.Context) error {
 	return workflow.NewContinueAsNewError(ctx, SuperviseCluster, SuperviseRequest{
 		Spec: sv.spec, CheckEvery: spec.Duration(sv.every), Unhealthy: sv.unhealthy, MaxAttempts: sv.maxAttempts,
 		MaxLoops: sv.maxLoops, BootIDs: sv.state.BootIDs, Incidents: inc,
+		WatchFor: spec.Duration(sv.watchFor), Cooldown: spec.Duration(sv.cooldown), Degraded: sv.state.Degraded,
+		LastCause: sv.state.LastCause, NextCooldown: spec.Duration(sv.nextCooldown), Spent: sv.state.Redeploys,
 	})
 }
 
@@ -303,8 +346,13 @@ func (sv *supervisor) rayAlive(ctx workflow.Context, chk contract.DeploymentChec
 func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	workflow.SetCurrentDetails(ctx, "incident: "+inc.Seen+"; redeploying")
 	backoff := 10 * time.Second
-	for inc.Attempts < sv.maxAttempts {
+	budget := sv.maxAttempts
+	if sv.watching && sv.state.Degraded {
+		budget = 1 // a degraded cluster gets one try per cool-down or change
+	}
+	for inc.Attempts < budget {
 		inc.Attempts++
+		sv.state.Redeploys++
 		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
 		if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 			if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
@@ -319,13 +367,16 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 			sv.state.Healthy, sv.state.Failures = true, 0
 			break
 		}
-		if inc.Attempts < sv.maxAttempts {
+		if inc.Attempts < budget {
 			_ = workflow.Sleep(ctx, backoff)
 			backoff = min(2*backoff, 2*time.Minute)
 		}
 	}
 	if inc.Action == "" {
 		inc.Action = fmt.Sprintf("gave up after %d redeploys", inc.Attempts)
+	}
+	if sv.watching {
+		sv.breaker(ctx, inc)
 	}
 	inc.Took = workflow.Now(ctx).Sub(inc.At)
 	sv.state.Incidents = append(sv.state.Incidents, *inc)

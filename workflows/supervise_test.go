@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -36,6 +37,9 @@ func superviseEnv(t *testing.T, f *fakeagents.Agents, healthy func() bool) *test
 	}, activity.RegisterOptions{Name: activities.ActivityCheckDeployment})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: SuperviseWorkflowID("seed")})
 	env.SetTestTimeout(time.Minute)
+	// These tests are of the periodic checks that runs recorded before the watch replay.
+	env.OnGetVersion(superviseWatchVersion, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env.OnGetVersion(mock.Anything, workflow.DefaultVersion, 1).Return(workflow.Version(1))
 	return env
 }
 
@@ -58,7 +62,7 @@ func TestSuperviseRedeploysAfterAReboot(t *testing.T) {
 	var got Supervision
 	env.RegisterDelayedCallback(func() {
 		// The agent restarted without a reboot: same boot ID, nothing to do.
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-1"})
+		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-node-b"})
 	}, time.Minute)
 	env.RegisterDelayedCallback(func() {
 		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
@@ -73,13 +77,13 @@ func TestSuperviseRedeploysAfterAReboot(t *testing.T) {
 		t.Fatalf("incidents = %+v, want one", got.Incidents)
 	}
 	inc := got.Incidents[0]
-	if inc.Node != "node-b" || !strings.Contains(inc.Seen, "boot ID changed boot-1 -> boot-2") || inc.Outcome != "serving again" || inc.Attempts != 1 {
+	if inc.Node != "node-b" || !strings.Contains(inc.Seen, "boot ID changed boot-nod -> boot-2") || inc.Outcome != "serving again" || inc.Attempts != 1 {
 		t.Errorf("incident = %+v", inc)
 	}
 	if launches := fakeagents.Calls(f, "LaunchVLLM"); len(launches) != 1 || launches[0] != "LaunchVLLM node-a replace" {
 		t.Errorf("launches = %q, want one recovery launch recreating the containers", launches)
 	}
-	if got.BootIDs["node-b"] != "boot-1" {
+	if got.BootIDs["node-b"] != "boot-node-b" {
 		// After recovery the supervisor re-reads the boot IDs from the agents (the fake
 		// still says boot-1), so a late duplicate report is not a second incident.
 		t.Errorf("boot IDs after recovery = %v", got.BootIDs)
@@ -150,7 +154,7 @@ func TestSuperviseContinuesAsNewWithItsState(t *testing.T) {
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
-	if len(next.Incidents) != 1 || next.Incidents[0].Node != "node-b" || next.BootIDs["node-a"] != "boot-1" || next.MaxLoops != 20 || next.Spec.Name != "seed" {
+	if len(next.Incidents) != 1 || next.Incidents[0].Node != "node-b" || next.BootIDs["node-a"] != "boot-node-a" || next.MaxLoops != 20 || next.Spec.Name != "seed" {
 		t.Errorf("carried state = %+v", next)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -42,6 +43,10 @@ type Agents struct {
 	Started    chan string // receives "Method node" when an activity starts, if set
 	// BootIDs are the nodes' boot IDs (default "boot-1").
 	BootIDs map[string]string
+	// TeardownBusy makes TeardownRunning report a running teardown.
+	TeardownBusy bool
+	// OnCall, if set, runs at the start of every call with its "Method node" key.
+	OnCall func(key string)
 }
 
 // New returns agents for the seed topology where every call succeeds.
@@ -95,9 +100,15 @@ func (f *Agents) record(ctx context.Context, method, node, detail string) error 
 	f.calls = append(f.calls, call)
 	f.attempts[key]++
 	attempt := f.attempts[key]
-	err := f.Failures[key]
 	flaky := f.Flaky[key]
 	started := f.Started
+	onCall := f.OnCall
+	f.mu.Unlock()
+	if onCall != nil {
+		onCall(key)
+	}
+	f.mu.Lock()
+	err := f.Failures[key]
 	f.mu.Unlock()
 	if started != nil {
 		select {
@@ -119,6 +130,10 @@ func (f *Agents) record(ctx context.Context, method, node, detail string) error 
 func SetFailure(f *Agents, key string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.Failures, key)
+		return
+	}
 	f.Failures[key] = err
 }
 
@@ -232,14 +247,12 @@ func (f *Agents) WatchServing(ctx context.Context, req activities.WatchRequest) 
 	if err := f.record(ctx, "WatchServing", req.Node, ""); err != nil {
 		return activities.ServingProgress{}, err
 	}
-	if f.BlockWatch {
-		for {
-			activity.RecordHeartbeat(ctx, req.Cursor)
-			select {
-			case <-ctx.Done():
-				return activities.ServingProgress{}, ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
+	for blocked(f) {
+		activity.RecordHeartbeat(ctx, req.Cursor)
+		select {
+		case <-ctx.Done():
+			return activities.ServingProgress{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	f.mu.Lock()
@@ -254,6 +267,12 @@ func (f *Agents) RemoveContainers(ctx context.Context, req activities.RemoveRequ
 		return activities.RemoveResult{}, err
 	}
 	return activities.RemoveResult{Node: req.Node}, nil
+}
+
+func blocked(f *Agents) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.BlockWatch
 }
 
 // AgentDown is the error the server gives a task no agent picked up in time.
@@ -291,5 +310,44 @@ func (f *Agents) BootID(ctx context.Context, req activities.BootIDRequest) (stri
 	if id := f.BootIDs[req.Node]; id != "" {
 		return id, nil
 	}
-	return "boot-1", nil
+	return "boot-" + req.Node, nil // what SeedProbe reports
+}
+
+// TeardownRunning answers for the operations activities every agent serves on the
+// workflow queue: no teardown runs unless a test says so ("TeardownRunning <cluster>").
+func (f *Agents) TeardownRunning(ctx context.Context, req contract.ClusterRequest) (contract.ClusterBusy, error) {
+	if err := f.record(ctx, "TeardownRunning", req.Cluster, ""); err != nil {
+		return contract.ClusterBusy{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.TeardownBusy {
+		return contract.ClusterBusy{Running: true, WorkflowID: "tpdeploy-teardown-" + req.Cluster, RunID: "run-t"}, nil
+	}
+	return contract.ClusterBusy{}, nil
+}
+
+func (f *Agents) PauseSchedule(ctx context.Context, req contract.PauseRequest) (string, error) {
+	if err := f.record(ctx, "PauseSchedule", req.Cluster, ""); err != nil {
+		return "", err
+	}
+	return "no schedule", nil
+}
+
+func (f *Agents) WaitClosed(ctx context.Context, req contract.WaitRequest) (string, error) {
+	if err := f.record(ctx, "WaitClosed", req.WorkflowID, ""); err != nil {
+		return "", err
+	}
+	return "not found", nil
+}
+
+// Reboot gives a node a new boot ID: its probe and its BootID answer report it.
+func Reboot(f *Agents, node, bootID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.Probes[node]
+	p.BootID = bootID
+	f.Probes[node] = p
+	f.BootIDs[node] = bootID
+	f.BlockWatch = false
 }

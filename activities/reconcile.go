@@ -1,0 +1,87 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/moby/moby/client"
+	"go.uber.org/zap"
+)
+
+// Wanted says which of a cluster's containers should exist: known=false when nobody can
+// tell (no record of the cluster), running=true while an operation owns them, else the IDs
+// of the containers the serving deployment holds (none when it is torn down or failed).
+type Wanted func(ctx context.Context, cluster string) (keep map[string]bool, running, known bool, err error)
+
+// Reconcile removes this node's containers that no current deployment holds: those a
+// deploy left while this node was down (its compensations could not reach the agent), or
+// those of a cluster torn down meanwhile. The agent runs it when it starts. Clusters it
+// cannot account for, or that a deploy or teardown is acting on, are left alone. It is a
+// function, not a method, so the agent does not serve it as an activity.
+func Reconcile(ctx context.Context, a *Node, host string, wanted Wanted) ([]string, error) {
+	eng, addr, err := a.engine(host)
+	if err != nil {
+		return nil, err
+	}
+	f := client.Filters{}
+	f.Add("label", LabelNode+"="+a.Name)
+	list, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, engineError(addr, "list containers", err)
+	}
+	byCluster := map[string][]string{}
+	names := map[string]string{}
+	for _, c := range list.Items {
+		cluster := c.Labels[LabelCluster]
+		if cluster == "" {
+			continue
+		}
+		byCluster[cluster] = append(byCluster[cluster], c.ID)
+		names[c.ID] = strings.TrimPrefix(c.Names[0], "/")
+	}
+	clusters := make([]string, 0, len(byCluster))
+	for c := range byCluster {
+		clusters = append(clusters, c)
+	}
+	sort.Strings(clusters)
+	var removed []string
+	for _, cluster := range clusters {
+		keep, running, known, err := wanted(ctx, cluster)
+		if err != nil {
+			a.logger().Warn("reconcile: cluster state unknown; left alone", zap.String("cluster", cluster), zap.Error(err))
+			continue
+		}
+		if !known || running {
+			continue
+		}
+		var stale []string
+		for _, id := range byCluster[cluster] {
+			if !keep[id] {
+				stale = append(stale, id)
+			}
+		}
+		if len(stale) == 0 {
+			continue
+		}
+		if len(stale) == len(byCluster[cluster]) {
+			res, err := a.RemoveContainers(ctx, RemoveRequest{Node: a.Name, DockerHost: host, Cluster: cluster})
+			if err != nil {
+				return removed, fmt.Errorf("reconcile %s: %w", cluster, err)
+			}
+			removed = append(removed, res.Removed...)
+			continue
+		}
+		for _, id := range stale {
+			if err := a.removeContainer(ctx, eng, addr, id, a.containerOptions().StopTimeout); err != nil {
+				return removed, fmt.Errorf("reconcile %s: %w", cluster, err)
+			}
+			removed = append(removed, names[id])
+		}
+	}
+	for _, r := range removed {
+		a.logger().Info("reconcile: removed a container no deployment holds", zap.String("name", r))
+	}
+	return removed, nil
+}

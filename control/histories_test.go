@@ -1,0 +1,156 @@
+package control
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
+	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/workflows"
+)
+
+// TestHistoriesOfEveryWorkflowType runs every workflow type on the real dev server — a
+// deploy that serves, one that starts over after a reboot, one that fails, a plan, a
+// teardown, a scheduled redeploy and a supervisor's incident — and replays each history
+// it recorded against the workflows as built. With TPDEPLOY_UPDATE_HISTORY=1 it writes
+// them to workflows/testdata, where TestReplayCommittedHistories replays them from then
+// on: a later change that alters their commands without workflow.GetVersion fails there.
+func TestHistoriesOfEveryWorkflowType(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	terminateRunning(t, ctx, "SuperviseCluster") // children of earlier tests' deploys
+	defer terminateRunning(t, context.Background(), "SuperviseCluster")
+	dir := t.TempDir()
+	if os.Getenv("TPDEPLOY_UPDATE_HISTORY") != "" {
+		dir = "../workflows/testdata"
+	}
+	ctl := Controller{Client: temporalClient}
+	recorded := map[string][2]string{} // file → workflow ID, run ID
+	record := func(file, id, runID string) {
+		writeHistory(t, ctx, id, runID, filepath.Join(dir, file))
+		recorded[file] = [2]string{id, runID}
+	}
+
+	// A supervisor that waits on its watch (the fake endpoint never answers; it would take
+	// 1000 checks to call that an incident), hears node b reboot and recovers.
+	s, f := cluster(t, "hist-a", "a", "b")
+	sup, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SuperviseWorkflowID(s.Name), TaskQueue: activities.WorkflowQueue},
+		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: s, Unhealthy: 1000, CheckEvery: spec.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatalf("deploy: %v", Reason(err))
+	}
+	record("deploy-serves.json", run.GetID(), run.GetRunID())
+	fakeagents.Reboot(f, s.Nodes[1].Name, "boot-2")
+	if err := temporalClient.SignalWorkflow(ctx, sup.GetID(), "", workflows.SignalNodeBooted, workflows.NodeBoot{Node: s.Nodes[1].Name, BootID: "boot-2"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the supervisor's recovery", func() bool {
+		v, err := temporalClient.QueryWorkflow(ctx, sup.GetID(), "", workflows.QuerySupervision)
+		var sv workflows.Supervision
+		return err == nil && v.Get(&sv) == nil && len(sv.Incidents) == 1
+	})
+	if err := temporalClient.CancelWorkflow(ctx, sup.GetID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	_ = sup.Get(ctx, nil)
+	record("supervise.json", sup.GetID(), sup.GetRunID())
+
+	// A plan, then the teardown of the cluster.
+	rep, err := ctl.Plan(ctx, s)
+	if err != nil || rep.Plan == nil {
+		t.Fatalf("plan: %+v %v", rep, err)
+	}
+	record("plan.json", workflows.PlanWorkflowID(s.Name)+"-"+s.Hash(), "")
+	if _, err := ctl.Teardown(ctx, s.Name, nil); err != nil {
+		t.Fatalf("teardown: %v", err)
+	}
+	record("teardown.json", workflows.TeardownWorkflowID(s.Name), "")
+
+	// A deploy that hears a planned node reboot while vLLM loads and starts over.
+	r, rf := cluster(t, "hist-r", "a", "b")
+	rf.BlockWatch = true
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: r, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ctx, ctl, r.Name, workflows.PhaseServing)
+	fakeagents.Reboot(rf, r.Nodes[1].Name, "boot-2")
+	if err := temporalClient.SignalWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.SignalNodeBooted, workflows.NodeBoot{Node: r.Nodes[1].Name, BootID: "boot-2"}); err != nil {
+		t.Fatal(err)
+	}
+	var res workflows.DeployResult
+	if err := run.Get(ctx, &res); err != nil || len(res.Restarts) != 1 {
+		t.Fatalf("deploy after a reboot: %+v %v", res.Restarts, Reason(err))
+	}
+	record("deploy-restart.json", run.GetID(), run.GetRunID())
+	terminateRunning(t, ctx, "SuperviseCluster")
+
+	// A deploy that fails at launch and compensates.
+	fs, ff := cluster(t, "hist-f", "a", "b")
+	fakeagents.SetFailure(ff, "LaunchVLLM "+fs.Nodes[0].Name, temporal.NewNonRetryableApplicationError("no such image", activities.ErrBadRequest, nil))
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: fs, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err == nil {
+		t.Fatal("the failing deploy served")
+	}
+	record("deploy-failed.json", run.GetID(), run.GetRunID())
+
+	// A schedule's trigger for a cluster never deployed: it deploys as a child.
+	x, _ := cluster(t, "hist-x", "a", "b")
+	trig, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RedeployWorkflowID(x.Name), TaskQueue: activities.WorkflowQueue},
+		workflows.RedeployCluster, workflows.RedeployRequest{Spec: x, Trigger: "schedule"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rr workflows.RedeployResult
+	if err := trig.Get(ctx, &rr); err != nil || rr.Action != workflows.RedeployDeployed {
+		t.Fatalf("redeploy: %+v %v", rr, err)
+	}
+	record("redeploy.json", trig.GetID(), trig.GetRunID())
+
+	for file := range recorded {
+		if err := workflows.ReplayHistoryFile(filepath.Join(dir, file)); err != nil {
+			t.Errorf("replay %s: %v", file, err)
+		}
+	}
+}
+
+func terminateRunning(t *testing.T, ctx context.Context, workflowType string) {
+	t.Helper()
+	resp, err := temporalClient.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Query: "WorkflowType = '" + workflowType + "' AND ExecutionStatus = 'Running'"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range resp.Executions {
+		_ = temporalClient.TerminateWorkflow(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), "test cleanup")
+	}
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/workflows"
+)
+
+// TeardownRunning says whether the cluster's teardown runs (a deploy refuses to start
+// then). It asks for the workflow by its one ID, which Temporal answers consistently.
+func (c *Checks) TeardownRunning(ctx context.Context, req contract.ClusterRequest) (contract.ClusterBusy, error) {
+	id := workflows.TeardownWorkflowID(req.Cluster)
+	desc, err := c.Controller.Client.DescribeWorkflowExecution(ctx, id, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return contract.ClusterBusy{}, nil
+	}
+	if err != nil {
+		return contract.ClusterBusy{}, fmt.Errorf("describe %s: %w", id, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	return contract.ClusterBusy{Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		WorkflowID: id, RunID: info.GetExecution().GetRunId()}, nil
+}
+
+// PauseSchedule pauses the cluster's redeploy schedule so its next run does not deploy
+// what is being torn down; a cluster without a schedule is fine.
+func (c *Checks) PauseSchedule(ctx context.Context, req contract.PauseRequest) (string, error) {
+	h := c.Controller.Client.ScheduleClient().GetHandle(ctx, ScheduleID(req.Cluster))
+	err := h.Pause(ctx, client.SchedulePauseOptions{Note: req.Note})
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) || (err != nil && strings.Contains(err.Error(), "not found")) {
+		return "no schedule", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("pause schedule %s: %w", ScheduleID(req.Cluster), err)
+	}
+	return "schedule " + ScheduleID(req.Cluster) + " paused", nil
+}
+
+// WaitClosed waits, heartbeating, until the latest run of a workflow ID is closed (a
+// cancelled deploy has run its compensations). A workflow that does not exist is closed.
+func (c *Checks) WaitClosed(ctx context.Context, req contract.WaitRequest) (string, error) {
+	for {
+		desc, err := c.Controller.Client.DescribeWorkflowExecution(ctx, req.WorkflowID, "")
+		var notFound *serviceerror.NotFound
+		if errors.As(err, &notFound) {
+			return "not found", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("describe %s: %w", req.WorkflowID, err)
+		}
+		if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return closedName(st), nil
+		}
+		activity.RecordHeartbeat(ctx, "running")
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// WatchCluster checks the cluster every Every — the endpoint serves the model, and every
+// planned node is alive in Ray under its address (read from the GCS) — and returns only
+// when Unhealthy checks in a row failed or after For of health, heartbeating meanwhile.
+// The supervisor thus writes a few history events per For, not per check. A check that
+// cannot be made (Temporal or Ray's GCS not answering) counts as neither.
+func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequest) (contract.ClusterHealth, error) {
+	every := max(req.Every, time.Second)
+	end := time.Now().Add(req.For)
+	var h contract.ClusterHealth
+	failures := 0
+	var cache struct {
+		runID string
+		st    Status
+	}
+	for {
+		h.Checks++
+		h.LastCheck = time.Now()
+		st, err := c.Controller.latestCached(ctx, req.Cluster, &cache.runID, &cache.st)
+		switch {
+		case err != nil:
+			h.Detail = "check not made: " + err.Error()
+		case st.Running:
+			failures, h.Healthy, h.Deploying, h.Detail = 0, true, true, "a deploy is running"
+		default:
+			h.Deploying = false
+			if detail, ok := c.serves(ctx, st); ok {
+				failures, h.Healthy, h.Detail = 0, true, detail
+			} else {
+				failures++
+				h.Healthy, h.Detail = false, detail
+			}
+		}
+		activity.RecordHeartbeat(ctx, h)
+		if failures >= max(req.Unhealthy, 1) {
+			h.Detail = fmt.Sprintf("not serving for %d checks: %s", failures, h.Detail)
+			return h, nil
+		}
+		if !time.Now().Before(end) {
+			return h, nil
+		}
+		select {
+		case <-ctx.Done():
+			return h, ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+// serves checks a completed deploy's endpoint and its Ray nodes.
+func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
+	if st.Result == nil {
+		return "latest deploy ended " + st.Closed, false
+	}
+	served := ""
+	if st.Spec != nil {
+		served = st.Spec.Model.ServedName
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := activities.CheckServing(ctx, fetchOK, st.Result.Endpoint, served); err != nil {
+		return err.Error(), false
+	}
+	plan := st.Result.Plan
+	if plan.RayAddress == "" {
+		return "serving at " + st.Result.Endpoint, true
+	}
+	nodes, err := activities.RayNodesAt(ctx, plan.RayAddress)
+	if err != nil {
+		// Ray's GCS not answering from here says nothing the endpoint did not.
+		return "serving at " + st.Result.Endpoint + "; ray not checked: " + err.Error(), true
+	}
+	need := 0
+	if st.Spec != nil {
+		need = st.Spec.WorldSize()
+	}
+	if err := activities.RayHealth(plan, need, nodes); err != nil {
+		return "ray: " + err.Error(), false
+	}
+	return fmt.Sprintf("serving at %s; ray: %d nodes alive", st.Result.Endpoint, len(plan.Nodes)), true
+}
+
+// Wanted is what a node agent reconciles against (activities.Reconcile): which of a
+// cluster's containers its serving deployment holds, or that an operation owns them now,
+// or that nothing is known of the cluster.
+func (c Controller) Wanted(ctx context.Context, cluster string) (keep map[string]bool, running, known bool, err error) {
+	did := workflows.DeployWorkflowID(cluster)
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, did, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return nil, false, false, nil
+	}
+	if err != nil {
+		return nil, false, false, fmt.Errorf("describe %s: %w", did, err)
+	}
+	deploy := desc.GetWorkflowExecutionInfo()
+	if deploy.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return nil, true, true, nil
+	}
+	if td, err := c.Client.DescribeWorkflowExecution(ctx, workflows.TeardownWorkflowID(cluster), ""); err == nil {
+		info := td.GetWorkflowExecutionInfo()
+		if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return nil, true, true, nil
+		}
+		if info.GetStartTime().AsTime().After(deploy.GetCloseTime().AsTime()) {
+			return map[string]bool{}, false, true, nil // torn down after the latest deploy
+		}
+	}
+	keep = map[string]bool{}
+	if deploy.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		return keep, false, true, nil // the latest deploy failed: none of its containers is current
+	}
+	var res workflows.DeployResult
+	if err := c.Client.GetWorkflow(ctx, did, deploy.GetExecution().GetRunId()).Get(ctx, &res); err != nil {
+		return nil, false, false, fmt.Errorf("result of %s: %w", did, err)
+	}
+	for _, ref := range res.Containers {
+		keep[ref.ID] = true
+	}
+	return keep, false, true, nil
+}

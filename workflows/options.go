@@ -1,0 +1,83 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// stepOptions are the timeouts and retries of one kind of activity. Every workflow builds
+// them with the functions below, one per kind, so that deploy steps, compensations,
+// checks and teardown each wait for an agent as long as their kind should.
+type stepOptions struct {
+	startToClose time.Duration
+	heartbeat    time.Duration
+	attempts     int32
+	// agentWait is how long a task may wait for its node's agent (ScheduleToStart); zero
+	// is the spec's timeouts.node_agent.
+	agentWait time.Duration
+}
+
+// deployStep is a step of a deploy on a node: an agent that does not pick it up within
+// timeouts.node_agent is down (found in seconds, not minutes).
+func deployStep(startToClose time.Duration, attempts int32) stepOptions {
+	return stepOptions{startToClose: startToClose, attempts: attempts}
+}
+
+// watchStep is the serving watch: long, heartbeating, and it waits for an agent that
+// restarts mid-load (systemd, a crash) rather than failing the deploy.
+func watchStep(c spec.Cluster, every time.Duration) stepOptions {
+	return stepOptions{startToClose: every + time.Minute, heartbeat: 15 * time.Second, attempts: 10,
+		agentWait: max(3*c.Timeouts.NodeAgent.D(), 30*time.Second)}
+}
+
+// cleanupStep is a removal (a compensation or a teardown): idempotent, so it retries more
+// and waits longer for an agent that is restarting; an agent still down after that is left
+// to remove the containers itself when it starts (it reconciles on start-up).
+func cleanupStep(c spec.Cluster) stepOptions {
+	return stepOptions{startToClose: c.Timeouts.Teardown.D(), attempts: 5,
+		agentWait: max(3*c.Timeouts.NodeAgent.D(), 30*time.Second)}
+}
+
+// checkStep is a cheap look (boot IDs, Ray's nodes): one attempt; a failure is an answer.
+func checkStep(c spec.Cluster) stepOptions {
+	return stepOptions{startToClose: 10 * time.Second, attempts: 1, agentWait: c.Timeouts.NodeAgent.D()}
+}
+
+// onNode returns ctx set to run an activity of kind o on node's own task queue.
+func onNode(ctx workflow.Context, c spec.Cluster, node, summary string, o stepOptions) workflow.Context {
+	wait := c.Timeouts.NodeAgent.D()
+	if o.agentWait > 0 {
+		wait = o.agentWait
+	}
+	return withStep(ctx, contract.NodeQueue(node), wait, summary, o)
+}
+
+// onWorkflowQueue returns ctx set to run an operations activity (served by any agent).
+func onWorkflowQueue(ctx workflow.Context, summary string, o stepOptions) workflow.Context {
+	return withStep(ctx, contract.WorkflowQueue, 0, summary, o)
+}
+
+func withStep(ctx workflow.Context, queue string, agentWait time.Duration, summary string, o stepOptions) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              queue,
+		ScheduleToStartTimeout: agentWait,
+		StartToCloseTimeout:    o.startToClose,
+		HeartbeatTimeout:       o.heartbeat,
+		// Container steps must finish or acknowledge a cancel before compensations run, or
+		// a teardown could race a container still being created.
+		WaitForCancellation: true,
+		Summary:             summary,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        15 * time.Second,
+			MaximumAttempts:        o.attempts,
+			NonRetryableErrorTypes: nonRetryable,
+		},
+	})
+}
