@@ -79,6 +79,7 @@ func TestHistoryHoldsOnlyCiphertext(t *testing.T) {
 		temporal.NewNonRetryableApplicationError("ray start refused on "+failing.Nodes[1].Name+" for "+failing.Image, "ContainerExited", nil))
 	startWorker(t, keyed, activities.WorkflowQueue, func(w worker.Worker) {
 		w.RegisterWorkflow(workflows.DeployCluster)
+		w.RegisterActivity(&control.Checks{Controller: control.Controller{Client: keyed}})
 	})
 	for _, s := range []spec.Cluster{ok, failing} {
 		for _, n := range s.Nodes {
