@@ -69,12 +69,13 @@ func runMain(m *testing.M) int {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	prefix := "tpd-e2e-" + hex.EncodeToString(b)
-	theLab, err = lab.Up(ctx, eng, temporal, lab.Config{Prefix: prefix})
+	theLab, err = lab.Up(ctx, eng, temporal, lab.Config{Prefix: prefix, FaultProxies: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: lab up (Docker engine and root required):", err)
 		return 1
 	}
 	defer func() {
+		theLab.Close()
 		if err := lab.Down(context.Background(), eng, prefix); err != nil {
 			fmt.Fprintln(os.Stderr, "lab down:", err)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/lab/faultproxy"
 	"github.com/tpdeploy/tpdeploy/searchattr"
 )
 
@@ -109,6 +110,9 @@ type Config struct {
 	Index int
 	// NodeEnv is extra environment for every node agent.
 	NodeEnv map[string]string
+	// FaultProxies puts a fault proxy (lab/faultproxy) between each node's agent and the
+	// Docker engine, so a test can fail, hang or hold that node's engine calls.
+	FaultProxies bool
 }
 
 // Lab is a running lab.
@@ -120,6 +124,31 @@ type Lab struct {
 	Temporal, UI string
 	Nodes        []Node
 	eng          *client.Client
+	proxies      map[string]*faultproxy.Proxy
+}
+
+// Proxy is the fault proxy in front of a node's engine (Config.FaultProxies), or nil.
+func (l *Lab) Proxy(node string) *faultproxy.Proxy { return l.proxies[node] }
+
+// Close stops the lab's fault proxies (Down removes its containers and networks).
+func (l *Lab) Close() {
+	for _, p := range l.proxies {
+		_ = p.Close()
+	}
+}
+
+// stateDir is where the lab keeps what must outlive its containers: Temporal's database
+// (a real deployment's Temporal persists its state; a restart loses nothing) and the fault
+// proxies' sockets.
+func stateDir(prefix string) string { return filepath.Join(os.TempDir(), prefix+"-state") }
+
+// RestartTemporal restarts the lab's Temporal server (its database persists) and waits
+// until it answers again.
+func (l *Lab) RestartTemporal(ctx context.Context) error {
+	if _, err := l.eng.ContainerRestart(ctx, l.Prefix+"-temporal", client.ContainerRestartOptions{}); err != nil {
+		return fmt.Errorf("restart temporal: %w", err)
+	}
+	return waitTCP(ctx, l.Temporal, 60*time.Second)
 }
 
 // Node is one simulated GPU node.
@@ -241,12 +270,16 @@ func (l *Lab) removeNetworks(ctx context.Context) {
 func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 	tAddr := host(l.Mgmt, 254)
 	l.Temporal, l.UI = net.JoinHostPort(tAddr.String(), "7233"), "http://"+net.JoinHostPort(tAddr.String(), "8233")
+	state := stateDir(l.Prefix)
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return fmt.Errorf("lab state: %w", err)
+	}
 	if withTemporal {
 		err := l.run(ctx, l.Prefix+"-temporal", &container.Config{
 			Image: TemporalImage, Labels: map[string]string{LabelLab: l.Prefix},
-			Cmd: append([]string{"server", "start-dev", "--ip", "0.0.0.0", "--ui-ip", "0.0.0.0", "--log-level", "error"},
-				searchattr.DevServerFlags()...),
-		}, map[string]netip.Addr{"mgmt": tAddr}, nil)
+			Cmd: append([]string{"server", "start-dev", "--ip", "0.0.0.0", "--ui-ip", "0.0.0.0", "--log-level", "error",
+				"--db-filename", "/data/temporal.db"}, searchattr.DevServerFlags()...),
+		}, map[string]netip.Addr{"mgmt": tAddr}, nil, state+":/data")
 		if err != nil {
 			return err
 		}
@@ -273,9 +306,21 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		for k, v := range cfg.NodeEnv {
 			env = append(env, k+"="+v)
 		}
+		socket := "/var/run/docker.sock"
+		if cfg.FaultProxies {
+			socket = filepath.Join(state, n.Name+"-docker.sock")
+			p := faultproxy.New("unix:///var/run/docker.sock")
+			if err := p.ListenUnix(socket); err != nil {
+				return fmt.Errorf("fault proxy for %s: %w", n.Name, err)
+			}
+			if l.proxies == nil {
+				l.proxies = map[string]*faultproxy.Proxy{}
+			}
+			l.proxies[n.Name] = p
+		}
 		err := l.run(ctx, n.Container, &container.Config{
 			Image: NodeImage, Hostname: n.Name, Env: env, Labels: map[string]string{LabelLab: l.Prefix, "tpdeploy.lab.node": n.Name},
-		}, nets, []string{"NET_ADMIN"}, "/var/run/docker.sock:/var/run/docker.sock")
+		}, nets, []string{"NET_ADMIN"}, socket+":/var/run/docker.sock")
 		if err != nil {
 			return err
 		}
@@ -403,6 +448,9 @@ func Down(ctx context.Context, eng *client.Client, prefix string) error {
 	}
 	for _, c := range labs.Items {
 		remove(c.ID)
+	}
+	if err := os.RemoveAll(stateDir(prefix)); err != nil {
+		errs = append(errs, err)
 	}
 	nets, err := eng.NetworkList(ctx, client.NetworkListOptions{Filters: f})
 	if err != nil {
