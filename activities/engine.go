@@ -63,7 +63,7 @@ func (e *engines) engine(host string) (containerEngine, string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if c, ok := e.clients[host]; ok {
-		return c, host, nil
+		return boundedEngine{c}, host, nil
 	}
 	opts, err := engineOptions(host)
 	if err != nil {
@@ -77,7 +77,7 @@ func (e *engines) engine(host string) (containerEngine, string, error) {
 		e.clients = map[string]*client.Client{}
 	}
 	e.clients[host] = c
-	return c, host, nil
+	return boundedEngine{c}, host, nil
 }
 
 // engine is the node's engine at host, if the node's policy allows that address.

@@ -145,6 +145,9 @@ type execResult struct {
 
 // execIn runs cmd in a running container, waits for it and returns its output.
 func execIn(ctx context.Context, eng containerEngine, container string, cmd, env []string) (execResult, error) {
+	// The output is read to its end: an engine that hangs mid-stream must not hold the step.
+	ctx, cancel := context.WithTimeout(ctx, 2*engineCallTimeout)
+	defer cancel()
 	ex, err := eng.ExecCreate(ctx, container, client.ExecCreateOptions{Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return execResult{}, err

@@ -321,7 +321,7 @@ func (d *deployment) deploymentRef() contract.Deployment {
 
 func (d *deployment) preflight(ctx workflow.Context) error {
 	return d.step(ctx, PhasePreflight, fmt.Sprintf("preflight: image %s on %d nodes", d.spec.Image, len(d.spec.Nodes)), func() error {
-		o := deployStep(d.spec.Timeouts.Preflight.D(), 3)
+		o := deployStep(d.spec.Timeouts.Preflight.D(), stepAttempts)
 		ids := map[string]string{}
 		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
@@ -365,7 +365,7 @@ func shortID(id string) string {
 }
 
 func (d *deployment) rayOptions() stepOptions {
-	return deployStep(d.spec.Timeouts.RayStart.D(), 3)
+	return deployStep(d.spec.Timeouts.RayStart.D(), stepAttempts)
 }
 
 // removeOnNode registers the compensation that removes role's containers on node. It is
@@ -434,7 +434,7 @@ func (d *deployment) joinWorkers(ctx workflow.Context) error {
 func (d *deployment) checkPlacement(ctx workflow.Context) error {
 	head := d.spec.Head().Name
 	return d.step(ctx, PhasePlacement, fmt.Sprintf("checking that all %d nodes registered with ray under their planned addresses", len(d.spec.Nodes)), func() error {
-		o := deployStep(d.spec.Timeouts.Placement.D(), 3)
+		o := deployStep(d.spec.Timeouts.Placement.D(), stepAttempts)
 		o.heartbeat = 20 * time.Second
 		var report contract.PlacementReport
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), contract.ActivityCheckPlacement,
@@ -452,7 +452,7 @@ func (d *deployment) launch(ctx workflow.Context) error {
 	head := d.spec.Head().Name
 	return d.step(ctx, PhaseLaunch, fmt.Sprintf("launching vllm serve %s (tp=%d, pp=%d) on %s", d.spec.Model.Path, d.spec.Parallel.Tensor, d.spec.Parallel.Pipeline, head), func() error {
 		d.removeOnNode(head, contract.RoleVLLM)
-		o := deployStep(d.spec.Timeouts.Launch.D(), 3)
+		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
 		var ref contract.ContainerRef
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), contract.ActivityLaunchVLLM,
 			contract.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace},

@@ -22,11 +22,25 @@ type stepOptions struct {
 	agentWait time.Duration
 }
 
+// stepAttempts is how many times a deploy step on a node runs before its retryable failure
+// fails the deploy. With the retry policy's backoff (1, 2, 4, 8 s) five attempts span about
+// 15 s: an engine that answers 500 or refuses connections for that long (dockerd
+// restarting, an overloaded engine) is survived; the fault matrix showed three attempts
+// (3 s) were not. Failures that retrying cannot fix are non-retryable and end at once.
+const stepAttempts = 5
+
 // deployStep is a step of a deploy on a node: an agent that does not pick it up within
 // timeouts.node_agent is down (found in seconds, not minutes).
 func deployStep(startToClose time.Duration, attempts int32) stepOptions {
-	return stepOptions{startToClose: startToClose, attempts: attempts}
+	return stepOptions{startToClose: startToClose, attempts: attempts, heartbeat: stepHeartbeat}
 }
+
+// stepHeartbeat is how soon an agent that died mid-step is noticed: every agent heartbeats
+// for its running activities (internal/liveness), so a step that stops heartbeating is
+// retried, on the agent once it is back, after this long rather than after the step's
+// start-to-close timeout. Agents and workflows ship as one binary; an agent without the
+// heartbeat (older than this) would see its steps time out — upgrade every agent together.
+const stepHeartbeat = 15 * time.Second
 
 // watchStep is the serving watch: long, heartbeating, and it waits for an agent that
 // restarts mid-load (systemd, a crash) rather than failing the deploy.
@@ -39,7 +53,7 @@ func watchStep(c spec.Cluster, every time.Duration) stepOptions {
 // and waits longer for an agent that is restarting; an agent still down after that is left
 // to remove the containers itself when it starts (it reconciles on start-up).
 func cleanupStep(c spec.Cluster) stepOptions {
-	return stepOptions{startToClose: c.Timeouts.Teardown.D(), attempts: 5,
+	return stepOptions{startToClose: c.Timeouts.Teardown.D(), attempts: 5, heartbeat: stepHeartbeat,
 		agentWait: max(3*c.Timeouts.NodeAgent.D(), 30*time.Second)}
 }
 

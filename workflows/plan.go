@@ -82,7 +82,7 @@ func planCluster(ctx workflow.Context, c spec.Cluster, d *deployment) (netplan.P
 
 func (d *deployment) probe(ctx workflow.Context) error {
 	return d.step(ctx, PhaseProbing, fmt.Sprintf("probing %d nodes", len(d.spec.Nodes)), func() error {
-		o := deployStep(d.spec.Timeouts.Probe.D(), 3)
+		o := deployStep(d.spec.Timeouts.Probe.D(), stepAttempts)
 		o.agentWait = d.probeAgentWait
 		got := map[string]netplan.NodeProbe{}
 		err := forEachNode(ctx, "probe", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
