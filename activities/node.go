@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"slices"
 	"sort"
@@ -19,6 +20,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -337,6 +340,53 @@ func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveR
 		a.logger().Info("container removed", zap.String("name", name))
 	}
 	return res, nil
+}
+
+// AddressHolds says whether the node's planned address is still on its planned
+// interface, up: a link that flapped can come back renamed or renumbered (a hot-plugged
+// NIC, a DHCP lease, a recreated bond), and then the plan's interface names and addresses
+// (NCCL_SOCKET_IFNAME, --node-ip-address) are wrong although the node never rebooted.
+func (a *Node) AddressHolds(ctx context.Context, req contract.AddressRequest) (contract.AddressCheck, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return contract.AddressCheck{}, err
+	}
+	h, err := a.netlinkHandle()
+	if err != nil {
+		return contract.AddressCheck{}, err
+	}
+	defer h.Close()
+	links, err := a.links(h)
+	if err != nil {
+		return contract.AddressCheck{}, err
+	}
+	return addressHolds(links, req.Interface, req.Address), nil
+}
+
+// addressHolds decides AddressHolds from the node's links.
+func addressHolds(links []netplan.Link, iface string, addr netip.Addr) contract.AddressCheck {
+	var now []string
+	for _, l := range links {
+		for _, p := range l.Addrs {
+			if p.Addr() == addr {
+				if l.Name == iface {
+					if !l.Up {
+						return contract.AddressCheck{Detail: fmt.Sprintf("%s holds %s but is down (%s)", iface, addr, l.OperState)}
+					}
+					return contract.AddressCheck{Holds: true}
+				}
+				now = append(now, l.Name)
+			}
+		}
+	}
+	if len(now) > 0 {
+		return contract.AddressCheck{Detail: fmt.Sprintf("%s is now on %s, not on the planned %s", addr, strings.Join(now, ", "), iface)}
+	}
+	for _, l := range links {
+		if l.Name == iface {
+			return contract.AddressCheck{Detail: fmt.Sprintf("%s no longer holds %s", iface, addr)}
+		}
+	}
+	return contract.AddressCheck{Detail: fmt.Sprintf("%s is gone and no interface holds %s", iface, addr)}
 }
 
 // BootID reports the node's boot ID; the supervisor compares it to notice reboots.

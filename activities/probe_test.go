@@ -102,7 +102,8 @@ func TestContractNamesTheAgentsActivities(t *testing.T) {
 	for _, name := range []string{contract.ActivityProbeNode, contract.ActivityOpenProbeListeners, contract.ActivityDialPeers,
 		contract.ActivityCloseProbeListeners, contract.ActivityPreflightNode, contract.ActivityStartRayHead,
 		contract.ActivityStartRayWorker, contract.ActivityCheckPlacement, contract.ActivityLaunchVLLM,
-		contract.ActivityWatchServing, contract.ActivityRemoveContainers, contract.ActivityBootID, contract.ActivityRayNodesAlive} {
+		contract.ActivityWatchServing, contract.ActivityRemoveContainers, contract.ActivityBootID, contract.ActivityRayNodesAlive,
+		contract.ActivityAddressHolds} {
 		if _, ok := reflect.TypeFor[*Node]().MethodByName(name); !ok {
 			t.Errorf("contract names activity %s, which the agent does not have", name)
 		}

@@ -267,6 +267,20 @@ type BootIDRequest struct {
 	Node string `json:"node"`
 }
 
+// AddressRequest asks a node whether its planned address is still on its planned
+// interface.
+type AddressRequest struct {
+	Node      string     `json:"node"`
+	Interface string     `json:"interface"`
+	Address   netip.Addr `json:"address"`
+}
+
+// AddressCheck is the answer: Holds, or what changed.
+type AddressCheck struct {
+	Holds  bool   `json:"holds"`
+	Detail string `json:"detail,omitempty"`
+}
+
 // Activity names: the methods of the agent's activities (activities.Node) and of the
 // operations activities every agent serves on the workflow queue (control.Checks).
 const (
@@ -283,6 +297,7 @@ const (
 	ActivityRemoveContainers    = "RemoveContainers"
 	ActivityBootID              = "BootID"
 	ActivityRayNodesAlive       = "RayNodesAlive"
+	ActivityAddressHolds        = "AddressHolds"
 	// Operations activities served on the workflow queue (control.Checks).
 	ActivityTeardownRunning = "TeardownRunning"
 	ActivityPauseSchedule   = "PauseSchedule"

@@ -151,21 +151,21 @@ func TestDeployFailures(t *testing.T) {
 		attempts   int // expected attempts of the failing call
 	}{
 		{"probe non-retryable", "ProbeNode node-b", bad("no netlink"), activities.ErrBadRequest, []string{"node-b: probe: no netlink"}, nil, 1},
-		{"probe exhausted", "ProbeNode node-b", nil, activities.ErrRetriesExhausted, []string{"node-b: probe:", "transient failure 3"}, nil, 3},
+		{"probe exhausted", "ProbeNode node-b", nil, activities.ErrRetriesExhausted, []string{"node-b: probe:", "transient failure 5"}, nil, stepAttempts},
 		{"listen fails", "OpenProbeListeners node-a", bad("address in use"), activities.ErrBadRequest, []string{"node-a: open reachability listeners: address in use"}, nil, 1},
 		{"image missing", "PreflightNode node-b", nonRetryable1(activities.ErrImageMissing, "node-b: image vllm/vllm-openai:v0.17.0 not present"),
 			activities.ErrImageMissing, []string{"image vllm/vllm-openai:v0.17.0 not present"}, nil, 1},
 		{"head fails", "StartRayHead node-a", bad("port 6379 in use"), activities.ErrBadRequest, []string{"node-a: start ray head: port 6379 in use"}, headOnly, 1},
-		{"head exhausted", "StartRayHead node-a", nil, activities.ErrRetriesExhausted, []string{"node-a: start ray head:"}, headOnly, 3},
+		{"head exhausted", "StartRayHead node-a", nil, activities.ErrRetriesExhausted, []string{"node-a: start ray head:"}, headOnly, stepAttempts},
 		{"worker fails", "StartRayWorker node-b", nonRetryable1(activities.ErrBadRequest, "Unable to connect to GCS at 192.168.200.12:6379"),
 			activities.ErrBadRequest, []string{"node-b: join ray worker: Unable to connect to GCS"}, rayAll, 1},
-		{"worker exhausted", "StartRayWorker node-b", nil, activities.ErrRetriesExhausted, []string{"node-b: join ray worker"}, rayAll, 3},
+		{"worker exhausted", "StartRayWorker node-b", nil, activities.ErrRetriesExhausted, []string{"node-b: join ray worker"}, rayAll, stepAttempts},
 		{"placement mismatch", "CheckPlacement node-a",
 			nonRetryable1(activities.ErrPlacementMismatch, "node-a registered with ray as 10.1.230.180, planned 192.168.200.12"),
 			activities.ErrPlacementMismatch, []string{"node-a: check placement: node-a registered with ray as 10.1.230.180, planned 192.168.200.12"}, rayAll, 1},
-		{"placement exhausted", "CheckPlacement node-a", nil, activities.ErrRetriesExhausted, []string{"check placement"}, rayAll, 3},
+		{"placement exhausted", "CheckPlacement node-a", nil, activities.ErrRetriesExhausted, []string{"check placement"}, rayAll, stepAttempts},
 		{"launch fails", "LaunchVLLM node-a", bad("no such image"), activities.ErrBadRequest, []string{"node-a: launch vllm"}, everything, 1},
-		{"launch exhausted", "LaunchVLLM node-a", nil, activities.ErrRetriesExhausted, []string{"node-a: launch vllm"}, everything, 3},
+		{"launch exhausted", "LaunchVLLM node-a", nil, activities.ErrRetriesExhausted, []string{"node-a: launch vllm"}, everything, stepAttempts},
 		{"c10d unreachable", "WatchServing node-a",
 			nonRetryable1(activities.ErrC10dUnreachable, "The client socket has failed to connect to any network address of (10.1.230.180, 55053)"),
 			activities.ErrC10dUnreachable, []string{"node-a: wait until serving:", "(10.1.230.180, 55053)"}, everything, 1},
@@ -525,6 +525,38 @@ func TestDeployStartsOverWhenAFailureFollowsAReboot(t *testing.T) {
 	}
 	if got := fakeagents.Attempts(f, "ProbeNode node-b"); got != 2 {
 		t.Errorf("node-b probed %d times, want twice", got)
+	}
+}
+
+// A link that came back renamed during the deploy (NCCL then finds no interface of the
+// planned name) is found by asking the nodes whether their planned address is still on the
+// planned interface: the deploy starts over from probing and serves on the new name.
+func TestDeployStartsOverWhenAnInterfaceCameBackRenamed(t *testing.T) {
+	f := fakeagents.New()
+	f.Failures["WatchServing node-a"] = nonRetryable1(activities.ErrNCCLNoInterface, "NCCL_SOCKET_IFNAME names no interface")
+	watches := 0
+	f.OnCall = func(key string) {
+		if key != "WatchServing node-a" {
+			return
+		}
+		if watches++; watches == 1 {
+			fakeagents.RenameLink(f, "node-b", "enp1s0f1np1", "enp1s0f1np2")
+		} else {
+			f.Failures = map[string]error{}
+		}
+	}
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	want := "node-b's network changed (192.168.200.13 is now on enp1s0f1np2, not on the planned enp1s0f1np1)"
+	if len(res.Restarts) != 1 || res.Restarts[0] != want {
+		t.Errorf("restarts = %q, want [%q]", res.Restarts, want)
+	}
+	if np, _ := res.Plan.Node("node-b"); np.Interface != "enp1s0f1np2" {
+		t.Errorf("node-b planned on %s after the restart, want enp1s0f1np2", np.Interface)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -134,21 +135,44 @@ func (d *deployment) bootID(node string) string {
 	return ""
 }
 
-// rebootedMeanwhile says which planned node rebooted while the attempt ran, or "": one
-// its agent reported, or — after a failure a lost node can cause — one whose boot ID
-// changed when asked. A node whose agent does not answer then is recorded as down.
+// addressCheckVersion: from here on, a failure that a changed network can cause also asks
+// every node whether its planned address is still on its planned interface.
+const addressCheckVersion = "address-check"
+
+// addressLoss are the failure types a node whose interface came back renamed or
+// renumbered causes (the plan's NCCL/Gloo interface names and addresses are then wrong).
+var addressLoss = []string{contract.ErrNCCLNoInterface, contract.ErrGlooNoInterface, contract.ErrGlooLoopback}
+
+// rebootedMeanwhile says which planned node rebooted or changed its network while the
+// attempt ran, or "": a reboot its agent reported, or — after a failure a lost node or a
+// changed network can cause — a node whose boot ID changed when asked, or whose planned
+// address is no longer on its planned interface. A node whose agent does not answer then
+// is recorded as down.
 func (d *deployment) rebootedMeanwhile(ctx workflow.Context, err error) string {
 	if d.reboot != "" {
 		return d.reboot
 	}
 	var se *stepError
-	if !errors.As(err, &se) || !slices.Contains(nodeLoss, se.Type) || len(d.probes) == 0 {
+	if !errors.As(err, &se) || len(d.probes) == 0 {
+		return ""
+	}
+	checkAddresses := false
+	if slices.Contains(nodeLoss, se.Type) || slices.Contains(addressLoss, se.Type) {
+		checkAddresses = workflow.GetVersion(ctx, addressCheckVersion, workflow.DefaultVersion, 1) == 1
+	}
+	if !slices.Contains(nodeLoss, se.Type) && !(checkAddresses && slices.Contains(addressLoss, se.Type)) {
 		return ""
 	}
 	futures := map[string]workflow.Future{}
+	addrs := map[string]workflow.Future{}
 	for _, n := range d.spec.Nodes {
-		futures[n.Name] = workflow.ExecuteActivity(onNode(ctx, d.spec, n.Name, "boot ID of "+n.Name, checkStep(d.spec)),
-			contract.ActivityBootID, contract.BootIDRequest{Node: n.Name})
+		actx := onNode(ctx, d.spec, n.Name, "boot ID of "+n.Name, checkStep(d.spec))
+		futures[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityBootID, contract.BootIDRequest{Node: n.Name})
+		if np, ok := d.plannedNode(n.Name); ok && checkAddresses {
+			actx := onNode(ctx, d.spec, n.Name, "is "+np.Address.String()+" still on "+np.Interface, checkStep(d.spec))
+			addrs[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityAddressHolds,
+				contract.AddressRequest{Node: n.Name, Interface: np.Interface, Address: np.Address})
+		}
 	}
 	var rebooted []string
 	for _, n := range d.spec.Nodes {
@@ -161,9 +185,24 @@ func (d *deployment) rebootedMeanwhile(ctx workflow.Context, err error) string {
 		}
 		if known := d.bootID(n.Name); known != "" && id != known {
 			rebooted = append(rebooted, fmt.Sprintf("%s rebooted (boot ID %s -> %s)", n.Name, short(known), short(id)))
+			continue
+		}
+		if f, ok := addrs[n.Name]; ok {
+			var chk contract.AddressCheck
+			if err := f.Get(ctx, &chk); err == nil && !chk.Holds {
+				rebooted = append(rebooted, fmt.Sprintf("%s's network changed (%s)", n.Name, chk.Detail))
+			}
 		}
 	}
 	return strings.Join(rebooted, "; ")
+}
+
+// plannedNode is the node's plan in this attempt, if planning got that far.
+func (d *deployment) plannedNode(name string) (netplan.NodePlan, bool) {
+	if d.state.Plan == nil {
+		return netplan.NodePlan{}, false
+	}
+	return d.state.Plan.Node(name)
 }
 
 func (d *deployment) maxRestarts() int {

@@ -313,6 +313,41 @@ func (f *Agents) BootID(ctx context.Context, req activities.BootIDRequest) (stri
 	return "boot-" + req.Node, nil // what SeedProbe reports
 }
 
+// AddressHolds answers from the node's current probe: the planned address on the planned
+// interface.
+func (f *Agents) AddressHolds(ctx context.Context, req contract.AddressRequest) (contract.AddressCheck, error) {
+	if err := f.record(ctx, "AddressHolds", req.Node, ""); err != nil {
+		return contract.AddressCheck{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.Probes[req.Node].Links {
+		for _, a := range l.Addrs {
+			if a.Addr() == req.Address && l.Name == req.Interface {
+				return contract.AddressCheck{Holds: true}, nil
+			}
+			if a.Addr() == req.Address {
+				return contract.AddressCheck{Detail: fmt.Sprintf("%s is now on %s, not on the planned %s", req.Address, l.Name, req.Interface)}, nil
+			}
+		}
+	}
+	return contract.AddressCheck{Detail: fmt.Sprintf("no interface holds %s", req.Address)}, nil
+}
+
+// RenameLink renames one of a node's links, as a link that came back under another name.
+func RenameLink(f *Agents, node, from, to string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.Probes[node]
+	p.Links = append([]netplan.Link(nil), p.Links...)
+	for i := range p.Links {
+		if p.Links[i].Name == from {
+			p.Links[i].Name = to
+		}
+	}
+	f.Probes[node] = p
+}
+
 // TeardownRunning answers for the operations activities every agent serves on the
 // workflow queue: no teardown runs unless a test says so ("TeardownRunning <cluster>").
 func (f *Agents) TeardownRunning(ctx context.Context, req contract.ClusterRequest) (contract.ClusterBusy, error) {
