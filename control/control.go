@@ -24,11 +24,17 @@ type AlreadyRunningError struct {
 	Cluster    string
 	WorkflowID string
 	RunID      string
+	// OtherSpec, when set, says that the running deploy is of another spec.
+	OtherSpec string
 }
 
 func (e *AlreadyRunningError) Error() string {
-	return fmt.Sprintf("cluster %s: a deploy is already running (workflow %s, run %s); watch it with `starter status --watch %s` or stop it with `starter teardown %s`",
-		e.Cluster, e.WorkflowID, e.RunID, e.Cluster, e.Cluster)
+	other := ""
+	if e.OtherSpec != "" {
+		other = " (" + e.OtherSpec + ")"
+	}
+	return fmt.Sprintf("cluster %s: a deploy is already running (workflow %s, run %s)%s; watch it with `starter status --watch %s` or stop it with `starter teardown %s`",
+		e.Cluster, e.WorkflowID, e.RunID, other, e.Cluster, e.Cluster)
 }
 
 // Controller starts and inspects deployments.
@@ -59,6 +65,27 @@ func (c Controller) StartDeploy(ctx context.Context, req workflows.DeployRequest
 		return nil, fmt.Errorf("start deploy of %s: %w", req.Spec.Name, err)
 	}
 	return run, nil
+}
+
+// DeployOrJoin starts the cluster's deploy; when one runs already with the same spec it
+// joins that one (joined=true), so `starter deploy` run twice, or by two people, makes one
+// deploy. A running deploy of another spec is refused with *AlreadyRunningError naming it:
+// which spec should win is a person's decision.
+func (c Controller) DeployOrJoin(ctx context.Context, req workflows.DeployRequest) (run client.WorkflowRun, joined bool, err error) {
+	run, err = c.StartDeploy(ctx, req)
+	var running *AlreadyRunningError
+	if !errors.As(err, &running) {
+		return run, false, err
+	}
+	s, serr := c.deploySpec(ctx, running.WorkflowID, running.RunID)
+	if serr != nil {
+		return nil, false, err
+	}
+	if s.Hash() != req.Spec.Hash() {
+		running.OtherSpec = fmt.Sprintf("it deploys spec %s, this is spec %s", s.Hash(), req.Spec.Hash())
+		return nil, false, running
+	}
+	return c.Client.GetWorkflow(ctx, running.WorkflowID, running.RunID), true, nil
 }
 
 // Plan runs the dry-run plan workflow and waits for its report.

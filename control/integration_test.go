@@ -204,6 +204,18 @@ func TestConcurrentDeployRefusedAndTeardownCancels(t *testing.T) {
 	if running.RunID != first.GetRunID() || !strings.Contains(err.Error(), workflows.DeployWorkflowID(s.Name)) {
 		t.Errorf("refusal does not name the running deploy: %v (running run %s)", err, first.GetRunID())
 	}
+	// `starter deploy` of the same spec joins the running deploy; of another spec, it is
+	// refused naming both specs.
+	joinedRun, joined, err := ctl.DeployOrJoin(ctx, workflows.DeployRequest{Spec: s, Trigger: "cli"})
+	if err != nil || !joined || joinedRun.GetRunID() != first.GetRunID() {
+		t.Errorf("same-spec deploy: joined=%v err=%v, want to join run %s", joined, err, first.GetRunID())
+	}
+	other := s
+	other.Model.ExtraArgs = []string{"--max-model-len", "1024"}
+	if _, joined, err = ctl.DeployOrJoin(ctx, workflows.DeployRequest{Spec: other, Trigger: "cli"}); joined || !errors.As(err, &running) ||
+		!strings.Contains(err.Error(), "it deploys spec "+s.Hash()+", this is spec "+other.Hash()) {
+		t.Errorf("other-spec deploy: joined=%v err=%v, want refused naming both specs", joined, err)
+	}
 
 	res, err := ctl.Teardown(ctx, s.Name, nil)
 	if err != nil {

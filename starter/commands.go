@@ -45,11 +45,15 @@ func cmdDeploy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeFn()
-	run, err := ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "cli", ReportEvery: spec.Duration(*every)})
+	run, joined, err := ctl.DeployOrJoin(ctx, workflows.DeployRequest{Spec: s, Trigger: "cli", ReportEvery: spec.Duration(*every)})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "deploy of %s started: workflow %s run %s\n", s.Name, run.GetID(), run.GetRunID())
+	if joined {
+		fmt.Fprintf(stdout, "a deploy of the same spec of %s is running: joined workflow %s run %s\n", s.Name, run.GetID(), run.GetRunID())
+	} else {
+		fmt.Fprintf(stdout, "deploy of %s started: workflow %s run %s\n", s.Name, run.GetID(), run.GetRunID())
+	}
 	if !*watch {
 		return nil
 	}
