@@ -5,7 +5,7 @@ TEMPORAL_VERSION := v1.5.1
 BIN := $(CURDIR)/bin
 DATA := $(CURDIR)/.tpdeploy-data
 
-.PHONY: build test lint deps dev demo demo-down bench fuzz clean lab-images lab-up lab-down
+.PHONY: build test lint deps dev demo demo-down bench faults fuzz clean lab-images lab-up lab-down
 
 build:
 	$(GO) build -o $(BIN)/ ./worker ./starter ./lab/netns ./lab/labctl
@@ -28,7 +28,12 @@ lint:
 	$(GO) vet ./...
 
 test: deps lint $(BIN)/temporal
-	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 45m ./...
+
+# The whole fault matrix (every step × every fault, about an hour here); it rewrites the
+# table in README.md. `make test` runs one cell per fault.
+faults: deps $(BIN)/temporal
+	TPDEPLOY_FAULTS=all TPDEPLOY_FAULTS_README=1 $(GO) test -count=1 -timeout 150m -run TestFaultMatrix -v ./e2e
 
 # Short fuzz runs of the parsers that read outside input.
 fuzz:

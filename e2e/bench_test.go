@@ -14,6 +14,7 @@ import (
 
 	"github.com/moby/moby/client"
 	enumspb "go.temporal.io/api/enums/v1"
+	tclient "go.temporal.io/sdk/client"
 
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/images"
@@ -172,4 +173,42 @@ func BenchmarkSeedFailure1(b *testing.B) {
 	m := median(took)
 	b.ReportMetric(m.Seconds(), "s-to-failure")
 	fmt.Printf("seed failure 1, %d runs: start to classified PlacementMismatch (compensations done) median %.2fs %v (target < 10s)\n", len(took), m.Seconds(), rounded(took))
+}
+
+// BenchmarkSupervisorHealthyEvents counts the history events the supervisor adds while the
+// cluster stays healthy. Its watch is one long-lived activity that returns only on a change
+// or after WatchFor (1 h by default), so a healthy hour is one watch cycle: the benchmark
+// runs a supervisor with a 30 s cycle, counts the events of several cycles, and reports the
+// events per cycle, i.e. per healthy hour with the default.
+func BenchmarkSupervisorHealthyEvents(b *testing.B) {
+	s := benchSpec(b, "bench-quiet")
+	deployOnce(b, s)
+	defer func() { _, _ = (control.Controller{Client: tc}).Teardown(context.Background(), s.Name, nil) }()
+	ctx := context.Background()
+	id := workflows.SuperviseWorkflowID(s.Name)
+	// The deploy's supervisor (1 h cycle) gives way to one with a 30 s cycle.
+	if err := tc.CancelWorkflow(ctx, id, ""); err != nil {
+		b.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	_ = tc.GetWorkflow(waitCtx, id, "").Get(waitCtx, nil)
+	cancel()
+	cycle := 30 * time.Second
+	run, err := tc.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: "tpdeploy"},
+		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: s, WatchFor: spec.Duration(cycle)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(10 * time.Second) // past the first check and the boot-ID round
+	cycles := 6
+	if v, err := strconv.Atoi(os.Getenv("TPDEPLOY_BENCH_CYCLES")); err == nil && v > 0 {
+		cycles = v
+	}
+	before := historyEvents(b, id, run.GetRunID())
+	time.Sleep(time.Duration(cycles) * cycle)
+	after := historyEvents(b, id, run.GetRunID())
+	perCycle := float64(after-before) / float64(cycles)
+	b.ReportMetric(perCycle, "events/healthy-hour")
+	fmt.Printf("supervisor while healthy (checks every 5 s): %d history events in %d watch cycles of %s = %.1f per cycle, i.e. per healthy hour with the default 1 h cycle (%d checks)\n",
+		after-before, cycles, cycle, perCycle, 3600/5)
 }

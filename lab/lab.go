@@ -24,6 +24,7 @@ import (
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
+	"github.com/tpdeploy/tpdeploy/internal/barrier"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/lab/faultproxy"
 	"github.com/tpdeploy/tpdeploy/searchattr"
@@ -141,6 +142,15 @@ func (l *Lab) Close() {
 // (a real deployment's Temporal persists its state; a restart loses nothing) and the fault
 // proxies' sockets.
 func stateDir(prefix string) string { return filepath.Join(os.TempDir(), prefix+"-state") }
+
+// nodeBarrierDir is where a node's agent finds its barrier files (internal/barrier).
+const nodeBarrierDir = "/run/tpdeploy-barrier"
+
+// BarrierDir is the host directory of a node's barrier files: barrier.Hold(dir, activity)
+// holds that activity on that node's agent before it runs, until barrier.Release.
+func (l *Lab) BarrierDir(node string) string {
+	return filepath.Join(stateDir(l.Prefix), "barrier-"+node)
+}
 
 // RestartTemporal restarts the lab's Temporal server (its database persists) and waits
 // until it answers again.
@@ -318,9 +328,14 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			}
 			l.proxies[n.Name] = p
 		}
+		barriers := l.BarrierDir(n.Name)
+		if err := os.MkdirAll(barriers, 0o755); err != nil {
+			return fmt.Errorf("barrier directory for %s: %w", n.Name, err)
+		}
+		env = append(env, barrier.EnvDir+"="+nodeBarrierDir)
 		err := l.run(ctx, n.Container, &container.Config{
 			Image: NodeImage, Hostname: n.Name, Env: env, Labels: map[string]string{LabelLab: l.Prefix, "tpdeploy.lab.node": n.Name},
-		}, nets, []string{"NET_ADMIN"}, socket+":/var/run/docker.sock")
+		}, nets, []string{"NET_ADMIN"}, socket+":/var/run/docker.sock", barriers+":"+nodeBarrierDir)
 		if err != nil {
 			return err
 		}
