@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -110,39 +112,67 @@ func (d *deployment) reachability(ctx workflow.Context) error {
 		return nil
 	}
 	return d.step(ctx, PhaseReachability, fmt.Sprintf("testing reachability between %d nodes", len(d.spec.Nodes)), func() error {
-		dialTimeout := 2 * time.Second
-		o := deployStep(30*time.Second, 3)
-		names := nodeNames(d.spec.Nodes)
-		listeners := map[string]contract.ListenResult{}
-		err := forEachNode(ctx, "open reachability listeners", names, func(node string) workflow.Future {
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "listen on "+node, o), contract.ActivityOpenProbeListeners,
-				contract.ListenRequest{Node: node, Addrs: addrs[node], TTL: 2 * time.Minute})
-		}, func(node string, r contract.ListenResult) { listeners[node] = r })
-		// Listeners close whatever happens next; the TTL covers an agent that dies first.
-		defer d.closeListeners(ctx, listeners)
-		if err != nil {
-			return err
-		}
-		results := map[string][]netplan.PairResult{}
-		err = forEachNode(ctx, "dial peers", names, func(node string) workflow.Future {
-			var targets []netplan.Target
-			for _, peer := range names {
-				if peer != node {
-					targets = append(targets, listeners[peer].Targets...)
-				}
+		redo := workflow.GetVersion(ctx, reachabilityRedoVersion, workflow.DefaultVersion, 1) == 1
+		for attempt := 1; ; attempt++ {
+			refused, err := d.reachOnce(ctx, addrs)
+			if err != nil || !redo || len(refused) == 0 || attempt == reachabilityAttempts {
+				return err
 			}
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "dial peers from "+node, o), contract.ActivityDialPeers,
-				contract.DialRequest{Node: node, Targets: targets, Timeout: dialTimeout})
-		}, func(node string, r []netplan.PairResult) { results[node] = r })
-		if err != nil {
-			return err
+			// A refused dial reached the peer's host and found no listener: the peer's
+			// agent restarted since it opened them (its sockets closed with it). Testing
+			// again with fresh listeners tells a dead listener from a dead link.
+			workflow.GetLogger(ctx).Warn("reachability listeners gone; testing again", "refused", refused, "attempt", attempt)
 		}
-		d.matrix = nil
-		for _, n := range names {
-			d.matrix = append(d.matrix, results[n]...)
-		}
-		return nil
 	})
+}
+
+// reachabilityRedoVersion: from here on, a reachability test in which a dial was refused
+// is done again with fresh listeners (up to reachabilityAttempts times).
+const reachabilityRedoVersion = "reachability-redo"
+
+const reachabilityAttempts = 3
+
+// reachOnce opens the listeners, has every node dial every other, closes the listeners,
+// and records the matrix; it returns the dials that were refused.
+func (d *deployment) reachOnce(ctx workflow.Context, addrs map[string][]netip.Prefix) ([]string, error) {
+	dialTimeout := 2 * time.Second
+	o := deployStep(30*time.Second, 3)
+	names := nodeNames(d.spec.Nodes)
+	listeners := map[string]contract.ListenResult{}
+	err := forEachNode(ctx, "open reachability listeners", names, func(node string) workflow.Future {
+		return workflow.ExecuteActivity(d.onNode(ctx, node, "listen on "+node, o), contract.ActivityOpenProbeListeners,
+			contract.ListenRequest{Node: node, Addrs: addrs[node], TTL: 2 * time.Minute})
+	}, func(node string, r contract.ListenResult) { listeners[node] = r })
+	// Listeners close whatever happens next; the TTL covers an agent that dies first.
+	defer d.closeListeners(ctx, listeners)
+	if err != nil {
+		return nil, err
+	}
+	results := map[string][]netplan.PairResult{}
+	err = forEachNode(ctx, "dial peers", names, func(node string) workflow.Future {
+		var targets []netplan.Target
+		for _, peer := range names {
+			if peer != node {
+				targets = append(targets, listeners[peer].Targets...)
+			}
+		}
+		return workflow.ExecuteActivity(d.onNode(ctx, node, "dial peers from "+node, o), contract.ActivityDialPeers,
+			contract.DialRequest{Node: node, Targets: targets, Timeout: dialTimeout})
+	}, func(node string, r []netplan.PairResult) { results[node] = r })
+	if err != nil {
+		return nil, err
+	}
+	d.matrix = nil
+	var refused []string
+	for _, n := range names {
+		d.matrix = append(d.matrix, results[n]...)
+		for _, r := range results[n] {
+			if !r.OK && strings.Contains(r.Error, "connection refused") {
+				refused = append(refused, fmt.Sprintf("%s -> %s %s", r.From, r.To, r.Addr))
+			}
+		}
+	}
+	return refused, nil
 }
 
 func (d *deployment) closeListeners(ctx workflow.Context, listeners map[string]contract.ListenResult) {
