@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,19 @@ type ContainerOptions struct {
 	Ulimits []string `json:"ulimits"`
 	// StopTimeout is how long a container may take to stop before it is killed.
 	StopTimeout time.Duration `json:"stop_timeout"`
+	// HostRoot, when set, stands for the node's / : the spec's host paths (hf_cache,
+	// model.host_dir) are taken under it, by the engine's binds and by the agent's own
+	// reads. The lab's nodes share one host, and each has its own directory; real nodes
+	// leave it empty.
+	HostRoot string `json:"host_root,omitempty"`
+}
+
+// HostPath is a host path of the spec as the engine (and the agent) sees it.
+func (o ContainerOptions) HostPath(p string) string {
+	if o.HostRoot == "" {
+		return p
+	}
+	return filepath.Join(o.HostRoot, p)
 }
 
 // DefaultContainerOptions are a real GPU node's: what vLLM's run_cluster.sh and the DGX
@@ -115,12 +129,17 @@ func containerEnv(np netplan.NodePlan, node spec.Node, extra map[string]string) 
 	return out
 }
 
-// roleSpec is what every container of a role shares: name, image, labels, the HF cache.
+// roleSpec is what every container of a role shares: name, image, labels, the HF cache
+// and model.host_dir, read-only at model.path.
 func roleSpec(c spec.Cluster, d Deployment, node, role string, o ContainerOptions) containerSpec {
+	binds := []string{o.HostPath(c.HFCache) + ":" + hfCacheMount}
+	if c.Model.HostDir != "" {
+		binds = append(binds, o.HostPath(c.Model.HostDir)+":"+c.Model.Path+":ro")
+	}
 	return containerSpec{
 		Name: ContainerName(c.Name, node, role), Image: c.Image,
 		Labels:  map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node},
-		Binds:   []string{c.HFCache + ":" + hfCacheMount},
+		Binds:   binds,
 		Options: o,
 	}
 }

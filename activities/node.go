@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -112,9 +113,34 @@ func (a *Node) allowed(check func(policy.Policy) error) error {
 func (a *Node) specAllowed(c spec.Cluster) error {
 	n, _ := c.Node(a.Name)
 	return a.allowed(func(p policy.Policy) error {
-		return errors.Join(p.CheckImage(c.Image), p.CheckDockerHost(n.DockerHost), p.CheckMount(c.HFCache),
+		var hostDir error
+		if c.Model.HostDir != "" {
+			hostDir = p.CheckMount(c.Model.HostDir)
+		}
+		return errors.Join(p.CheckImage(c.Image), p.CheckDockerHost(n.DockerHost), p.CheckMount(c.HFCache), hostDir,
 			p.CheckPorts(c.Ports.VLLM, c.Ports.Ray, c.Ports.Dashboard))
 	})
+}
+
+// hostPath is a path of the node's filesystem as this agent reads it (under its host root,
+// in the lab); empty stays empty.
+func (a *Node) hostPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	return a.containerOptions().HostPath(p)
+}
+
+// nodePath is hostPath's inverse, for paths the agent reports.
+func (a *Node) nodePath(p string) string {
+	root := a.containerOptions().HostRoot
+	if root == "" || p == "" {
+		return p
+	}
+	if rel, err := filepath.Rel(root, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return "/" + filepath.ToSlash(rel)
+	}
+	return p
 }
 
 func (a *Node) logger() *zap.Logger {

@@ -29,31 +29,29 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
-// Error types of the model-weight activities.
-const (
-	// ErrModelIncomplete: a node lacks files of the model, or the source of a copy lacks
-	// a file it was asked for.
-	ErrModelIncomplete = "ModelIncomplete"
-	// ErrModelCorrupt: a copied file's size or hash is not the head's manifest's (the
-	// partial copy is removed), or the model's files cannot be read as a model.
-	ErrModelCorrupt = "ModelCorrupt"
-	// ErrModelServerGone: the head's model server refused the connection or the token
-	// (closed, expired, or its agent restarted); open another and copy again.
-	ErrModelServerGone = "ModelServerGone"
+// The model-weight activities' requests, results and error types are the contract's.
+type (
+	ModelManifestRequest      = contract.ModelManifestRequest
+	OpenModelServerRequest    = contract.OpenModelServerRequest
+	ModelServer               = contract.ModelServer
+	CloseModelServerRequest   = contract.CloseModelServerRequest
+	SyncModelRequest          = contract.SyncModelRequest
+	SyncProgress              = contract.SyncProgress
+	SyncResult                = contract.SyncResult
+	RemovePartialModelRequest = contract.RemovePartialModelRequest
+	RemovePartialModelResult  = contract.RemovePartialModelResult
 )
 
-// Model layouts SyncModel writes.
 const (
-	// ModelLayoutDir writes files at Root/<name> (model.host_dir).
-	ModelLayoutDir = "dir"
-	// ModelLayoutHF writes files into a Hugging Face cache as huggingface_hub does: Root is
-	// the snapshot directory <hf_cache>/hub/models--Org--Name/snapshots/<commit>, content
-	// goes to ../../blobs/<hash>, the snapshot entry links to it, and refs/<Ref> names
-	// the commit once every file is in place.
-	ModelLayoutHF = "hf"
+	ErrModelIncomplete = contract.ErrModelIncomplete
+	ErrModelCorrupt    = contract.ErrModelCorrupt
+	ErrModelServerGone = contract.ErrModelServerGone
+	ModelLayoutDir     = contract.ModelLayoutDir
+	ModelLayoutHF      = contract.ModelLayoutHF
 )
 
 const (
@@ -70,22 +68,6 @@ const (
 	// linkSuffix ends the temporary name of a snapshot link before it is renamed in place.
 	linkSuffix = ".tpdeploy-link"
 )
-
-// ModelManifestRequest asks a node to describe the model it holds. Paths are as the agent
-// sees them (translated by the caller when the agent runs under a prefix).
-type ModelManifestRequest struct {
-	Node string `json:"node"`
-	// HFCache is the node's hf_cache (the directory holding hub/).
-	HFCache string `json:"hf_cache,omitempty"`
-	// Repo is the model's Hugging Face name (model.path).
-	Repo string `json:"repo,omitempty"`
-	// Revision is model.revision: a branch, tag or commit; empty means what refs/main names.
-	Revision string `json:"revision,omitempty"`
-	// Dir, when set, is model.host_dir: it is scanned instead of the cache.
-	Dir string `json:"dir,omitempty"`
-	// Checksums reads and hashes every file (model.checksums).
-	Checksums bool `json:"checksums,omitempty"`
-}
 
 // ModelManifest describes the model this node holds: a Hugging Face snapshot in its cache,
 // or model.host_dir. Missing files are in the manifest, not errors; the workflow compares
@@ -105,10 +87,12 @@ func (a *Node) ModelManifest(ctx context.Context, req ModelManifestRequest) (wei
 	go func() {
 		var s scanned
 		if req.Dir != "" {
-			s.m, s.err = weights.ScanDirContext(ctx, req.Dir, req.Checksums)
+			s.m, s.err = weights.ScanDirContext(ctx, a.hostPath(req.Dir), req.Checksums)
+			s.m.Source = req.Dir
 		} else {
-			s.m, s.err = weights.ScanHFContext(ctx, req.HFCache, req.Repo, req.Revision, req.Checksums)
+			s.m, s.err = weights.ScanHFContext(ctx, a.hostPath(req.HFCache), req.Repo, req.Revision, req.Checksums)
 		}
+		s.m.Dir = a.nodePath(s.m.Dir)
 		done <- s
 	}()
 	// Checksums read every byte (minutes for a large model): heartbeat meanwhile.
@@ -132,35 +116,6 @@ func (a *Node) ModelManifest(ctx context.Context, req ModelManifestRequest) (wei
 			activity.RecordHeartbeat(ctx, "scanning")
 		}
 	}
-}
-
-// OpenModelServerRequest asks the head's node to serve model files to the other nodes.
-type OpenModelServerRequest struct {
-	Node string `json:"node"`
-	// Addr is the node's planned address (on the fast subnet); the server listens there
-	// on an ephemeral port.
-	Addr netip.Addr `json:"addr"`
-	// Root is the directory the files are in, as the agent sees it: the snapshot
-	// (the head's Manifest.Dir) or model.host_dir.
-	Root string `json:"root"`
-	// Files are the names, relative to Root, the server serves; nothing else is.
-	Files []string `json:"files"`
-	// TTL closes the server by itself after this long without a request in flight, if the
-	// close never arrives (default 5 minutes, at most an hour).
-	TTL time.Duration `json:"ttl,omitempty"`
-}
-
-// ModelServer is a server OpenModelServer opened, and the token that reads from and closes
-// it.
-type ModelServer struct {
-	Addr  netip.AddrPort `json:"addr"`
-	Token string         `json:"token"`
-}
-
-// CloseModelServerRequest closes a server opened by OpenModelServer.
-type CloseModelServerRequest struct {
-	Node  string `json:"node"`
-	Token string `json:"token"`
 }
 
 // modelServers holds the open model servers of this process, by token. (Node's fields are
@@ -204,8 +159,10 @@ func (a *Node) OpenModelServer(ctx context.Context, req OpenModelServerRequest) 
 		}
 		files[f] = true
 	}
+	nodeRoot := req.Root
+	req.Root = a.hostPath(req.Root)
 	if fi, err := os.Stat(req.Root); err != nil || !fi.IsDir() {
-		return ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", req.Root), ErrModelIncomplete, nil)
+		return ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", nodeRoot), ErrModelIncomplete, nil)
 	}
 	ttl := req.TTL
 	if ttl <= 0 {
@@ -356,52 +313,6 @@ func (c countingWriter) ReadFrom(r io.Reader) (int64, error) {
 	return n, err
 }
 
-// SyncModelRequest asks a node to copy model files from the head's model server.
-type SyncModelRequest struct {
-	Node  string         `json:"node"`
-	From  netip.AddrPort `json:"from"`
-	Token string         `json:"token"`
-	// Root is the destination directory as the agent sees it: model.host_dir, or for
-	// ModelLayoutHF the snapshot directory (weights.HFSnapshotDir of the node's hf_cache,
-	// the repository and the head's Manifest.Revision).
-	Root string `json:"root"`
-	// Layout is ModelLayoutDir (the default) or ModelLayoutHF.
-	Layout string `json:"layout,omitempty"`
-	// Ref, for ModelLayoutHF, is the ref pointed at the snapshot's commit once every file
-	// is in place: "main" when the spec pins no revision, the spec's branch when it names
-	// one; empty writes no ref (a pinned commit).
-	Ref string `json:"ref,omitempty"`
-	// Files are what to copy (weights.Lacking), with the head's sizes and hashes.
-	Files []weights.File `json:"files"`
-	// Parallel is how many files are copied at once (default 4).
-	Parallel int `json:"parallel,omitempty"`
-}
-
-// SyncProgress is SyncModel's heartbeat.
-type SyncProgress struct {
-	// Done is the bytes in place of Total: copied, resumed from partial files, or found.
-	Done  int64 `json:"done"`
-	Total int64 `json:"total"`
-	// Received is what came over the network in this attempt.
-	Received int64    `json:"received"`
-	MBps     float64  `json:"mbps"`
-	Current  []string `json:"current,omitempty"`
-	Copied   []string `json:"copied,omitempty"`
-}
-
-// SyncResult is what SyncModel copied.
-type SyncResult struct {
-	// Bytes came over the network in this attempt; Reused were already on this node
-	// (partial files of an earlier attempt, blobs another snapshot shares).
-	Bytes   int64   `json:"bytes"`
-	Reused  int64   `json:"reused,omitempty"`
-	Seconds float64 `json:"seconds"`
-	// MBps is Bytes per second, in decimal megabytes.
-	MBps float64 `json:"mbps"`
-	// Copied names the files now in place, sorted.
-	Copied []string `json:"copied"`
-}
-
 // SyncModel copies the files a node lacks from the head's model server, agent to agent
 // over the planned subnet. Each file is written to <name>.tpdeploy-partial, resumed from
 // that file's size with a Range request when it is there (so an agent killed mid-copy does
@@ -416,6 +327,7 @@ func (a *Node) SyncModel(ctx context.Context, req SyncModelRequest) (SyncResult,
 	if err := checkSyncRequest(req); err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
 	}
+	req.Root = a.hostPath(req.Root)
 	if len(req.Files) == 0 {
 		return res, nil
 	}
@@ -967,19 +879,6 @@ func writeHFRef(snapshot, ref string) error {
 	return os.Rename(tmp, p)
 }
 
-// RemovePartialModelRequest asks a node to remove the partial copies under a model
-// directory (SyncModel's compensation).
-type RemovePartialModelRequest struct {
-	Node string `json:"node"`
-	// Root is SyncModel's destination directory, as the agent sees it.
-	Root string `json:"root"`
-}
-
-// RemovePartialModelResult names the partial files removed, relative to Root.
-type RemovePartialModelResult struct {
-	Removed []string `json:"removed"`
-}
-
 // RemovePartialModel removes the *.tpdeploy-partial files (and half-made snapshot links)
 // under Root, and nothing else: complete files, verified and renamed into place, stay.
 // A Root that is not there is not an error.
@@ -991,6 +890,7 @@ func (a *Node) RemovePartialModel(ctx context.Context, req RemovePartialModelReq
 	if req.Root == "" {
 		return res, temporal.NewNonRetryableApplicationError("no directory to clean", ErrBadRequest, nil)
 	}
+	req.Root = a.hostPath(req.Root)
 	err := filepath.WalkDir(req.Root, func(p string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil

@@ -298,6 +298,11 @@ const (
 	ActivityBootID              = "BootID"
 	ActivityRayNodesAlive       = "RayNodesAlive"
 	ActivityAddressHolds        = "AddressHolds"
+	ActivityModelManifest       = "ModelManifest"
+	ActivityOpenModelServer     = "OpenModelServer"
+	ActivityCloseModelServer    = "CloseModelServer"
+	ActivitySyncModel           = "SyncModel"
+	ActivityRemovePartialModel  = "RemovePartialModel"
 	// Operations activities served on the workflow queue (control.Checks).
 	ActivityTeardownRunning = "TeardownRunning"
 	ActivityPauseSchedule   = "PauseSchedule"

@@ -51,7 +51,29 @@ type Model struct {
 	Path       string   `json:"path"`
 	ServedName string   `json:"served_name,omitempty"`
 	ExtraArgs  []string `json:"extra_args,omitempty"`
+	// Revision pins a Hugging Face model's branch, tag or commit (vLLM's --revision);
+	// empty is what the cache's refs/main names.
+	Revision string `json:"revision,omitempty"`
+	// HostDir is a directory on every node holding the model; it is mounted read-only at
+	// Path (then an absolute path in the container) and checked on every node.
+	HostDir string `json:"host_dir,omitempty"`
+	// Sync is "" (a node lacking files fails preflight) or "from-head": the agents copy
+	// what a node lacks from the head's node over the planned subnet before Ray starts.
+	Sync string `json:"sync,omitempty"`
+	// Checksums makes the preflight hash every file (reads every byte: minutes for a large
+	// model); by default files are compared by name and size.
+	Checksums bool `json:"checksums,omitempty"`
 }
+
+// Model sync modes.
+const (
+	SyncNone     = ""
+	SyncFromHead = "from-head"
+)
+
+// IsHFName says whether the model path is a Hugging Face name (org/name) rather than a
+// path in the container.
+func (m Model) IsHFName() bool { return m.Path != "" && !strings.HasPrefix(m.Path, "/") }
 
 // Parallel holds vLLM's parallelism sizes; Tensor x Pipeline GPUs are needed in all.
 type Parallel struct {
@@ -113,6 +135,8 @@ type Timeouts struct {
 	Launch    Duration `json:"launch,omitempty"`
 	Serving   Duration `json:"serving,omitempty"`
 	Teardown  Duration `json:"teardown,omitempty"`
+	// ModelSync bounds the copy of a model to the nodes that lack it (model.sync).
+	ModelSync Duration `json:"model_sync,omitempty"`
 }
 
 // Roles.
@@ -141,6 +165,18 @@ var DefaultTimeouts = Timeouts{
 	Launch:    Duration(2 * time.Minute),
 	Serving:   Duration(30 * time.Minute),
 	Teardown:  Duration(2 * time.Minute),
+}
+
+// DefaultModelSyncTimeout bounds a model copy when timeouts.model_sync is not set. (It is
+// not filled in by WithDefaults: a default there would change every existing spec's hash.)
+const DefaultModelSyncTimeout = 2 * time.Hour
+
+// ModelSyncTimeout is timeouts.model_sync, or its default.
+func (t Timeouts) ModelSyncTimeout() time.Duration {
+	if t.ModelSync > 0 {
+		return t.ModelSync.D()
+	}
+	return DefaultModelSyncTimeout
 }
 
 // Parse decodes a YAML or JSON spec strictly (unknown fields and duplicate keys are errors),
@@ -307,6 +343,7 @@ func (t Timeouts) withDefaults() Timeouts {
 		Launch:    pick(t.Launch, d.Launch),
 		Serving:   pick(t.Serving, d.Serving),
 		Teardown:  pick(t.Teardown, d.Teardown),
+		ModelSync: t.ModelSync,
 	}
 }
 

@@ -158,6 +158,30 @@ func (v *validator) model(m Model) {
 	if strings.TrimSpace(m.Path) == "" {
 		v.add("model.path", "required (a path in the container or a Hugging Face model name)")
 	}
+	switch {
+	case m.HostDir == "":
+	case !strings.HasPrefix(m.HostDir, "/") || path.Clean(m.HostDir) != m.HostDir:
+		v.add("model.host_dir", fmt.Sprintf("%q must be a clean absolute path on the nodes", m.HostDir))
+	case m.IsHFName():
+		v.add("model.host_dir", fmt.Sprintf("is mounted at model.path, which must then be an absolute path in the container, not the Hugging Face name %q", m.Path))
+	}
+	if m.Revision != "" {
+		switch {
+		case m.HostDir != "" || !m.IsHFName():
+			v.add("model.revision", "only for a Hugging Face name: a directory has no revisions")
+		case !validRef(m.Revision):
+			v.add("model.revision", fmt.Sprintf("%q is not a branch, tag or commit", m.Revision))
+		}
+	}
+	switch m.Sync {
+	case SyncNone:
+	case SyncFromHead:
+		if m.HostDir == "" && !m.IsHFName() {
+			v.add("model.sync", "from-head copies model.host_dir or a Hugging Face name's snapshot; model.path "+m.Path+" is a path inside the image, which tpdeploy cannot see")
+		}
+	default:
+		v.add("model.sync", fmt.Sprintf("%q must be empty or %q", m.Sync, SyncFromHead))
+	}
 	for i, a := range m.ExtraArgs {
 		flag, _, _ := strings.Cut(a, "=")
 		if field, ok := managedArgs[flag]; ok {
@@ -171,6 +195,12 @@ func (v *validator) model(m Model) {
 			v.add(fmt.Sprintf("model.extra_args[%d]", i), fmt.Sprintf("%s: %s", flag, hint))
 		}
 	}
+}
+
+// validRef accepts branch names with slashes (refs like "release/v2"), never ".." or a
+// leading slash.
+func validRef(r string) bool {
+	return !strings.HasPrefix(r, "/") && !strings.Contains(r, "..") && !strings.ContainsAny(r, " \\")
 }
 
 func (v *validator) parallel(c Cluster) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -63,6 +64,7 @@ func run(ctx context.Context, args []string) error {
 		ctrIPC     = fs.String("ipc", connect.EnvSetOr("TPDEPLOY_IPC", defaults.IPC), "IPC mode of the node's containers; empty for Docker's default (env TPDEPLOY_IPC)")
 		ctrGPUs    = fs.String("gpus", connect.EnvOr("TPDEPLOY_GPUS", defaults.GPUs), "GPUs given to containers: all, none or a count (env TPDEPLOY_GPUS)")
 		shmSize    = fs.String("shm-size", connect.EnvOr("TPDEPLOY_SHM_SIZE", "10g"), "size of /dev/shm when IPC is not host (env TPDEPLOY_SHM_SIZE)")
+		hostRoot   = fs.String("host-root", connect.EnvOr("TPDEPLOY_HOST_ROOT", ""), "a directory standing for this node's / when several simulated nodes share one host (the lab): the spec's host paths (hf_cache, model.host_dir) are taken under it; empty on real nodes (env TPDEPLOY_HOST_ROOT)")
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
@@ -95,6 +97,10 @@ func run(ctx context.Context, args []string) error {
 		return errors.New("--node is required: the node's name as written in the cluster spec")
 	}
 	ctr, err := containerOptions(*ctrNetwork, *ctrIPC, *ctrGPUs, *shmSize, *ulimits)
+	if *hostRoot != "" && !filepath.IsAbs(*hostRoot) {
+		err = errors.Join(err, fmt.Errorf("--host-root %q: must be an absolute path", *hostRoot))
+	}
+	ctr.HostRoot = *hostRoot
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,8 @@ type DeployResult struct {
 	Warnings     []string                `json:"warnings,omitempty"`
 	// Restarts are the reboots the deploy started over after.
 	Restarts []string `json:"restarts,omitempty"`
+	// ModelCopies are what model.sync copied to each node.
+	ModelCopies []ModelCopy `json:"model_copies,omitempty"`
 }
 
 // StepTiming is how long one step took.
@@ -100,7 +102,9 @@ type State struct {
 	Compensations []string                 `json:"compensations,omitempty"`
 	Warnings      []string                 `json:"warnings,omitempty"`
 	Restarts      []string                 `json:"restarts,omitempty"`
-	Error         string                   `json:"error,omitempty"`
+	// ModelCopies are the model.sync copies this deploy made, per node.
+	ModelCopies []ModelCopy `json:"model_copies,omitempty"`
+	Error       string      `json:"error,omitempty"`
 }
 
 // DeployCluster deploys one model across the spec's nodes: probe → reachability → plan →
@@ -148,6 +152,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		d.result.Containers = d.state.Containers
 		d.result.Warnings = d.state.Warnings
 		d.result.Restarts = d.state.Restarts
+		d.result.ModelCopies = d.state.ModelCopies
 		rec := metrics.Workflow(ctx)
 		rec.Deploy(d.spec.Name, nil)
 		rec.TimeToServing(d.spec.Name, workflow.Now(ctx).Sub(start))
@@ -249,7 +254,7 @@ func (d *deployment) run(ctx workflow.Context) error {
 	d.state.Plan = &plan
 	d.result.Plan = plan
 	for _, step := range []func(workflow.Context) error{
-		d.preflight, d.startHead, d.joinWorkers, d.checkPlacement, d.launch, d.waitServing,
+		d.preflight, d.checkModel, d.startHead, d.joinWorkers, d.checkPlacement, d.launch, d.waitServing,
 	} {
 		if err := step(ctx); err != nil {
 			return err

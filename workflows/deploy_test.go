@@ -15,6 +15,8 @@ import (
 	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/weights"
 )
 
 func newEnv(t *testing.T, f *fakeagents.Agents) *testsuite.TestWorkflowEnvironment {
@@ -85,7 +87,7 @@ func TestDeployHappyPath(t *testing.T) {
 	for _, s := range res.Steps {
 		steps = append(steps, s.Step)
 	}
-	wantSteps := []string{PhaseProbing, PhaseReachability, PhasePlanning, PhasePreflight, PhaseRayHead, PhaseRayWorkers, PhasePlacement, PhaseLaunch, PhaseServing}
+	wantSteps := []string{PhaseProbing, PhaseReachability, PhasePlanning, PhasePreflight, PhaseModel, PhaseRayHead, PhaseRayWorkers, PhasePlacement, PhaseLaunch, PhaseServing}
 	if !slices.Equal(steps, wantSteps) {
 		t.Errorf("steps = %q, want %q", steps, wantSteps)
 	}
@@ -557,6 +559,82 @@ func TestDeployStartsOverWhenAnInterfaceCameBackRenamed(t *testing.T) {
 	}
 	if np, _ := res.Plan.Node("node-b"); np.Interface != "enp1s0f1np2" {
 		t.Errorf("node-b planned on %s after the restart, want enp1s0f1np2", np.Interface)
+	}
+}
+
+// A refused dial means the peer's listeners are gone (its agent restarted after opening
+// them): reachability is tested again with fresh listeners instead of planning without
+// the subnet.
+func TestReachabilityAgainWhenListenersAreGone(t *testing.T) {
+	f := fakeagents.New()
+	f.RefusedDials["node-a>node-b"] = 1
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	if got := fakeagents.Attempts(f, "OpenProbeListeners node-b"); got != 2 {
+		t.Errorf("node-b opened listeners %d times, want twice", got)
+	}
+	if res.Plan.Subnet.String() != "192.168.200.0/24" {
+		t.Errorf("planned on %s, want the fast subnet", res.Plan.Subnet)
+	}
+}
+
+// A node missing two shards is refused before anything starts, naming the files and the
+// head's sizes.
+func TestModelIncompleteRefusedBeforeRay(t *testing.T) {
+	f := fakeagents.New()
+	m := fakeagents.SeedManifest()
+	m.Files = []weights.File{m.Files[0], m.Files[1], m.Files[4]}
+	m.Missing = []string{"model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}
+	f.Manifests["node-b"] = m
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var app *temporal.ApplicationError
+	err := env.GetWorkflowError()
+	if !errors.As(err, &app) || app.Type() != activities.ErrModelIncomplete {
+		t.Fatalf("err = %v, want ModelIncomplete", err)
+	}
+	for _, want := range []string{"node-b lacks model-00002-of-00003.safetensors (head has 4.9 GB)", "node-b lacks model-00003-of-00003.safetensors (head has 1.2 GB)", "model.sync: from-head"} {
+		if !strings.Contains(app.Message(), want) {
+			t.Errorf("message lacks %q: %s", want, app.Message())
+		}
+	}
+	if got := fakeagents.Attempts(f, "StartRayHead node-a"); got != 0 {
+		t.Errorf("ray head started %d times before the model was checked", got)
+	}
+}
+
+// With model.sync: from-head the head serves what node-b lacks and node-b copies it into
+// the same snapshot of its own cache; the deploy serves and reports the copy.
+func TestModelSyncFromHead(t *testing.T) {
+	f := fakeagents.New()
+	m := fakeagents.SeedManifest()
+	m.Files = []weights.File{m.Files[0], m.Files[1], m.Files[4]}
+	m.Missing = []string{"model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}
+	f.Manifests["node-b"] = m
+	s := fakeagents.SeedSpec()
+	s.Model.Sync = spec.SyncFromHead
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	snapshot := fakeagents.SeedManifest().Dir
+	calls := fakeagents.Calls(f, "OpenModelServer", "SyncModel", "CloseModelServer")
+	want := []string{"OpenModelServer node-a model-00002-of-00003.safetensors,model-00003-of-00003.safetensors",
+		"SyncModel node-b " + snapshot, "CloseModelServer node-a"}
+	if !slices.Equal(calls, want) {
+		t.Errorf("calls %q, want %q", calls, want)
+	}
+	if len(res.ModelCopies) != 1 || res.ModelCopies[0].Node != "node-b" || res.ModelCopies[0].Bytes != 6_100_000_000 {
+		t.Errorf("model copies %+v", res.ModelCopies)
+	}
+	if i, j := slices.Index(fakeagents.Calls(f, "SyncModel", "StartRayHead"), "SyncModel node-b "+snapshot), 0; i != j {
+		t.Errorf("the copy did not come before Ray: %q", fakeagents.Calls(f, "SyncModel", "StartRayHead"))
 	}
 }
 

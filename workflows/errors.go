@@ -24,6 +24,7 @@ var nonRetryable = []string{
 	contract.ErrModelUnsupported, contract.ErrModelUnavailable, contract.ErrKVCacheTooSmall,
 	contract.ErrParallelLayout, contract.ErrGlooNoInterface, contract.ErrResourcesBusy,
 	contract.ErrRayDriverAttach, contract.ErrPolicyDenied, ErrSpecInvalid,
+	contract.ErrModelIncomplete, contract.ErrModelServerGone,
 }
 
 // ErrSpecInvalid is the type of a deploy refused for its spec.

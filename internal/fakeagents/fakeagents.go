@@ -19,6 +19,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/weights"
 )
 
 // Agents answers the node activities from a seed-like topology, records each call as
@@ -34,7 +35,10 @@ type Agents struct {
 	Probes   map[string]netplan.NodeProbe
 	// Unreachable: "from>to" pairs whose dials fail.
 	Unreachable map[string]bool
-	ImageIDs    map[string]string
+	// RefusedDials: "from>to" pairs whose dials are refused this many times (the peer's
+	// listeners gone with a restarted agent).
+	RefusedDials map[string]int
+	ImageIDs     map[string]string
 	// WatchSteps are the progress reports WatchServing returns, one per call.
 	WatchSteps []activities.ServingProgress
 	WatchCalls int
@@ -45,6 +49,9 @@ type Agents struct {
 	BootIDs map[string]string
 	// TeardownBusy makes TeardownRunning report a running teardown.
 	TeardownBusy bool
+	// Manifests are what the nodes hold of the model; a node not listed holds
+	// SeedManifest.
+	Manifests map[string]weights.Manifest
 	// OnCall, if set, runs at the start of every call with its "Method node" key.
 	OnCall func(key string)
 }
@@ -52,12 +59,14 @@ type Agents struct {
 // New returns agents for the seed topology where every call succeeds.
 func New() *Agents {
 	return &Agents{
-		Failures:    map[string]error{},
-		Flaky:       map[string]int{},
-		attempts:    map[string]int{},
-		Unreachable: map[string]bool{},
-		ImageIDs:    map[string]string{},
-		BootIDs:     map[string]string{},
+		Failures:     map[string]error{},
+		Flaky:        map[string]int{},
+		attempts:     map[string]int{},
+		Unreachable:  map[string]bool{},
+		RefusedDials: map[string]int{},
+		Manifests:    map[string]weights.Manifest{},
+		ImageIDs:     map[string]string{},
+		BootIDs:      map[string]string{},
 		Probes: map[string]netplan.NodeProbe{
 			"node-a": SeedProbe("node-a", true),
 			"node-b": SeedProbe("node-b", false),
@@ -188,8 +197,18 @@ func (f *Agents) DialPeers(ctx context.Context, req activities.DialRequest) ([]n
 	var out []netplan.PairResult
 	for _, t := range req.Targets {
 		r := netplan.PairResult{From: req.Node, To: t.Node, Subnet: t.Subnet, Addr: t.Addr, OK: true, RTT: 100 * time.Microsecond}
-		if f.Unreachable[req.Node+">"+t.Node] {
+		pair := req.Node + ">" + t.Node
+		f.mu.Lock()
+		refused := f.RefusedDials[pair] > 0
+		if refused {
+			f.RefusedDials[pair]--
+		}
+		f.mu.Unlock()
+		switch {
+		case f.Unreachable[pair]:
 			r.OK, r.RTT, r.Error = false, 0, "connect: network is unreachable"
+		case refused:
+			r.OK, r.RTT, r.Error = false, 0, "connect: connection refused"
 		}
 		out = append(out, r)
 	}
@@ -332,6 +351,60 @@ func (f *Agents) AddressHolds(ctx context.Context, req contract.AddressRequest) 
 		}
 	}
 	return contract.AddressCheck{Detail: fmt.Sprintf("no interface holds %s", req.Address)}, nil
+}
+
+// SeedManifest is a complete three-shard model as a Hugging Face snapshot.
+func SeedManifest() weights.Manifest {
+	return weights.Manifest{Source: "Qwen/Qwen3.5-122B-A10B-FP8", Revision: "0123456789abcdef0123456789abcdef01234567",
+		Dir: "/root/.cache/huggingface/hub/models--Qwen--Qwen3.5-122B-A10B-FP8/snapshots/0123456789abcdef0123456789abcdef01234567",
+		Files: []weights.File{{Name: "config.json", Size: 700}, {Name: "model-00001-of-00003.safetensors", Size: 4_900_000_000},
+			{Name: "model-00002-of-00003.safetensors", Size: 4_900_000_000}, {Name: "model-00003-of-00003.safetensors", Size: 1_200_000_000},
+			{Name: "model.safetensors.index.json", Size: 30_000}}}
+}
+
+// ModelManifest answers with the node's manifest.
+func (f *Agents) ModelManifest(ctx context.Context, req contract.ModelManifestRequest) (weights.Manifest, error) {
+	if err := f.record(ctx, "ModelManifest", req.Node, ""); err != nil {
+		return weights.Manifest{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m, ok := f.Manifests[req.Node]; ok {
+		return m, nil
+	}
+	return SeedManifest(), nil
+}
+
+func (f *Agents) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
+	if err := f.record(ctx, "OpenModelServer", req.Node, strings.Join(req.Files, ",")); err != nil {
+		return contract.ModelServer{}, err
+	}
+	return contract.ModelServer{Addr: netip.AddrPortFrom(req.Addr, 40000), Token: "token"}, nil
+}
+
+func (f *Agents) CloseModelServer(ctx context.Context, req contract.CloseModelServerRequest) error {
+	return f.record(ctx, "CloseModelServer", req.Node, "")
+}
+
+// SyncModel "copies" the files: the node's manifest then holds them.
+func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (contract.SyncResult, error) {
+	if err := f.record(ctx, "SyncModel", req.Node, req.Root); err != nil {
+		return contract.SyncResult{}, err
+	}
+	res := contract.SyncResult{Seconds: 1}
+	for _, file := range req.Files {
+		res.Bytes += file.Size
+		res.Copied = append(res.Copied, file.Name)
+	}
+	res.MBps = float64(res.Bytes) / 1e6
+	f.mu.Lock()
+	delete(f.Manifests, req.Node)
+	f.mu.Unlock()
+	return res, nil
+}
+
+func (f *Agents) RemovePartialModel(ctx context.Context, req contract.RemovePartialModelRequest) (contract.RemovePartialModelResult, error) {
+	return contract.RemovePartialModelResult{}, f.record(ctx, "RemovePartialModel", req.Node, req.Root)
 }
 
 // RenameLink renames one of a node's links, as a link that came back under another name.

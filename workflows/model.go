@@ -1,0 +1,180 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/weights"
+)
+
+// Phases of the model check and copy.
+const (
+	PhaseModel     = "checking the model"
+	PhaseModelCopy = "copying the model"
+)
+
+// modelCheckVersion: from here on, the deploy compares the model on every node before Ray
+// starts (and copies it with model.sync: from-head). Histories from before replay without.
+const modelCheckVersion = "model-check"
+
+// ModelCopy is what one node received from the head.
+type ModelCopy struct {
+	Node    string  `json:"node"`
+	Files   int     `json:"files"`
+	Bytes   int64   `json:"bytes"`
+	Reused  int64   `json:"reused,omitempty"`
+	Seconds float64 `json:"seconds"`
+	MBps    float64 `json:"mbps"`
+}
+
+// modelCheckable says whether tpdeploy can see the model's files: model.host_dir, or a
+// Hugging Face name in the nodes' hf_cache. A path inside the image is vLLM's business.
+func modelCheckable(m spec.Model) bool { return m.HostDir != "" || m.IsHFName() }
+
+// checkModel compares what every node holds of the model with the head's copy: a node that
+// lacks a file, or holds another, fails the deploy as ModelIncomplete naming the files,
+// before anything starts — unless model.sync: from-head, which copies them. A Hugging Face
+// model no node holds is left to vLLM's download, with a warning.
+func (d *deployment) checkModel(ctx workflow.Context) error {
+	if !modelCheckable(d.spec.Model) || workflow.GetVersion(ctx, modelCheckVersion, workflow.DefaultVersion, 1) != 1 {
+		return nil
+	}
+	m := d.spec.Model
+	head := d.spec.Head().Name
+	manifests := map[string]weights.Manifest{}
+	err := d.step(ctx, PhaseModel, fmt.Sprintf("checking model %s on %d nodes", m.Path, len(d.spec.Nodes)), func() error {
+		timeout := d.spec.Timeouts.Preflight.D()
+		if m.Checksums {
+			timeout = d.spec.Timeouts.ModelSyncTimeout() // reads every byte
+		}
+		o := deployStep(timeout, stepAttempts)
+		return forEachNode(ctx, "check model", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
+			req := contract.ModelManifestRequest{Node: node, Checksums: m.Checksums}
+			if m.HostDir != "" {
+				req.Dir = m.HostDir
+			} else {
+				req.HFCache, req.Repo, req.Revision = d.spec.HFCache, m.Path, m.Revision
+			}
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "model files on "+node, o), contract.ActivityModelManifest, req)
+		}, func(node string, mf weights.Manifest) { manifests[node] = mf })
+	})
+	if err != nil {
+		return err
+	}
+	v := weights.Decide(head, manifests, nodeNames(d.spec.Nodes), m.Sync == spec.SyncFromHead, m.HostDir == "")
+	d.state.Warnings = append(d.state.Warnings, v.Warnings...)
+	if len(v.Problems) > 0 {
+		fix := "copy the files to those nodes (the head's copy is the reference), or set model.sync: from-head to have tpdeploy copy them over the planned subnet"
+		if v.Problems[0].Node == head {
+			fix = "complete the model on the head first: it is the reference every node is compared with and the source of model.sync"
+		}
+		return &stepError{Step: "check model", Node: v.Problems[0].Node, Type: contract.ErrModelIncomplete,
+			Msg: weights.Summary(v.Problems, 5) + ". Fix: " + fix}
+	}
+	if len(v.Copy) == 0 {
+		return nil
+	}
+	return d.copyModel(ctx, manifests[head], v.Copy)
+}
+
+// copyModel copies what each node lacks from the head, agent to agent over the planned
+// subnet: the head's agent serves exactly those files, each node's agent fetches them
+// (resumable, verified), and the server closes. A failed copy leaves complete files in
+// place and removes partial ones.
+func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manifest, lacking map[string][]weights.File) error {
+	m := d.spec.Model
+	head := d.spec.Head().Name
+	nodes := make([]string, 0, len(lacking))
+	var total int64
+	names := map[string]bool{}
+	for n, files := range lacking {
+		nodes = append(nodes, n)
+		total += weights.CopySize(files)
+		for _, f := range files {
+			names[f.Name] = true
+		}
+	}
+	sort.Strings(nodes)
+	files := make([]string, 0, len(names))
+	for n := range names {
+		files = append(files, n)
+	}
+	sort.Strings(files)
+	what := make([]string, len(nodes))
+	for i, n := range nodes {
+		what[i] = fmt.Sprintf("%s lacks %d files (%s)", n, len(lacking[n]), weights.HumanSize(weights.CopySize(lacking[n])))
+	}
+	return d.step(ctx, PhaseModelCopy, fmt.Sprintf("copying the model from %s: %s", head, strings.Join(what, ", ")), func() error {
+		hp, ok := d.plannedNode(head)
+		if !ok {
+			return &stepError{Step: "copy model", Type: "Internal", Msg: "no plan for the head"}
+		}
+		root := func(node string) (string, string, string) {
+			if m.HostDir != "" {
+				return m.HostDir, contract.ModelLayoutDir, ""
+			}
+			ref := "main"
+			if m.Revision != "" {
+				ref = m.Revision
+			}
+			if weights.IsGitSHA1(ref) {
+				ref = "" // a pinned commit: no ref to point
+			}
+			return weights.HFSnapshotDir(d.spec.HFCache, m.Path, headManifest.Revision), contract.ModelLayoutHF, ref
+		}
+		for _, n := range nodes {
+			dir, _, _ := root(n)
+			d.saga.add("remove partial model files on "+n, func(ctx workflow.Context) error {
+				return workflow.ExecuteActivity(d.onNode(ctx, n, "remove partial model files on "+n, cleanupStep(d.spec)),
+					contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: n, Root: dir}).Get(ctx, nil)
+			})
+		}
+		// The head's agent restarting loses its server (ModelServerGone): open another and
+		// go on; what arrived stays (the copy resumes from its partial files).
+		for attempt := 1; ; attempt++ {
+			err := d.copyOnce(ctx, head, hp.Address, headManifest.Dir, files, nodes, lacking, root)
+			var se *stepError
+			if err == nil || attempt == 3 || !errors.As(err, &se) || se.Type != contract.ErrModelServerGone {
+				return err
+			}
+			workflow.GetLogger(ctx).Warn("model server gone; opening another", "attempt", attempt)
+		}
+	})
+}
+
+// copyOnce opens the head's model server, has every node copy what it lacks, and closes
+// the server.
+func (d *deployment) copyOnce(ctx workflow.Context, head string, addr netip.Addr, dir string, files, nodes []string,
+	lacking map[string][]weights.File, root func(string) (string, string, string)) error {
+	var srv contract.ModelServer
+	o := deployStep(30*time.Second, stepAttempts)
+	err := workflow.ExecuteActivity(d.onNode(ctx, head, "serve model files on "+head, o), contract.ActivityOpenModelServer,
+		contract.OpenModelServerRequest{Node: head, Addr: addr, Root: dir, Files: files, TTL: 10 * time.Minute}).Get(ctx, &srv)
+	if err != nil {
+		return classify("serve model files", head, err)
+	}
+	defer func() {
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		_ = workflow.ExecuteActivity(d.onNode(dctx, head, "close model server on "+head, deployStep(10*time.Second, 2)),
+			contract.ActivityCloseModelServer, contract.CloseModelServerRequest{Node: head, Token: srv.Token}).Get(dctx, nil)
+	}()
+	copyOpts := stepOptions{startToClose: d.spec.Timeouts.ModelSyncTimeout(), heartbeat: stepHeartbeat, attempts: stepAttempts}
+	return forEachNode(ctx, "copy model", nodes, func(node string) workflow.Future {
+		dir, layout, ref := root(node)
+		return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("copy %d model files to %s", len(lacking[node]), node), copyOpts),
+			contract.ActivitySyncModel, contract.SyncModelRequest{Node: node, From: srv.Addr, Token: srv.Token, Root: dir,
+				Layout: layout, Ref: ref, Files: lacking[node]})
+	}, func(node string, r contract.SyncResult) {
+		d.state.ModelCopies = append(d.state.ModelCopies, ModelCopy{Node: node, Files: len(r.Copied), Bytes: r.Bytes,
+			Reused: r.Reused, Seconds: r.Seconds, MBps: r.MBps})
+		workflow.GetLogger(ctx).Info("model copied", "node", node, "bytes", r.Bytes, "reused", r.Reused, "mbps", r.MBps)
+	})
+}
