@@ -244,7 +244,7 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 		errs := []error{p.CheckImage(s.Image)}
 		for _, b := range s.Binds {
 			src, _, _ := strings.Cut(b, ":")
-			errs = append(errs, p.CheckMount(src))
+			errs = append(errs, p.CheckMount(a.nodePath(src))) // the policy names the node's paths
 		}
 		return errors.Join(errs...)
 	})

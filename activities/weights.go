@@ -415,7 +415,7 @@ func (a *Node) SyncModel(ctx context.Context, req SyncModelRequest) (SyncResult,
 		activity.RecordHeartbeat(ctx, s.progress(start))
 	}
 	res.Bytes = s.received.Load()
-	res.Reused = s.reused.Load()
+	res.Reused = s.reused.Load() + s.found.Load()
 	res.Seconds = time.Since(start).Seconds()
 	if res.Seconds > 0 {
 		res.MBps = float64(res.Bytes) / res.Seconds / 1e6
@@ -484,7 +484,7 @@ type syncer struct {
 }
 
 func (s *syncer) progress(start time.Time) SyncProgress {
-	p := SyncProgress{Total: s.total, Received: s.received.Load()}
+	p := SyncProgress{Node: s.a.Name, Total: s.total, Received: s.received.Load()}
 	p.Done = p.Received + s.reused.Load() + s.found.Load()
 	if secs := time.Since(start).Seconds(); secs > 0 {
 		p.MBps = float64(p.Received) / secs / 1e6

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
@@ -15,7 +16,7 @@ import (
 const (
 	// ErrModelIncomplete: a node lacks files of the model, or the source of a copy lacks
 	// a file it was asked for.
-	ErrModelIncomplete = "ModelIncomplete"
+	ErrModelIncomplete = logscan.ModelIncomplete
 	// ErrModelCorrupt: a copied file's size or hash is not the head's manifest's (the
 	// partial copy is removed), or the model's files cannot be read as a model.
 	ErrModelCorrupt = "ModelCorrupt"
@@ -102,6 +103,8 @@ type SyncModelRequest struct {
 
 // SyncProgress is SyncModel's heartbeat.
 type SyncProgress struct {
+	// Node is the node receiving the copy.
+	Node string `json:"node,omitempty"`
 	// Done is the bytes in place of Total: copied, resumed from partial files, or found.
 	Done  int64 `json:"done"`
 	Total int64 `json:"total"`

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
@@ -121,6 +122,8 @@ type Status struct {
 	Spec   *spec.Cluster
 	// Supervision is the cluster supervisor's state (incidents), when one has run.
 	Supervision *workflows.Supervision
+	// Copies are the model copies in flight (model.sync), from their heartbeats.
+	Copies []contract.SyncProgress
 }
 
 // Status reports the latest deploy of cluster: its state (a query), result, spec, and the
@@ -158,6 +161,19 @@ func (c Controller) latest(ctx context.Context, cluster string) (Status, error) 
 	info := desc.GetWorkflowExecutionInfo()
 	st := Status{WorkflowID: id, RunID: info.GetExecution().GetRunId()}
 	st.Running = info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	dc := c.DataConverter
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
+	for _, pa := range desc.GetPendingActivities() {
+		if pa.GetActivityType().GetName() != contract.ActivitySyncModel || pa.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var p contract.SyncProgress
+		if dc.FromPayloads(pa.GetHeartbeatDetails(), &p) == nil && p.Node != "" {
+			st.Copies = append(st.Copies, p)
+		}
+	}
 	if !st.Running {
 		st.Closed = closedName(info.GetStatus())
 		var res workflows.DeployResult

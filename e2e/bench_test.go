@@ -212,3 +212,44 @@ func BenchmarkSupervisorHealthyEvents(b *testing.B) {
 	fmt.Printf("supervisor while healthy (checks every 5 s): %d history events in %d watch cycles of %s = %.1f per cycle, i.e. per healthy hour with the default 1 h cycle (%d checks)\n",
 		after-before, cycles, cycle, perCycle, 3600/5)
 }
+
+// BenchmarkModelSync copies a 1 GB model (8 shards) from the head's agent to node-b's over
+// the lab's fast network with model.sync: from-head, and reports the copy's throughput.
+func BenchmarkModelSync(b *testing.B) {
+	s := benchSpec(b, "bench-sync")
+	s.Model.Path, s.Model.HostDir, s.Model.Sync = "/models/bench-sync", "/models/bench-sync", spec.SyncFromHead
+	const shards, size = 8, 128 << 20
+	headDir := filepath.Join(theLab.NodeRoot("node-a"), s.Model.HostDir)
+	nodeDir := filepath.Join(theLab.NodeRoot("node-b"), s.Model.HostDir)
+	defer os.RemoveAll(headDir)
+	defer os.RemoveAll(nodeDir)
+	if err := lab.MakeModel(headDir, shards, size, 11); err != nil {
+		b.Fatal(err)
+	}
+	var mbps []float64
+	for i := 0; i < 3; i++ {
+		_ = os.RemoveAll(nodeDir)
+		if err := lab.MakeModel(nodeDir, shards, size, 11, 1, 2, 3, 4, 5, 6, 7, 8); err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		run, err := control.Controller{Client: tc}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var res workflows.DeployResult
+		err = run.Get(ctx, &res)
+		cancel()
+		if err != nil {
+			b.Fatalf("deploy: %v", control.Reason(err))
+		}
+		if len(res.ModelCopies) != 1 {
+			b.Fatalf("copies %+v", res.ModelCopies)
+		}
+		mbps = append(mbps, res.ModelCopies[0].MBps)
+		_, _ = (control.Controller{Client: tc}).Teardown(context.Background(), s.Name, nil)
+	}
+	slices.Sort(mbps)
+	b.ReportMetric(mbps[1], "MB/s")
+	fmt.Printf("model sync from the head, 1.07 GB (8 shards) to node-b, 3 runs: median %.0f MB/s %v (agent to agent over the lab's fast network, one host)\n", mbps[1], mbps)
+}

@@ -328,14 +328,18 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			}
 			l.proxies[n.Name] = p
 		}
-		barriers := l.BarrierDir(n.Name)
-		if err := os.MkdirAll(barriers, 0o755); err != nil {
-			return fmt.Errorf("barrier directory for %s: %w", n.Name, err)
+		barriers, root := l.BarrierDir(n.Name), l.NodeRoot(n.Name)
+		for _, dir := range []string{barriers, root} {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("lab directory for %s: %w", n.Name, err)
+			}
 		}
-		env = append(env, barrier.EnvDir+"="+nodeBarrierDir)
+		// The node's "disk" is a directory of the host, at the same path in the agent's
+		// container, so the agent's reads and the engine's binds name the same files.
+		env = append(env, barrier.EnvDir+"="+nodeBarrierDir, "TPDEPLOY_HOST_ROOT="+root)
 		err := l.run(ctx, n.Container, &container.Config{
 			Image: NodeImage, Hostname: n.Name, Env: env, Labels: map[string]string{LabelLab: l.Prefix, "tpdeploy.lab.node": n.Name},
-		}, nets, []string{"NET_ADMIN"}, socket+":/var/run/docker.sock", barriers+":"+nodeBarrierDir)
+		}, nets, []string{"NET_ADMIN"}, socket+":/var/run/docker.sock", barriers+":"+nodeBarrierDir, root+":"+root)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package logscan
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -153,6 +154,8 @@ var (
 	archInspec = regexp.MustCompile(`Error in inspecting model architecture '([^']+)'`)
 	tfUnknown  = regexp.MustCompile("model type `?([\\w\\-.]+)`? but Transformers does not recognize this architecture")
 	noConfig   = regexp.MustCompile(`(\S+) does not appear to have a file named ([\w.\-]+?)\.?(?:\s|$)`)
+	idxMissing = regexp.MustCompile(`Weight files referenced in index but missing: (.*)`)
+	shardNames = regexp.MustCompile(`[\w.\-]+\.safetensors\b`)
 	noWeights  = regexp.MustCompile("Cannot find any model weights with [`'\"]?([^`'\")]*)")
 	badRepoID  = regexp.MustCompile(`Invalid repository ID or local directory specified: '([^']*)'`)
 	hfRepoID   = regexp.MustCompile(`Repo id must [^:]*: '([^']*)'`)
@@ -191,13 +194,14 @@ var rules = []func(ctx) *Finding{
 }
 
 const (
-	fixIPs    = "start every Ray node with --node-ip-address on the planned subnet and set VLLM_HOST_IP to the same address on each node"
-	fixC10d   = "set VLLM_HOST_IP on the head to an address every node can route to (the shared subnet, the head's --node-ip-address)"
-	fixNCCL   = "set NCCL_SOCKET_IFNAME=<=interface> on every node to the shared subnet's interface; with it unset a multi-NIC head uses several interfaces and the ranks disagree"
-	fixNCCLIf = "set NCCL_SOCKET_IFNAME to =<interface> naming the planned subnet's interface as each node names it; a value vLLM copies from the driver to the workers must list every node's name (=a,b) so it exists everywhere"
-	fixGloo   = "set GLOO_SOCKET_IFNAME on every node to that node's own interface on the planned subnet (one exact name per node)"
-	fixDriver = "run `vllm serve` inside the Ray head's container (docker exec) with VLLM_HOST_IP equal to the head's --node-ip-address; a driver outside that container cannot reach the raylet's session sockets"
-	fixModel  = "mount the model at the spec's path on every node (or serve a Hugging Face id with HF_TOKEN set on every node's container)"
+	fixIPs        = "start every Ray node with --node-ip-address on the planned subnet and set VLLM_HOST_IP to the same address on each node"
+	fixC10d       = "set VLLM_HOST_IP on the head to an address every node can route to (the shared subnet, the head's --node-ip-address)"
+	fixNCCL       = "set NCCL_SOCKET_IFNAME=<=interface> on every node to the shared subnet's interface; with it unset a multi-NIC head uses several interfaces and the ranks disagree"
+	fixNCCLIf     = "set NCCL_SOCKET_IFNAME to =<interface> naming the planned subnet's interface as each node names it; a value vLLM copies from the driver to the workers must list every node's name (=a,b) so it exists everywhere"
+	fixGloo       = "set GLOO_SOCKET_IFNAME on every node to that node's own interface on the planned subnet (one exact name per node)"
+	fixDriver     = "run `vllm serve` inside the Ray head's container (docker exec) with VLLM_HOST_IP equal to the head's --node-ip-address; a driver outside that container cannot reach the raylet's session sockets"
+	fixIncomplete = "compare the model's files on every node with the head's and copy what is missing (tpdeploy does before Ray starts with model.host_dir or a Hugging Face name: ModelIncomplete; model.sync: from-head copies them)"
+	fixModel      = "mount the model at the spec's path on every node (or serve a Hugging Face id with HF_TOKEN set on every node's container)"
 )
 
 func placement(c ctx) *Finding {
@@ -561,6 +565,22 @@ func model(c ctx) *Finding {
 	}
 	if m := tfUnknown.FindStringSubmatch(t); m != nil {
 		return c.find(ModelUnsupported, "the image's transformers does not know the model type "+m[1], fixImage, true)
+	}
+	if m := idxMissing.FindStringSubmatch(t); m != nil {
+		files := shardNames.FindAllString(m[1], -1)
+		what := "files its index lists"
+		if len(files) > 0 {
+			what = strings.Join(files[:min(3, len(files))], ", ")
+			if len(files) > 3 {
+				what += fmt.Sprintf(" and %d more", len(files)-3)
+			}
+		}
+		return c.find(ModelIncomplete, "the model on "+c.onNode()+" lacks "+what+" (a partial download or copy)", fixIncomplete, true)
+	}
+	if strings.Contains(t, "Following weights were not initialized from checkpoint") {
+		return c.find(ModelIncomplete, "weights are missing from the checkpoint on "+c.onNode()+
+			": shards missing or truncated on that node, or a checkpoint that does not match this vLLM's code for the model",
+			fixIncomplete+"; if the files are complete and equal on every node, use the vLLM release the checkpoint was made for", true)
 	}
 	hf := ""
 	if m := hfURL.FindStringSubmatch(t); m != nil {

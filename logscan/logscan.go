@@ -36,6 +36,9 @@ const (
 	// ModelUnavailable: the weights cannot be had: Hugging Face refused (401/403, gated),
 	// the repository does not exist, or the path lacks config.json or weight files.
 	ModelUnavailable = "ModelUnavailable"
+	// ModelIncomplete: the checkpoint on a node lacks files or weights (a partial download
+	// or copy); tpdeploy's own preflight reports the same before Ray starts.
+	ModelIncomplete = "ModelIncomplete"
 	// KVCacheTooSmall: the memory left after the weights holds less KV cache than one
 	// request of --max-model-len needs.
 	KVCacheTooSmall = "KVCacheTooSmall"

@@ -38,7 +38,7 @@ func loadRealLines(t testing.TB) []realLine {
 var allTypes = []string{
 	PlacementPending, C10dUnreachable, NCCLNoInterface, NCCLError, GlooLoopback, CUDAOutOfMemory,
 	EngineDead, DuplicateAddress, GCSUnreachable, NoGPU, ModelUnsupported, ModelUnavailable,
-	KVCacheTooSmall, InvalidParallelLayout, GlooNoInterface, ResourcesBusy, RayDriverAttach,
+	KVCacheTooSmall, InvalidParallelLayout, GlooNoInterface, ResourcesBusy, RayDriverAttach, ModelIncomplete,
 }
 
 // shortOfReal are the classes with fewer than three real lines found (see the report).

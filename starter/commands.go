@@ -19,9 +19,11 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/codec"
 	"github.com/tpdeploy/tpdeploy/connect"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/weights"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
@@ -71,7 +73,15 @@ func watchDeploy(ctx context.Context, ctl control.Controller, cluster string, st
 		if err != nil {
 			return err
 		}
-		if line := progressLine(st.State); line != last {
+		line := progressLine(st.State)
+		if st.State.Phase == workflows.PhaseModelCopy && len(st.Copies) > 0 {
+			parts := make([]string, len(st.Copies))
+			for i, p := range st.Copies {
+				parts[i] = copyLine(p)
+			}
+			line = strings.Join(parts, "; ")
+		}
+		if line != last {
 			if tty {
 				fmt.Fprintf(stdout, "\r\033[K%s", line)
 			} else {
@@ -97,6 +107,15 @@ func watchDeploy(ctx context.Context, ctl control.Controller, cluster string, st
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// copyLine is a model copy in flight, from its heartbeat.
+func copyLine(p contract.SyncProgress) string {
+	pct := 0
+	if p.Total > 0 {
+		pct = int(100 * p.Done / p.Total)
+	}
+	return fmt.Sprintf("copying the model to %s: %s of %s (%d%%) at %.0f MB/s", p.Node, weights.HumanSize(p.Done), weights.HumanSize(p.Total), pct, p.MBps)
 }
 
 // progressLine is one line: the phase, and during loading a bar with shards and ETA.
@@ -126,6 +145,9 @@ func printOutcome(w io.Writer, st control.Status) error {
 		fmt.Fprintf(w, "  subnet:  %s (ray at %s)\n", r.Plan.Subnet, r.Plan.RayAddress)
 		for _, warn := range r.Warnings {
 			fmt.Fprintf(w, "  warning: %s\n", warn)
+		}
+		for _, mc := range r.ModelCopies {
+			fmt.Fprintf(w, "  model copied to %s: %d files, %s in %.1fs (%.0f MB/s)\n", mc.Node, mc.Files, weights.HumanSize(mc.Bytes), mc.Seconds, mc.MBps)
 		}
 		printSteps(w, r.Steps)
 		return nil
@@ -209,6 +231,14 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	for _, ctr := range st.State.Containers {
 		fmt.Fprintf(stdout, "  container %s on %s (%s)\n", ctr.Name, ctr.Node, ctr.Role)
+	}
+	for _, p := range st.Copies {
+		fmt.Fprintf(stdout, "  %s\n", copyLine(p))
+	}
+	if st.Running {
+		for _, mc := range st.State.ModelCopies {
+			fmt.Fprintf(stdout, "  model copied to %s: %d files, %s in %.1fs (%.0f MB/s)\n", mc.Node, mc.Files, weights.HumanSize(mc.Bytes), mc.Seconds, mc.MBps)
+		}
 	}
 	printSupervision(stdout, st.Supervision)
 	if st.Running {

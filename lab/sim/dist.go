@@ -29,7 +29,12 @@ type rankSpec struct {
 	Rank    int           `json:"rank"`
 	World   int           `json:"world"`
 	LoadFor time.Duration `json:"load_for"`
+	// Model is the model path every rank loads from its own node's disk.
+	Model string `json:"model"`
 }
+
+// errReported is a rank failure already logged in the rank's own words.
+var errReported = errors.New("reported")
 
 // initSpec is what the driver tells its workers for init_device.
 type initSpec struct {
@@ -237,7 +242,7 @@ func runRemoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeIP strin
 		env[k] = v
 	}
 	getenv := func(k string) string { return env[k] }
-	if err := remoteRank(ctx, gc, rs, env, getenv, log); err != nil && ctx.Err() == nil {
+	if err := remoteRank(ctx, gc, rs, env, getenv, log); err != nil && ctx.Err() == nil && !errors.Is(err, errReported) {
 		log("ERROR", "worker_base.py:620", "Error executing method 'init_device'. This might cause deadlock in distributed execution.")
 		log("ERROR", "worker_base.py:621", err.Error())
 	}
@@ -323,6 +328,13 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 		return err
 	}
 	defer c.Close()
+	// load_model reads this node's copy of the weights: a shard missing here fails this
+	// rank, and the driver raises the rank's exception (Ray's ray.get of execute_method).
+	if err := checkWeights(rs.Model, log); err != nil {
+		log("ERROR", "worker_base.py:621", err.Error())
+		_ = gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": err.Error()}, nil)
+		return errReported
+	}
 	select {
 	case <-ctx.Done():
 		return nil

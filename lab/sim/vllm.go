@@ -275,7 +275,7 @@ func (e *engine) lostErr() error {
 func (e *engine) startWorkers(ctx context.Context) ([]string, error) {
 	go e.relayWorkerLogs(ctx)
 	for rank := 1; rank < e.world; rank++ {
-		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, LoadFor: e.loadFor()})
+		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, LoadFor: e.loadFor(), Model: e.flags.model})
 		if err := e.gc.call(ctx, "POST", "/v1/tasks", task{Job: e.job, Node: e.pg.Nodes[rank], Spec: spec}, nil); err != nil {
 			return nil, fmt.Errorf("RuntimeError: start RayWorkerWrapper rank %d: %v", rank, err)
 		}
@@ -555,6 +555,9 @@ func (e *engine) load(ctx context.Context) error {
 	n, per := e.shards(), time.Duration(envFloat(envShardSeconds, 0.5)*float64(time.Second))
 	start := time.Now()
 	e.log("INFO", "gpu_model_runner.py:2338", "Starting to load model "+e.flags.model+"...")
+	if err := checkWeights(e.flags.model, e.log); err != nil {
+		return err // rank 0 reads the head node's copy
+	}
 	for i := 0; i <= n; i++ {
 		if i > 0 {
 			select {
@@ -572,6 +575,14 @@ func (e *engine) load(ctx context.Context) error {
 	for e.world > 1 {
 		var vals []json.RawMessage
 		err := e.gc.call(ctx, "GET", fmt.Sprintf("/v1/results?job=%s&key=loaded&n=%d", e.job, e.world-1), nil, &vals)
+		for _, v := range vals {
+			// A rank reports its rank when loaded, its exception when load_model failed:
+			// the driver raises it (Ray's ray.get of execute_method).
+			var msg string
+			if json.Unmarshal(v, &msg) == nil {
+				return errors.New(msg)
+			}
+		}
 		if err == nil && len(vals) >= e.world-1 {
 			break
 		}

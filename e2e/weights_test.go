@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/weights"
+)
+
+// modelSpec is the lab spec serving a model from model.host_dir (the same node path on
+// every node, under /models, which the default node policy allows; each lab node has its
+// own disk under its host root), mounted at the same path in the containers.
+func modelSpec(t *testing.T, name string) spec.Cluster {
+	s := labSpec(t, name)
+	s.Model.Path = "/models/" + name
+	s.Model.HostDir = "/models/" + name
+	return s
+}
+
+// modelDir is where a node's copy of the spec's model lives on the test's host.
+func modelDir(node string, s spec.Cluster) string {
+	return filepath.Join(theLab.NodeRoot(node), s.Model.HostDir)
+}
+
+func makeModel(t *testing.T, node string, s spec.Cluster, shards int, size int64, skip ...int) {
+	t.Helper()
+	dir := modelDir(node, s)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := lab.MakeModel(dir, shards, size, 7, skip...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deployErr(run interface {
+	Get(context.Context, any) error
+}) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return control.Reason(run.Get(ctx, nil))
+}
+
+func sha(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// A node missing two shards is refused before anything starts, naming both shards and the
+// head's sizes; nothing is left running.
+func TestModelMissingShardsRefusedAtPreflight(t *testing.T) {
+	s := modelSpec(t, "e2e-model-missing")
+	makeModel(t, "node-a", s, 4, 1<<20)
+	makeModel(t, "node-b", s, 4, 1<<20, 2, 4)
+	f, _ := failure(t, deployFor(t, s))
+	if f.Type != activities.ErrModelIncomplete {
+		t.Fatalf("failure %s: %s; want ModelIncomplete", f.Type, f.Message)
+	}
+	for _, want := range []string{
+		"node-b lacks " + lab.ShardName(2, 4) + " (head has 1.0 MB)",
+		"node-b lacks " + lab.ShardName(4, 4) + " (head has 1.0 MB)",
+	} {
+		if !strings.Contains(f.Message, want) {
+			t.Errorf("message lacks %q: %s", want, f.Message)
+		}
+	}
+	if left := containersOf(t, s.Name); len(left) != 0 {
+		t.Errorf("containers started before the model check: %v", left)
+	}
+}
+
+// With model.sync: from-head, node-b receives the shards it lacks from node-a's agent over
+// the fast subnet, identical to the head's, and the cluster serves.
+func TestModelSyncFromHeadServes(t *testing.T) {
+	s := modelSpec(t, "e2e-model-sync")
+	s.Model.Sync = spec.SyncFromHead
+	const shards, size = 6, 48 << 20
+	makeModel(t, "node-a", s, shards, size)
+	makeModel(t, "node-b", s, shards, size, 2, 3, 5)
+	res := deployResult(t, deployFor(t, s), 4*time.Minute)
+	defer teardown(t, s.Name)
+	if len(res.ModelCopies) != 1 || res.ModelCopies[0].Node != "node-b" || res.ModelCopies[0].Bytes != 3*size || res.ModelCopies[0].Files != 3 {
+		t.Fatalf("model copies %+v, want node-b receiving 3 shards of %d bytes", res.ModelCopies, size)
+	}
+	c := res.ModelCopies[0]
+	t.Logf("copied %s to node-b in %.2fs: %.0f MB/s over the lab's fast network", weights.HumanSize(c.Bytes), c.Seconds, c.MBps)
+	for _, n := range []int{2, 3, 5} {
+		name := lab.ShardName(n, shards)
+		if got, want := sha(t, filepath.Join(modelDir("node-b", s), name)), sha(t, filepath.Join(modelDir("node-a", s), name)); got != want {
+			t.Errorf("%s on node-b differs from the head's", name)
+		}
+	}
+	if err := endpointServes(t, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// node-b's agent is killed in the middle of the copy: the copy resumes on the restarted
+// agent from what had arrived, and the cluster serves.
+func TestModelSyncResumesAfterAgentKill(t *testing.T) {
+	s := modelSpec(t, "e2e-model-resume")
+	s.Model.Sync = spec.SyncFromHead
+	const shards, size = 4, 96 << 20
+	makeModel(t, "node-a", s, shards, size)
+	skip := []int{1, 2, 3, 4}
+	makeModel(t, "node-b", s, shards, size, skip...)
+	run := deployFor(t, s)
+	defer teardown(t, s.Name)
+	// Kill the agent once a partial file holds some of a shard.
+	dir := modelDir("node-b", s)
+	deadline := time.Now().Add(3 * time.Minute)
+	var arrived int64
+	for arrived < 8<<20 {
+		if time.Now().After(deadline) {
+			t.Fatal("no partial model file appeared on node-b")
+		}
+		if st, err := tc.DescribeWorkflowExecution(context.Background(), run.GetID(), run.GetRunID()); err == nil && st.GetWorkflowExecutionInfo().GetCloseTime() != nil {
+			t.Fatalf("deploy ended before the copy: %v", deployErr(run))
+		}
+		arrived = 0
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), weights.PartialSuffix) {
+				if fi, err := e.Info(); err == nil {
+					arrived += fi.Size()
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	killWorker(t, theLab.Nodes[1].Container)
+	killed := time.Now()
+	res := deployResult(t, run, 5*time.Minute)
+	var c *struct{ Bytes, Reused int64 }
+	for _, mc := range res.ModelCopies {
+		if mc.Node == "node-b" {
+			c = &struct{ Bytes, Reused int64 }{mc.Bytes, mc.Reused}
+		}
+	}
+	if c == nil {
+		t.Fatalf("no copy to node-b recorded: %+v", res.ModelCopies)
+	}
+	t.Logf("killed with %s in partial files; the resumed copy received %s and reused %s (served %.1fs after the kill)",
+		weights.HumanSize(arrived), weights.HumanSize(c.Bytes), weights.HumanSize(c.Reused), time.Since(killed).Seconds())
+	if c.Reused < arrived/2 || c.Bytes+c.Reused != shards*size {
+		t.Errorf("resumed copy received %d and reused %d bytes of %d; what had arrived (%d) must not be sent again",
+			c.Bytes, c.Reused, shards*size, arrived)
+	}
+	for n := 1; n <= shards; n++ {
+		name := lab.ShardName(n, shards)
+		if sha(t, filepath.Join(dir, name)) != sha(t, filepath.Join(modelDir("node-a", s), name)) {
+			t.Errorf("%s on node-b differs from the head's", name)
+		}
+	}
+	if err := endpointServes(t, s); err != nil {
+		t.Fatal(err)
+	}
+}
