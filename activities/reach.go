@@ -64,7 +64,7 @@ func (a *Node) OpenProbeListeners(ctx context.Context, req ListenRequest) (Liste
 	var opened []net.Listener
 	err := a.inNetNS(func() error {
 		for _, addr := range req.Addrs {
-			l, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), 0).String())
+			l, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), uint16(req.Port)).String())
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", addr, err)
 			}

@@ -111,6 +111,8 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 				return report, verr
 			}
 			err = verr
+		} else if gone := a.headGone(ctx, req); gone != nil {
+			return PlacementReport{}, gone // Ray's GCS will not come back: say so now
 		}
 		last = err
 		if time.Now().After(deadline) {
@@ -123,6 +125,28 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// headGone is a ContainerExited error when the head's Ray container is not running (the
+// GCS died with it), nil when it runs or cannot be asked.
+func (a *Node) headGone(ctx context.Context, req PlacementRequest) error {
+	if req.RayHead == "" {
+		return nil
+	}
+	eng, _, err := a.engine(req.DockerHost)
+	if err != nil {
+		return nil
+	}
+	info, err := eng.ContainerInspect(ctx, req.RayHead, client.ContainerInspectOptions{})
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is gone: Ray's GCS went with it", req.RayHead), ErrContainerExited, nil)
+	case err != nil || info.Container.State == nil || info.Container.State.Running:
+		return nil
+	}
+	st := info.Container.State
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s exited with code %d%s: Ray's GCS went with it",
+		req.RayHead, st.ExitCode, map[bool]string{true: " (OOM-killed)"}[st.OOMKilled]), ErrContainerExited, nil)
 }
 
 // rayStatusSummary is Ray's own account for an error message, or "" when it cannot be had.
@@ -329,8 +353,9 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 		return false, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("vllm in %s %s; last lines: %s", w.req.Container.Name, what, strings.Join(w.tail, " | ")), ErrVLLMExited, nil)
 	}
-	// Readiness: at once when vLLM says its server is up, else every second.
-	if w.p.Phase == "ready" || now.Sub(w.lastReady) >= time.Second {
+	// Readiness: at once when vLLM says its server is up, else every second. A headless
+	// node serves nothing itself: its vLLM only has to stay up.
+	if !w.req.Headless && (w.p.Phase == "ready" || now.Sub(w.lastReady) >= time.Second) {
 		w.lastReady = now
 		if w.a.serving(ctx, w.req) {
 			w.p.Serving, w.p.Phase = true, "serving"
@@ -418,18 +443,22 @@ func findingError(f *logscan.Finding) error {
 	return temporal.NewNonRetryableApplicationError(f.Message()+" [line: "+clipLine(f.Line)+"]", f.Type, nil)
 }
 
-// containerRunning fails when the Ray head's container (where vLLM runs) is gone or
-// stopped.
+// containerRunning fails when the container vLLM runs in (the Ray head's, or the node's
+// own in mp mode) is gone or stopped.
 func (w *watch) containerRunning(ctx context.Context) error {
+	what := "the ray head container " + w.req.Container.Name + ", where vllm runs,"
+	if strings.HasSuffix(w.req.Container.Name, "_"+RoleVLLM) {
+		what = "vllm's container " + w.req.Container.Name
+	}
 	info, err := w.eng.ContainerInspect(ctx, w.req.Container.Name, client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s, where vllm runs, is gone", w.req.Container.Name), ErrContainerExited, nil)
+		return temporal.NewNonRetryableApplicationError(what+" is gone", ErrContainerExited, nil)
 	}
 	if err != nil {
 		return engineError(w.addr, "inspect "+w.req.Container.Name, err)
 	}
 	if st := info.Container.State; st != nil && !st.Running {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s, where vllm runs, exited with code %d", w.req.Container.Name, st.ExitCode), ErrContainerExited, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s exited with code %d", what, st.ExitCode), ErrContainerExited, nil)
 	}
 	return nil
 }

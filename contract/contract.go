@@ -81,6 +81,9 @@ type ListenRequest struct {
 	Node string `json:"node"`
 	// Addrs are the node's candidate addresses with their prefix length (the subnet).
 	Addrs []netip.Prefix `json:"addrs"`
+	// Port, when set, is the port to listen on (a service's own port, e.g. the mp master
+	// port); 0 is an ephemeral one.
+	Port int `json:"port,omitempty"`
 	// TTL closes the listeners by itself if the close never arrives.
 	TTL time.Duration `json:"ttl"`
 }
@@ -190,6 +193,25 @@ type LaunchRequest struct {
 	Replace    bool         `json:"replace,omitempty"`
 }
 
+// RankRequest starts one node's `vllm serve` in vLLM's own multi-node mode (executor mp):
+// node rank 0 on the head (with the API server), --headless on the others.
+type RankRequest struct {
+	Node       string       `json:"node"`
+	Deployment Deployment   `json:"deployment"`
+	Spec       spec.Cluster `json:"spec"`
+	Plan       netplan.Plan `json:"plan"`
+	Rank       int          `json:"rank"`
+	Replace    bool         `json:"replace,omitempty"`
+}
+
+// MasterCheck is PrepareMaster's answer: the head's rank 0 already runs this very launch
+// (Adopted: nothing to prove, nothing to start), or a listener on the master address and
+// port for the other nodes to dial.
+type MasterCheck struct {
+	Adopted bool         `json:"adopted,omitempty"`
+	Listen  ListenResult `json:"listen"`
+}
+
 // WatchRequest follows vLLM until it serves, returning early with progress.
 type WatchRequest struct {
 	Node      string          `json:"node"`
@@ -200,6 +222,9 @@ type WatchRequest struct {
 	// Plan lets the watch ask Ray (at Plan.RayAddress) about the planned nodes: a node
 	// that died, and whether a pending placement group is pinned to a registered node.
 	Plan *netplan.Plan `json:"plan,omitempty"`
+	// Headless is a node of vLLM's own multi-node mode that runs no API server: the watch
+	// follows its output and its end, and never reports serving.
+	Headless bool `json:"headless,omitempty"`
 	// ReportWithin bounds how long one call runs before it returns its progress, so the
 	// workflow's queries stay current without an event per log line.
 	ReportWithin time.Duration `json:"report_within"`
@@ -298,6 +323,8 @@ const (
 	ActivityBootID              = "BootID"
 	ActivityRayNodesAlive       = "RayNodesAlive"
 	ActivityAddressHolds        = "AddressHolds"
+	ActivityPrepareMaster       = "PrepareMaster"
+	ActivityStartVLLMRank       = "StartVLLMRank"
 	ActivityModelManifest       = "ModelManifest"
 	ActivityOpenModelServer     = "OpenModelServer"
 	ActivityCloseModelServer    = "CloseModelServer"

@@ -72,18 +72,19 @@ func deployOnce(b *testing.B, s spec.Cluster) (time.Duration, string) {
 	return time.Since(start), run.GetRunID()
 }
 
-// scriptOnce runs lab/bench/seed-final.sh, which knows the right addresses already.
-func scriptOnce(b *testing.B, name string, ifA, ifB string) time.Duration {
+// scriptOnce runs a hand-written launch script of lab/bench (seed-final.sh for Ray,
+// mp-final.sh for vLLM's own multi-node mode), which knows the right addresses already.
+func scriptOnce(b *testing.B, script, name string, ifA, ifB string, roles ...string) time.Duration {
 	root, _ := images.ModuleRoot()
 	a, bn := theLab.Nodes[0], theLab.Nodes[1]
-	cmd := exec.Command("bash", filepath.Join(root, "lab", "bench", "seed-final.sh"))
+	cmd := exec.Command("bash", filepath.Join(root, "lab", "bench", script))
 	cmd.Env = append(os.Environ(), "NAME="+name, "IMAGE="+lab.SimImage, "NODE_A="+a.Container, "NODE_B="+bn.Container,
 		"IP_A="+a.Fast.String(), "IP_B="+bn.Fast.String(), "IF_A="+ifA, "IF_B="+ifB,
 		"EXTRA_A=-e TPDEPLOY_SIM_SHARDS=12 -e TPDEPLOY_SIM_SHARD_SECONDS=0.5")
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)
-	for _, role := range []string{"worker", "head"} {
+	for _, role := range roles {
 		_, _ = eng.ContainerRemove(context.Background(), name+"-"+role, client.ContainerRemoveOptions{Force: true})
 	}
 	if err != nil {
@@ -92,10 +93,10 @@ func scriptOnce(b *testing.B, name string, ifA, ifB string) time.Duration {
 	return took
 }
 
-// BenchmarkDeployVsScript interleaves the deploy workflow and the hand-written script on the
-// same lab (A B A B ...) at the lab's default shard pacing (12 shards x 0.5 s) and reports
-// their median time to serving and the ratio. It also reports the history events of a
-// two-node deploy.
+// BenchmarkDeployVsScript interleaves the deploy workflow and the matching hand-written
+// script on the same lab (A B A B ...) at the lab's default shard pacing (12 shards x
+// 0.5 s), for each executor (Ray, and vLLM's own multi-node mode), and reports their median
+// time to serving and the ratio. It also reports the history events of a two-node deploy.
 func BenchmarkDeployVsScript(b *testing.B) {
 	ctx := context.Background()
 	ifA, err := theLab.Iface(ctx, "node-a", "fast")
@@ -106,26 +107,35 @@ func BenchmarkDeployVsScript(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := benchSpec(b, "bench")
-	ctl := control.Controller{Client: tc}
-	var wf, script []time.Duration
-	var lastRun string
-	for i := 0; i < benchPairs(); i++ {
-		d, runID := deployOnce(b, s)
-		wf, lastRun = append(wf, d), runID
-		if _, err := ctl.Teardown(ctx, s.Name, nil); err != nil {
-			b.Fatal(err)
+	for _, ex := range []struct {
+		executor, script string
+		roles            []string
+	}{
+		{spec.ExecutorRay, "seed-final.sh", []string{"worker", "head"}},
+		{spec.ExecutorMP, "mp-final.sh", []string{"rank1", "rank0"}},
+	} {
+		s := benchSpec(b, "bench-"+ex.executor)
+		s.Executor = ex.executor
+		ctl := control.Controller{Client: tc}
+		var wf, script []time.Duration
+		var lastRun string
+		for i := 0; i < benchPairs(); i++ {
+			d, runID := deployOnce(b, s)
+			wf, lastRun = append(wf, d), runID
+			if _, err := ctl.Teardown(ctx, s.Name, nil); err != nil {
+				b.Fatal(err)
+			}
+			script = append(script, scriptOnce(b, ex.script, "tpd-bench-"+ex.executor, ifA, ifB, ex.roles...))
 		}
-		script = append(script, scriptOnce(b, "tpd-bench-script", ifA, ifB))
+		events := historyEvents(b, workflows.DeployWorkflowID(s.Name), lastRun)
+		mw, ms := median(wf), median(script)
+		b.ReportMetric(mw.Seconds(), "s-workflow-"+ex.executor)
+		b.ReportMetric(ms.Seconds(), "s-script-"+ex.executor)
+		b.ReportMetric(mw.Seconds()/ms.Seconds(), "ratio-"+ex.executor)
+		b.ReportMetric(float64(events), "history-events-"+ex.executor)
+		fmt.Printf("executor %s: deploy vs %s, %d interleaved pairs: workflow median %.2fs %v, script median %.2fs %v, ratio %.2f (target <= 1.10); %d history events per 2-node deploy\n",
+			ex.executor, ex.script, len(wf), mw.Seconds(), rounded(wf), ms.Seconds(), rounded(script), mw.Seconds()/ms.Seconds(), events)
 	}
-	events := historyEvents(b, workflows.DeployWorkflowID(s.Name), lastRun)
-	mw, ms := median(wf), median(script)
-	b.ReportMetric(mw.Seconds(), "s-workflow")
-	b.ReportMetric(ms.Seconds(), "s-script")
-	b.ReportMetric(mw.Seconds()/ms.Seconds(), "ratio")
-	b.ReportMetric(float64(events), "history-events")
-	fmt.Printf("deploy vs script, %d interleaved pairs: workflow median %.2fs %v, script median %.2fs %v, ratio %.2f (target <= 1.10); %d history events per 2-node deploy\n",
-		len(wf), mw.Seconds(), rounded(wf), ms.Seconds(), rounded(script), mw.Seconds()/ms.Seconds(), events)
 }
 
 func rounded(d []time.Duration) []string {

@@ -418,12 +418,18 @@ func Choose(c spec.Cluster, probes []NodeProbe, matrix []PairResult) (Plan, erro
 	}
 	best := cands[viable[0]]
 	plan.Subnet = best.subnet
+	mp := c.Executor == spec.ExecutorMP
 	for _, m := range best.members {
-		if m.node == plan.Head {
+		if m.node == plan.Head && !mp {
 			plan.RayAddress = netip.AddrPortFrom(m.addr.Addr(), uint16(c.Ports.Ray)).String()
 		}
 	}
 	plan.NCCL = ncclForm(best.members, byNode)
+	if mp {
+		// Each node's vLLM reads its own container's environment; nothing copies the
+		// head's to the others, so every node gets exactly its own interface.
+		plan.NCCL = NCCLEnv{Form: NCCLPerNode, Reason: "executor mp: every node's vLLM reads its own environment and nothing copies the head's, so each node names exactly its own interface"}
+	}
 	for i, m := range best.members {
 		n := c.Nodes[i]
 		// The spec's count, when it gives one, is the operator's (fewer GPUs than the node
@@ -463,7 +469,9 @@ func nodeEnv(n spec.Node, m member, rayAddress string, form NCCLEnv, members []m
 	env["VLLM_HOST_IP"] = m.addr.Addr().String()
 	env["GLOO_SOCKET_IFNAME"] = m.link.Name
 	env["TP_SOCKET_IFNAME"] = m.link.Name
-	env["RAY_ADDRESS"] = rayAddress
+	if rayAddress != "" {
+		env["RAY_ADDRESS"] = rayAddress
+	}
 	ifaces, hcas := []string{m.link.Name}, hcaNames(m.rdma)
 	if form.Form == NCCLClusterWide {
 		ifaces, hcas = nil, nil

@@ -447,3 +447,29 @@ func TestWarnsWhenVLLMWouldCopyTheHeadsEnvOverAWorkers(t *testing.T) {
 		t.Errorf("warned about a variable vLLM does not copy:\n%s", text)
 	}
 }
+
+// In vLLM's own multi-node mode there is no Ray: no Ray address, no RAY_ADDRESS, and each
+// node names exactly its own interface (nothing copies the head's environment), even where
+// the Ray form would be one list for every node.
+func TestChooseForMP(t *testing.T) {
+	c := clusterOf("node-a", "node-b")
+	c.Executor = spec.ExecutorMP
+	tp := topo{"node-a": {link("eth0", "172.20.0.2/16", 1500), link("eth1", "172.21.0.2/16", 1500)},
+		"node-b": {link("eth0", "172.20.0.3/16", 1500), link("eth1", "172.21.0.3/16", 1500)}}
+	probes := probesOf(c, tp, nil)
+	plan, err := Choose(c, probes, fullMatrix(c, probes, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.RayAddress != "" || plan.NCCL.Form != NCCLPerNode || len(plan.NCCL.NoCarryOver) != 0 {
+		t.Errorf("ray %q, nccl %+v; want none and per node", plan.RayAddress, plan.NCCL)
+	}
+	for _, np := range plan.Nodes {
+		if _, ok := np.Env["RAY_ADDRESS"]; ok {
+			t.Errorf("%s has RAY_ADDRESS", np.Name)
+		}
+		if got := np.Env["NCCL_SOCKET_IFNAME"]; got != "="+np.Interface {
+			t.Errorf("%s NCCL_SOCKET_IFNAME %q, want =%s", np.Name, got, np.Interface)
+		}
+	}
+}

@@ -28,9 +28,9 @@ type Cluster struct {
 	Image    string   `json:"image"`
 	Model    Model    `json:"model"`
 	Parallel Parallel `json:"parallel"`
-	// Executor is vLLM's distributed executor backend. Only "ray" is implemented; the field
-	// exists so vLLM's native multi-node mode (--nnodes/--node-rank) can be added without a
-	// spec change.
+	// Executor is vLLM's distributed executor backend: "ray" (a Ray cluster; vLLM's driver
+	// in the Ray head's container) or "mp" (vLLM's own multi-node mode: one `vllm serve`
+	// per node with --nnodes/--node-rank/--master-addr, no Ray).
 	Executor string   `json:"executor,omitempty"`
 	Nodes    []Node   `json:"nodes"`
 	Network  Network  `json:"network,omitempty"`
@@ -109,6 +109,27 @@ type Ports struct {
 	VLLM      int `json:"vllm,omitempty"`
 	Ray       int `json:"ray,omitempty"`
 	Dashboard int `json:"dashboard,omitempty"`
+	// Master is torch.distributed's rendezvous port on the head (executor mp: vLLM's
+	// --master-port; default 29501, vLLM's). Not filled in by WithDefaults: a default
+	// there would change every existing spec's hash.
+	Master int `json:"master,omitempty"`
+}
+
+// Executors.
+const (
+	ExecutorRay = "ray"
+	ExecutorMP  = "mp"
+)
+
+// DefaultMasterPort is vLLM's ParallelConfig.master_port.
+const DefaultMasterPort = 29501
+
+// MasterPort is ports.master, or vLLM's default.
+func (p Ports) MasterPort() int {
+	if p.Master > 0 {
+		return p.Master
+	}
+	return DefaultMasterPort
 }
 
 // Secrets are references resolved on the node, never values.
@@ -345,6 +366,24 @@ func (t Timeouts) withDefaults() Timeouts {
 		Teardown:  pick(t.Teardown, d.Teardown),
 		ModelSync: t.ModelSync,
 	}
+}
+
+// NodeRank is a node's --node-rank in vLLM's own multi-node mode: 0 for the head, then the
+// workers in the spec's order; -1 for a node the spec does not name.
+func (c Cluster) NodeRank(name string) int {
+	if c.Head().Name == name {
+		return 0
+	}
+	r := 1
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return r
+		}
+		if n.Role != RoleHead {
+			r++
+		}
+	}
+	return -1
 }
 
 // Head returns the head node. Valid specs have exactly one.

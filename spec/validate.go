@@ -83,6 +83,14 @@ var managedArgs = map[string]string{
 	"--host":                         "the plan (0.0.0.0)",
 	"--port":                         "ports.vllm",
 	"--served-model-name":            "model.served_name",
+	"--nnodes":                       "nodes (executor mp)",
+	"-n":                             "nodes (executor mp)",
+	"--node-rank":                    "the node's place in nodes (executor mp)",
+	"-r":                             "the node's place in nodes (executor mp)",
+	"--master-addr":                  "the plan (the head's planned address)",
+	"--master-port":                  "ports.master",
+	"--headless":                     "the node's role (executor mp)",
+	"--revision":                     "model.revision",
 }
 
 // Validate reports every problem in a defaulted spec at once, each with its field path.
@@ -97,11 +105,13 @@ func (c Cluster) Validate() error {
 	v.model(c.Model)
 	v.parallel(c)
 	switch c.Executor {
-	case "ray":
-	case "mp", "native":
-		v.add("executor", fmt.Sprintf("%q (vLLM's native multi-node mode) is not supported yet; use \"ray\"", c.Executor))
+	case ExecutorRay:
+	case ExecutorMP:
+		v.mp(c)
+	case "native", "multiproc":
+		v.add("executor", fmt.Sprintf("%q: vLLM names its native multi-node mode \"mp\"", c.Executor))
 	default:
-		v.add("executor", fmt.Sprintf("unknown executor %q; supported: ray", c.Executor))
+		v.add("executor", fmt.Sprintf("unknown executor %q; supported: ray, mp", c.Executor))
 	}
 	v.nodes(c.Nodes)
 	v.network(c.Network)
@@ -350,12 +360,32 @@ func (v *validator) network(n Network) {
 	globs("network.exclude_interfaces", n.ExcludeInterfaces)
 }
 
+// mp checks what vLLM's own multi-node mode needs: the world splits evenly over the nodes
+// (vLLM runs world/nnodes ranks on each, ParallelConfig's local_world_size), and each node
+// has that many GPUs when the spec says.
+func (v *validator) mp(c Cluster) {
+	n := len(c.Nodes)
+	world := c.WorldSize()
+	if n == 0 || world < 1 {
+		return
+	}
+	if world%n != 0 {
+		v.add("executor", fmt.Sprintf("mp runs tensor x pipeline = %d ranks as %d per node over %d nodes; %d does not divide by %d (use ray, or a layout that does)", world, world/n, n, world, n))
+		return
+	}
+	for i, node := range c.Nodes {
+		if node.GPUs > 0 && node.GPUs < world/n {
+			v.add(fmt.Sprintf("nodes[%d].gpus", i), fmt.Sprintf("%d, but mp runs %d ranks on every node", node.GPUs, world/n))
+		}
+	}
+}
+
 func (v *validator) ports(p Ports) {
 	seen := map[int]string{}
 	for _, f := range []struct {
 		name string
 		port int
-	}{{"ports.vllm", p.VLLM}, {"ports.ray", p.Ray}, {"ports.dashboard", p.Dashboard}} {
+	}{{"ports.vllm", p.VLLM}, {"ports.ray", p.Ray}, {"ports.dashboard", p.Dashboard}, {"ports.master", p.MasterPort()}} {
 		if f.port < 1 || f.port > 65535 {
 			v.add(f.name, fmt.Sprintf("%d is not a TCP port (1-65535)", f.port))
 			continue

@@ -253,9 +253,13 @@ func (d *deployment) run(ctx workflow.Context) error {
 	}
 	d.state.Plan = &plan
 	d.result.Plan = plan
-	for _, step := range []func(workflow.Context) error{
+	steps := []func(workflow.Context) error{
 		d.preflight, d.checkModel, d.startHead, d.joinWorkers, d.checkPlacement, d.launch, d.waitServing,
-	} {
+	}
+	if d.spec.Executor == spec.ExecutorMP {
+		steps = d.mpSteps()
+	}
+	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
 		}

@@ -653,3 +653,76 @@ func TestDeployGivesUpAfterItsRestarts(t *testing.T) {
 		t.Errorf("probed %d times, want 3 (the first attempt and 2 restarts)", got)
 	}
 }
+
+// vLLM's own multi-node mode: the master port proven from node-b before any rank starts,
+// node-b's headless rank before rank 0, no Ray at all, and the same serving watch.
+func TestMPDeployServes(t *testing.T) {
+	f := fakeagents.New()
+	s := fakeagents.SeedSpec()
+	s.Executor = spec.ExecutorMP
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	got := fakeagents.Calls(f, "PrepareMaster", "DialPeers", "CloseProbeListeners", "StartVLLMRank", "StartRayHead", "StartRayWorker", "CheckPlacement")
+	// The first DialPeers and CloseProbeListeners are the reachability test's.
+	want := []string{"PrepareMaster node-a", "DialPeers node-b", "CloseProbeListeners node-a",
+		"StartVLLMRank node-b rank=1 replace=true", "StartVLLMRank node-a rank=0 replace=true"}
+	if len(got) < len(want) || !slices.Equal(got[len(got)-len(want):], want) {
+		t.Errorf("calls %q, want them to end with %q", got, want)
+	}
+	if res.Plan.RayAddress != "" || res.Plan.NCCL.Form != netplan.NCCLPerNode {
+		t.Errorf("plan ray %q nccl %q, want no Ray and per-node NCCL", res.Plan.RayAddress, res.Plan.NCCL.Form)
+	}
+	if res.Endpoint != "http://192.168.200.12:8000" {
+		t.Errorf("endpoint %s", res.Endpoint)
+	}
+}
+
+// A headless rank that fails on its own node ends the deploy naming that node, while rank
+// 0 (which would wait for it forever) is still loading; every rank is removed.
+func TestMPHeadlessRankFailureEndsTheDeploy(t *testing.T) {
+	f := fakeagents.New()
+	f.BlockWatch = true
+	f.Failures["WatchServing node-b"] = nonRetryable1(activities.ErrC10dUnreachable, "a worker cannot reach the torch c10d rendezvous")
+	s := fakeagents.SeedSpec()
+	s.Executor = spec.ExecutorMP
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var app *temporal.ApplicationError
+	err := env.GetWorkflowError()
+	if !errors.As(err, &app) || app.Type() != activities.ErrC10dUnreachable || !strings.Contains(app.Message(), "node-b") {
+		t.Fatalf("err = %v, want C10dUnreachable naming node-b", err)
+	}
+	removals := fakeagents.Calls(f, "RemoveContainers")
+	for _, want := range []string{"RemoveContainers node-a vllm", "RemoveContainers node-b vllm"} {
+		if !slices.Contains(removals, want) {
+			t.Errorf("removals %q lack %q", removals, want)
+		}
+	}
+}
+
+// A master port node-b cannot reach fails before any rank starts, naming the port.
+func TestMPMasterPortUnreachableFailsBeforeRanks(t *testing.T) {
+	f := fakeagents.New()
+	s := fakeagents.SeedSpec()
+	s.Executor = spec.ExecutorMP
+	env := newEnv(t, f)
+	f.OnCall = func(key string) {
+		if key == "PrepareMaster node-a" {
+			f.RefusedDials["node-b>node-a"] = 1
+			f.OnCall = nil
+		}
+	}
+	executeDeploy(env, DeployRequest{Spec: s})
+	var app *temporal.ApplicationError
+	err := env.GetWorkflowError()
+	if !errors.As(err, &app) || app.Type() != activities.ErrC10dUnreachable || !strings.Contains(app.Message(), "node-b cannot reach the master address 192.168.200.12:29501") {
+		t.Fatalf("err = %v", err)
+	}
+	if got := fakeagents.Calls(f, "StartVLLMRank"); len(got) != 0 {
+		t.Errorf("ranks started: %q", got)
+	}
+}

@@ -322,6 +322,9 @@ func (sv *supervisor) rayAlive(ctx workflow.Context, chk contract.DeploymentChec
 	if chk.Plan == nil {
 		return "ray not checked (no plan)", true
 	}
+	if sv.spec.Executor == spec.ExecutorMP {
+		return "no ray (executor mp)", true
+	}
 	head := sv.spec.Head()
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: contract.NodeQueue(head.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),

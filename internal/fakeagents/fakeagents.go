@@ -263,6 +263,19 @@ func (f *Agents) LaunchVLLM(ctx context.Context, req activities.LaunchRequest) (
 }
 
 func (f *Agents) WatchServing(ctx context.Context, req activities.WatchRequest) (activities.ServingProgress, error) {
+	if req.Headless {
+		// A headless rank's watch: it fails as a test says ("WatchServing node-b headless"),
+		// else reports that the rank is still up.
+		if err := f.record(ctx, "WatchServing", req.Node, "headless"); err != nil {
+			return activities.ServingProgress{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return req.Cursor, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		return req.Cursor, nil
+	}
 	if err := f.record(ctx, "WatchServing", req.Node, ""); err != nil {
 		return activities.ServingProgress{}, err
 	}
@@ -279,6 +292,24 @@ func (f *Agents) WatchServing(ctx context.Context, req activities.WatchRequest) 
 	p := f.WatchSteps[min(f.WatchCalls, len(f.WatchSteps)-1)]
 	f.WatchCalls++
 	return p, nil
+}
+
+// PrepareMaster opens a "listener" on the head's planned address and the master port.
+func (f *Agents) PrepareMaster(ctx context.Context, req contract.RankRequest) (contract.MasterCheck, error) {
+	if err := f.record(ctx, "PrepareMaster", req.Node, ""); err != nil {
+		return contract.MasterCheck{}, err
+	}
+	np, _ := req.Plan.Node(req.Node)
+	return contract.MasterCheck{Listen: contract.ListenResult{Token: "master", Targets: []netplan.Target{{
+		Node: req.Node, Addr: netip.AddrPortFrom(np.Address, uint16(req.Spec.Ports.MasterPort())), Subnet: req.Plan.Subnet}}}}, nil
+}
+
+// StartVLLMRank "starts" the node's vLLM container for its rank.
+func (f *Agents) StartVLLMRank(ctx context.Context, req contract.RankRequest) (contract.ContainerRef, error) {
+	if err := f.record(ctx, "StartVLLMRank", req.Node, fmt.Sprintf("rank=%d replace=%v", req.Rank, req.Replace)); err != nil {
+		return contract.ContainerRef{}, err
+	}
+	return contract.ContainerRef{Node: req.Node, Role: contract.RoleVLLM, Name: contract.ContainerName(req.Spec.Name, req.Node, contract.RoleVLLM), ID: "ctr-" + req.Node}, nil
 }
 
 func (f *Agents) RemoveContainers(ctx context.Context, req activities.RemoveRequest) (activities.RemoveResult, error) {

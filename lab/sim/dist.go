@@ -296,37 +296,12 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 	if err != nil {
 		return fmt.Errorf("ValueError: bad init method %q", in.InitMethod)
 	}
-	log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=%d local_rank=0 distributed_init_method=%s backend=nccl", rs.World, rs.Rank, in.InitMethod))
-	store, err := dialStore(ctx, host, port, in.StoreTimeout, log)
+	store, ep, c, err := joinGroup(ctx, rs.Rank, rs.World, host, port, in.StoreTimeout, ip, getenv, log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	ep, err := openEndpoints(getenv, log)
-	enc := json.NewEncoder(store)
-	if err != nil {
-		_ = enc.Encode(hello{Rank: rs.Rank, Err: err.Error()})
-		return err
-	}
 	defer ep.Close()
-	me := hello{Rank: rs.Rank, NodeIP: ip, NCCL: ep.nccl.Addr().String(), NCCLIfs: len(ep.ifs), Gloo: ep.gloo.Addr().String()}
-	if err := enc.Encode(me); err != nil {
-		return storeRecvError(0)
-	}
-	var table peerTable
-	if err := json.NewDecoder(bufio.NewReader(store)).Decode(&table); err != nil {
-		return storeRecvError(0)
-	}
-	if err := glooMesh(rs.Rank, table.Peers); err != nil {
-		return err
-	}
-	if ncclCountMismatch(len(ep.ifs), table.Peers) {
-		return ncclCountError(len(ep.ifs), log)
-	}
-	c, err := dialNCCL(ctx, ep.ifs[0].Addr, table.Peers[0].NCCL, log)
-	if err != nil {
-		return err
-	}
 	defer c.Close()
 	// load_model reads this node's copy of the weights: a shard missing here fails this
 	// rank, and the driver raises the rank's exception (Ray's ray.get of execute_method).
@@ -344,7 +319,12 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": rs.Rank}, nil); err != nil {
 		return err
 	}
-	// Answer collectives until the job ends; no deadline, as NCCL over sockets has none.
+	return answerCollectives(ctx, c, log)
+}
+
+// answerCollectives echoes rank 0's collectives until the job ends; no deadline, as NCCL
+// over sockets has none. A peer that goes away is NCCL's "remote process exited".
+func answerCollectives(ctx context.Context, c net.Conn, log rankLog) error {
 	go func() { <-ctx.Done(); c.Close() }()
 	b := make([]byte, 1)
 	for {
@@ -359,6 +339,50 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 			return nil
 		}
 	}
+}
+
+// joinGroup is a rank's side of torch.distributed's init over tcp://host:port: it dials
+// the c10d store (rank 0 hosts it), says hello, receives the peer table, connects the Gloo
+// mesh and its NCCL connection to rank 0. The store connection stays open: it carries the
+// rank's load result back to rank 0.
+func joinGroup(ctx context.Context, rank, world int, host, port string, timeout time.Duration, ip string, getenv func(string) string, log rankLog) (store net.Conn, ep *endpoints, nccl net.Conn, err error) {
+	log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=%d local_rank=0 distributed_init_method=tcp://%s backend=nccl", world, rank, net.JoinHostPort(host, port)))
+	store, err = dialStore(ctx, host, port, timeout, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fail := func(err error) (net.Conn, *endpoints, net.Conn, error) {
+		store.Close()
+		if ep != nil {
+			ep.Close()
+		}
+		return nil, nil, nil, err
+	}
+	ep, err = openEndpoints(getenv, log)
+	enc := json.NewEncoder(store)
+	if err != nil {
+		_ = enc.Encode(hello{Rank: rank, Err: err.Error()})
+		return fail(err)
+	}
+	me := hello{Rank: rank, NodeIP: ip, NCCL: ep.nccl.Addr().String(), NCCLIfs: len(ep.ifs), Gloo: ep.gloo.Addr().String()}
+	if err := enc.Encode(me); err != nil {
+		return fail(storeRecvError(0))
+	}
+	var table peerTable
+	if err := json.NewDecoder(bufio.NewReader(store)).Decode(&table); err != nil {
+		return fail(storeRecvError(0))
+	}
+	if err := glooMesh(rank, table.Peers); err != nil {
+		return fail(err)
+	}
+	if ncclCountMismatch(len(ep.ifs), table.Peers) {
+		return fail(ncclCountError(len(ep.ifs), log))
+	}
+	c, err := dialNCCL(ctx, ep.ifs[0].Addr, table.Peers[0].NCCL, log)
+	if err != nil {
+		return fail(err)
+	}
+	return store, ep, c, nil
 }
 
 func storeRecvError(rank int) error {

@@ -32,12 +32,19 @@ type serveFlags struct {
 	port       int
 	maxLen     int
 	ignoredArg []string
+	// vLLM's own multi-node mode (ParallelConfig; defaults are vLLM's).
+	nnodes, nodeRank int
+	masterAddr       string
+	masterPort       int
+	headless         bool
+	backendSet       bool
 }
 
 // parseServe reads `vllm serve MODEL [flags]`, accepting `--flag value` and `--flag=value`.
 // Flags the lab does not model are accepted and ignored, so real specs' extra args pass.
 func parseServe(args []string) (serveFlags, error) {
-	f := serveFlags{tp: 1, pp: 1, backend: "mp", host: "0.0.0.0", port: 8000, maxLen: 4096}
+	f := serveFlags{tp: 1, pp: 1, backend: "mp", host: "0.0.0.0", port: 8000, maxLen: 4096,
+		nnodes: 1, masterAddr: "127.0.0.1", masterPort: 29501}
 	if len(args) == 0 || args[0] != "serve" {
 		return f, errors.New("usage: vllm serve MODEL [options]")
 	}
@@ -65,7 +72,12 @@ func parseServe(args []string) (serveFlags, error) {
 		var err error
 		var v string
 		switch name {
-		case "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--port", "--max-model-len":
+		case "--headless":
+			f.headless = true
+		case "--master-addr":
+			f.masterAddr, err = takeVal()
+		case "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--port", "--max-model-len",
+			"--nnodes", "-n", "--node-rank", "-r", "--master-port":
 			if v, err = takeVal(); err == nil {
 				var n int
 				if n, err = strconv.Atoi(v); err != nil {
@@ -78,12 +90,19 @@ func parseServe(args []string) (serveFlags, error) {
 					f.pp = n
 				case "--port":
 					f.port = n
+				case "--nnodes", "-n":
+					f.nnodes = n
+				case "--node-rank", "-r":
+					f.nodeRank = n
+				case "--master-port":
+					f.masterPort = n
 				default:
 					f.maxLen = n
 				}
 			}
 		case "--distributed-executor-backend":
 			f.backend, err = takeVal()
+			f.backendSet = true
 		case "--host":
 			f.host, err = takeVal()
 		case "--served-model-name":
@@ -115,12 +134,18 @@ func vllmMain(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if f.nnodes > 1 && f.backendSet && f.backend != "mp" && f.backend != "uni" && f.backend != "external_launcher" {
+		return errors.New("ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher.")
+	}
+	if f.backend == "mp" {
+		return mpMain(ctx, f)
+	}
 	log := func(level, where, msg string) { vllmLog("APIServer", level, where, msg) }
 	log("INFO", "api_server.py:1885", "vLLM API server version "+simVLLMVersion())
 	log("INFO", "utils.py:233", fmt.Sprintf("non-default args: {'model_tag': '%s', 'host': '%s', 'port': %d, 'model': '%s', 'served_model_name': ['%s'], 'tensor_parallel_size': %d, 'pipeline_parallel_size': %d, 'distributed_executor_backend': '%s'}",
 		f.model, f.host, f.port, f.model, f.served, f.tp, f.pp, f.backend))
 	if f.backend != "ray" {
-		return errors.New("the lab simulates only --distributed-executor-backend ray")
+		return errors.New("the lab simulates --distributed-executor-backend ray and mp")
 	}
 	e := &engine{flags: f, world: f.tp * f.pp, log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
 	if err := e.start(ctx); err != nil {
@@ -151,6 +176,9 @@ type engine struct {
 	job   string
 	pg    placementGroup
 	peers []net.Conn
+	// storeConns are the other ranks' store connections (mp mode), which carry their load
+	// results.
+	storeConns []net.Conn
 	// lost is set when a node holding one of the engine's ranks died (Ray marked it dead);
 	// the engine fails at its next step, as vLLM's next call to that actor does.
 	lost atomic.Pointer[string]
@@ -572,6 +600,30 @@ func (e *engine) load(ctx context.Context) error {
 		emit(tqdmLine(i, n, time.Since(start)))
 	}
 	e.log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", time.Since(start).Seconds()))
+	if err := e.waitLoaded(ctx); err != nil {
+		return err
+	}
+	e.log("INFO", "gpu_model_runner.py:2392", fmt.Sprintf("Model loading took 0.0625 GiB and %.6f seconds", time.Since(start).Seconds()))
+	if err := e.collective(ctx); err != nil {
+		return err
+	}
+	go func() {
+		for ctx.Err() == nil && e.lostErr() == nil {
+			time.Sleep(time.Second)
+		}
+		if err := e.lostErr(); err != nil {
+			e.lostAfterStart()
+		}
+	}()
+	return nil
+}
+
+// waitLoaded waits until every other rank has loaded its weights: over Ray, each posts
+// to the GCS; in vLLM's own multi-node mode, each answers on its store connection.
+func (e *engine) waitLoaded(ctx context.Context) error {
+	if e.gc == nil {
+		return e.waitLoadedMP(ctx)
+	}
 	for e.world > 1 {
 		var vals []json.RawMessage
 		err := e.gc.call(ctx, "GET", fmt.Sprintf("/v1/results?job=%s&key=loaded&n=%d", e.job, e.world-1), nil, &vals)
@@ -593,18 +645,6 @@ func (e *engine) load(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	e.log("INFO", "gpu_model_runner.py:2392", fmt.Sprintf("Model loading took 0.0625 GiB and %.6f seconds", time.Since(start).Seconds()))
-	if err := e.collective(ctx); err != nil {
-		return err
-	}
-	go func() {
-		for ctx.Err() == nil && e.lostErr() == nil {
-			time.Sleep(time.Second)
-		}
-		if err := e.lostErr(); err != nil {
-			e.lostAfterStart()
-		}
-	}()
 	return nil
 }
 

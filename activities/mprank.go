@@ -1,0 +1,165 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// vLLM's own multi-node mode (executor mp): every node runs `vllm serve` in a container of
+// its own (role vllm), node rank 0 on the head with the API server, --headless elsewhere;
+// all of them join torch.distributed at the head's planned address and the master port.
+// The container's main process is the same wrapper that keeps vLLM in the Ray head's
+// container (pid with start time, lock, exit code, output file read by offset), so the
+// watch reads every node's vLLM the same way; after vLLM ends the container stays up (an
+// idle loop) so its output and exit code can still be read, and a stop ends vLLM first.
+const vllmRankEntrypoint = `pid=
+trap 'if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null; wait "$pid"; fi; exit 0' TERM INT
+` + vllmLaunchScript + `while :; do sleep 1 & wait $!; done
+`
+
+// mpArgs is one node's `vllm serve` in vLLM's own multi-node mode (vllm/engine/arg_utils.py:
+// --nnodes, --node-rank, --master-addr, --master-port; --headless in cli_args.py).
+func mpArgs(c spec.Cluster, masterAddr netip.Addr, rank int) []string {
+	cmd := []string{"vllm", "serve", c.Model.Path,
+		"--tensor-parallel-size", strconv.Itoa(c.Parallel.Tensor),
+		"--pipeline-parallel-size", strconv.Itoa(max(c.Parallel.Pipeline, 1)),
+		"--distributed-executor-backend", "mp",
+		"--nnodes", strconv.Itoa(len(c.Nodes)), "--node-rank", strconv.Itoa(rank),
+		"--master-addr", masterAddr.String(), "--master-port", strconv.Itoa(c.Ports.MasterPort())}
+	if rank > 0 {
+		cmd = append(cmd, "--headless")
+	}
+	if c.Model.Revision != "" {
+		cmd = append(cmd, "--revision", c.Model.Revision)
+	}
+	cmd = append(cmd, "--host", "0.0.0.0", "--port", strconv.Itoa(c.Ports.VLLM), "--served-model-name", c.Model.ServedName)
+	return append(cmd, c.Model.ExtraArgs...)
+}
+
+// rankSpec is the container of one node's vLLM in mp mode.
+func rankSpec(req contract.RankRequest, o ContainerOptions, secrets map[string]string) (containerSpec, error) {
+	n, _ := req.Spec.Node(req.Node)
+	np, ok := req.Plan.Node(req.Node)
+	head, hok := req.Plan.Node(req.Spec.Head().Name)
+	if !ok || !hok {
+		return containerSpec{}, fmt.Errorf("the plan has no address for %s or the head", req.Node)
+	}
+	var extra map[string]string
+	if len(secrets) > 0 {
+		extra = secrets
+	}
+	argv := mpArgs(req.Spec, head.Address, req.Rank)
+	env := containerEnv(np, n, extra)
+	keys := append([]string(nil), env...)
+	sort.Strings(keys)
+	s := roleSpec(req.Spec, req.Deployment, req.Node, RoleVLLM, o)
+	s.Entrypoint = []string{"/bin/sh", "-c", vllmRankEntrypoint, "sh", launchHash(argv, keys, nil)}
+	s.Cmd, s.Env = argv, env
+	return s, nil
+}
+
+// StartVLLMRank creates (or adopts) the node's vLLM container for its rank. A container
+// adopted with the same spec whose vLLM has ended is replaced: it would never join again.
+func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (ContainerRef, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return ContainerRef{}, err
+	}
+	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
+		return ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), ErrBadRequest, nil)
+	}
+	secrets, err := secretEnv(req.Spec.Secrets)
+	if err != nil {
+		return ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+	}
+	n, _ := req.Spec.Node(req.Node)
+	if req.Rank == 0 {
+		if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.VLLM, req.Spec.Ports.MasterPort()) }); err != nil {
+			return ContainerRef{}, err
+		}
+	}
+	s, err := rankSpec(req, a.containerOptions(), secrets)
+	if err != nil {
+		return ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+	}
+	ref, err := a.ensureContainer(ctx, n.DockerHost, s, req.Replace)
+	if err != nil || !ref.Adopted {
+		return ref, err
+	}
+	eng, addr, err := a.engine(n.DockerHost)
+	if err != nil {
+		return ref, err
+	}
+	if st, err := vllmProcStatus(ctx, eng, ref.Name); err == nil && st.State == "running" {
+		ref.PID = st.PID
+		return ref, nil
+	}
+	a.logger().Info("vllm in the adopted container has ended; replacing it", zap.String("container", ref.Name), zap.String("engine", addr))
+	return a.ensureContainer(ctx, n.DockerHost, s, true)
+}
+
+// PrepareMaster readies the head for vLLM's rendezvous: when the head's rank 0 already
+// runs this very launch it is adopted (the master port is its); otherwise the cluster's
+// old rank 0, if any, is removed (it holds the port, and it is replaced anyway) and a
+// listener opens on the master address and port, for the other nodes to dial before
+// any rank starts — proving the path and the port, firewall included.
+func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (contract.MasterCheck, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return contract.MasterCheck{}, err
+	}
+	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.MasterPort()) }); err != nil {
+		return contract.MasterCheck{}, err
+	}
+	n, _ := req.Spec.Node(req.Node)
+	secrets, err := secretEnv(req.Spec.Secrets)
+	if err != nil {
+		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+	}
+	s, err := rankSpec(req, a.containerOptions(), secrets)
+	if err != nil {
+		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+	}
+	eng, addr, err := a.engine(n.DockerHost)
+	if err != nil {
+		return contract.MasterCheck{}, err
+	}
+	info, err := eng.ContainerInspect(ctx, s.Name, client.ContainerInspectOptions{})
+	switch {
+	case cerrdefs.IsNotFound(err):
+	case err != nil:
+		return contract.MasterCheck{}, engineError(addr, "inspect "+s.Name, err)
+	default:
+		if info.Container.Config == nil || info.Container.Config.Labels[LabelCluster] != req.Spec.Name {
+			return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and does not belong to cluster %s: remove or rename it", s.Name, req.Spec.Name), ErrBadRequest, nil)
+		}
+		running := info.Container.State != nil && info.Container.State.Running
+		if !req.Replace && running && info.Container.Config.Labels[LabelSpecHash] == s.hash() {
+			if st, err := vllmProcStatus(ctx, eng, s.Name); err == nil && st.State == "running" {
+				return contract.MasterCheck{Adopted: true}, nil
+			}
+		}
+		if err := a.removeContainer(ctx, eng, addr, info.Container.ID, a.containerOptions().StopTimeout); err != nil {
+			return contract.MasterCheck{}, err
+		}
+		a.logger().Info("old rank 0 removed before the master port check", zap.String("container", s.Name))
+	}
+	np, _ := req.Plan.Node(req.Node)
+	prefix := netip.PrefixFrom(np.Address, req.Plan.Subnet.Bits())
+	res, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: req.Node, Addrs: []netip.Prefix{prefix}, Port: req.Spec.Ports.MasterPort()})
+	if err != nil {
+		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the master port %d on %s cannot be opened (something else holds it?): %v",
+			req.Spec.Ports.MasterPort(), np.Address, err), ErrBadRequest, nil)
+	}
+	return contract.MasterCheck{Listen: res}, nil
+}

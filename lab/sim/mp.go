@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// vLLM's own multi-node mode (--distributed-executor-backend mp with --nnodes > 1; vLLM
+// PR #23691, v0.11.1+), as vLLM's source runs it:
+//
+//   - every node runs `vllm serve MODEL -tp T -pp P --nnodes N --node-rank R --master-addr
+//     A --master-port P` (ParallelConfig: master_addr 127.0.0.1, master_port 29501, nnodes
+//     1, node_rank 0); nodes other than 0 add --headless: no API server, only the node's
+//     workers (vllm/entrypoints/cli/serve.py run_headless, which logs "Launching vLLM (v…)
+//     headless multiproc executor, with head node address A:P for torch.distributed process
+//     group.");
+//   - each node runs world/N workers (local_world_size); global rank = local_world_size x
+//     node_rank + local rank (vllm/v1/executor/multiproc_executor.py); every worker joins
+//     torch.distributed at tcp://A:P (parallel_state.py init_distributed_environment with
+//     nnodes > 1), where global rank 0 on node 0 hosts the c10d store on every interface
+//     (torch's _create_c10d_store: start_daemon = rank == 0; master_addr is only what clients
+//     dial) — so a node that cannot route to A fails with torch's connect texts;
+//   - rank 0's engine drives every worker: a remote worker's exception in load_model comes
+//     back as the executor's RuntimeError "Worker failed with error '…', please check the
+//     stack trace above for the root cause"; a remote worker that dies is not noticed by
+//     node 0 (its executor monitors only its own processes, and NCCL has no timeout);
+//   - a headless node monitors only its own workers: when one dies it logs "Worker proc …
+//     died unexpectedly, shutting down executor." and exits.
+
+// mpMain runs one node of vLLM's own multi-node mode.
+func mpMain(ctx context.Context, f serveFlags) error {
+	world := f.tp * f.pp
+	switch {
+	case f.nnodes < 1:
+		return fmt.Errorf("pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig\nnnodes\n  Input should be greater than or equal to 1 [type=greater_than_equal, input_value=%d, input_type=int]", f.nnodes)
+	case f.nodeRank < 0:
+		return fmt.Errorf("pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig\nnode_rank\n  Input should be greater than or equal to 0 [type=greater_than_equal, input_value=%d, input_type=int]", f.nodeRank)
+	case world%f.nnodes != 0:
+		return fmt.Errorf("AssertionError: global world_size (%d) must be divisible by nnodes_within_dp (%d). ", world, f.nnodes)
+	}
+	local := world / f.nnodes
+	if f.nodeRank > 0 {
+		return headless(ctx, f, world, local)
+	}
+	log := func(level, where, msg string) { vllmLog("APIServer", level, where, msg) }
+	log("INFO", "api_server.py:1885", "vLLM API server version "+simVLLMVersion())
+	log("INFO", "utils.py:233", fmt.Sprintf("non-default args: {'model_tag': '%s', 'host': '%s', 'port': %d, 'model': '%s', 'served_model_name': ['%s'], 'tensor_parallel_size': %d, 'pipeline_parallel_size': %d, 'master_addr': '%s', 'master_port': %d, 'nnodes': %d}",
+		f.model, f.host, f.port, f.model, f.served, f.tp, f.pp, f.masterAddr, f.masterPort, f.nnodes))
+	e := &engine{flags: f, world: world, log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
+	if err := e.startMP(ctx, local); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		e.log("ERROR", "core.py:708", "EngineCore failed to start.")
+		fatal("APIServer", strings.SplitN(err.Error(), ":", 2)[0], strings.TrimSpace(strings.SplitN(err.Error()+":", ":", 2)[1]))
+	}
+	return e.serve(ctx)
+}
+
+// workerName is the worker process's name in vLLM's log prefix, e.g. Worker_TP1.
+func workerName(rank, tp, pp int) string {
+	if pp > 1 {
+		return fmt.Sprintf("Worker_PP%d_TP%d", rank/tp, rank%tp)
+	}
+	return fmt.Sprintf("Worker_TP%d", rank)
+}
+
+// plainLog is a line of a vLLM process that has no process prefix (the headless main).
+func plainLog(level, where, msg string) {
+	emit(fmt.Sprintf("%s %s [%s] %s", level, time.Now().Format("01-02 15:04:05"), where, msg))
+}
+
+func mpStoreTimeout() time.Duration {
+	return scaled(time.Duration(envFloat(envStoreTimeout, 600) * float64(time.Second)))
+}
+
+// headless runs a node other than 0: its workers, until one of them dies.
+func headless(ctx context.Context, f serveFlags, world, local int) error {
+	if !f.headless {
+		// vLLM starts an API server only on node 0; the lab requires what vLLM's docs do.
+		return errors.New("ValueError: --node-rank > 0 requires --headless (only node 0 runs the API server)")
+	}
+	master := net.JoinHostPort(f.masterAddr, strconv.Itoa(f.masterPort))
+	plainLog("INFO", "serve.py:209", fmt.Sprintf("Launching vLLM (v%s) headless multiproc executor, with head node address %s for torch.distributed process group.", simVLLMVersion(), master))
+	ip := vllmHostIP()
+	type death struct {
+		name string
+		err  error
+	}
+	died := make(chan death, local)
+	for lr := 0; lr < local; lr++ {
+		rank := local*f.nodeRank + lr
+		name := workerName(rank, f.tp, f.pp)
+		log := func(level, where, msg string) { vllmLog(name, level, where, msg) }
+		go func() { died <- death{name, mpRank(ctx, rank, world, f, ip, log)} }()
+	}
+	select {
+	case <-ctx.Done():
+		plainLog("INFO", "serve.py:231", "Shutting down.")
+		return nil
+	case d := <-died:
+		if ctx.Err() != nil {
+			return nil
+		}
+		if d.err != nil && !errors.Is(d.err, errReported) {
+			vllmLog(d.name, "ERROR", "multiproc_executor.py:671", "WorkerProc failed to start.")
+			vllmLog(d.name, "ERROR", "multiproc_executor.py:671", d.err.Error())
+		}
+		plainLog("ERROR", "multiproc_executor.py:256", fmt.Sprintf("Worker proc %s died unexpectedly, shutting down executor.", d.name))
+		os.Exit(1)
+	}
+	return nil
+}
+
+// mpResult is what a worker tells rank 0 on its store connection once load_model ran.
+type mpResult struct {
+	Loaded bool   `json:"loaded,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// mpRank is one worker of a headless node: it joins the group at the master address, loads
+// its node's copy of the weights, reports to rank 0 and answers collectives.
+func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, log rankLog) error {
+	store, ep, c, err := joinGroup(ctx, rank, world, f.masterAddr, strconv.Itoa(f.masterPort), mpStoreTimeout(), ip, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	defer ep.Close()
+	defer c.Close()
+	enc := json.NewEncoder(store)
+	if err := checkWeights(f.model, log); err != nil {
+		log("ERROR", "multiproc_executor.py:671", "WorkerProc hit an exception.")
+		log("ERROR", "multiproc_executor.py:671", err.Error())
+		_ = enc.Encode(mpResult{Error: err.Error()})
+		return errReported
+	}
+	loadFor := time.Duration(envFloat(envShardSeconds, 0.5)*float64(time.Second)) * time.Duration(envFloat(envShards, 8))
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(loadFor):
+	}
+	log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", loadFor.Seconds()))
+	if err := enc.Encode(mpResult{Loaded: true}); err != nil {
+		return storeRecvError(0)
+	}
+	return answerCollectives(ctx, c, log)
+}
+
+// startMP is node 0's engine: global rank 0 hosts the c10d store on the master port (on
+// every interface), its node's other workers join as every remote one does, then the
+// weights load as over Ray.
+func (e *engine) startMP(ctx context.Context, local int) error {
+	f := e.flags
+	port := strconv.Itoa(f.masterPort)
+	store, err := net.Listen("tcp", net.JoinHostPort("0.0.0.0", port))
+	if err != nil {
+		n, text := strerror(err)
+		return fmt.Errorf("RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:%s (errno: %d - %s). The server socket has failed to bind to 0.0.0.0:%s (errno: %d - %s).", port, n, text, port, n, text)
+	}
+	defer store.Close()
+	ip := vllmHostIP()
+	e.log("INFO", "multiproc_executor.py:130", fmt.Sprintf("DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=%s, mq_connect_ip=%s (local), world_size=%d, local_world_size=%d", f.masterAddr, ip, e.world, local))
+	e.log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=0 local_rank=0 distributed_init_method=tcp://%s backend=nccl", e.world, net.JoinHostPort(f.masterAddr, port)))
+	for lr := 1; lr < local; lr++ {
+		name := workerName(lr, f.tp, f.pp)
+		go func() {
+			if err := mpRank(ctx, lr, e.world, f, ip, func(level, where, msg string) { vllmLog(name, level, where, msg) }); err != nil && ctx.Err() == nil {
+				vllmLog(name, "ERROR", "multiproc_executor.py:671", err.Error())
+			}
+		}()
+	}
+	hellos, conns, err := e.gather(store, mpStoreTimeout())
+	if err != nil {
+		return err
+	}
+	e.storeConns = conns
+	ep, err := openEndpoints(os.Getenv, e.log)
+	if err != nil {
+		return err
+	}
+	me := hello{Rank: 0, NodeIP: ip, NCCL: ep.nccl.Addr().String(), NCCLIfs: len(ep.ifs), Gloo: ep.gloo.Addr().String()}
+	table := peerTable{Peers: append([]hello{me}, hellos...)}
+	for _, c := range conns {
+		_ = json.NewEncoder(c).Encode(table)
+	}
+	if err := glooMesh(0, table.Peers); err != nil {
+		return err
+	}
+	if ncclCountMismatch(len(ep.ifs), table.Peers) {
+		return ncclCountError(len(ep.ifs), e.log)
+	}
+	for len(e.peers) < e.world-1 {
+		c, err := ep.nccl.Accept()
+		if err != nil {
+			return err
+		}
+		e.peers = append(e.peers, c)
+	}
+	return e.load(ctx)
+}
+
+// waitLoadedMP reads every worker's load_model result from its store connection. A worker
+// that raised comes back as the executor's error; one that died leaves rank 0 waiting, as
+// vLLM's engine (which monitors only its own node's workers) does.
+func (e *engine) waitLoadedMP(ctx context.Context) error {
+	results := make(chan mpResult, len(e.storeConns))
+	for _, c := range e.storeConns {
+		go func() {
+			var r mpResult
+			if json.NewDecoder(c).Decode(&r) == nil {
+				results <- r
+			}
+		}()
+	}
+	for range e.storeConns {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case r := <-results:
+			if r.Error != "" {
+				_, msg, _ := strings.Cut(r.Error, ": ")
+				return fmt.Errorf("RuntimeError: Worker failed with error '%s', please check the stack trace above for the root cause", msg)
+			}
+		}
+	}
+	return nil
+}

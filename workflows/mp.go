@@ -1,0 +1,207 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// Phases of vLLM's own multi-node mode (executor mp).
+const (
+	PhaseMaster   = "checking the master address"
+	PhaseRanks    = "starting headless ranks"
+	PhaseLaunchMP = "launching rank 0"
+)
+
+// mpSteps are the steps after planning in vLLM's own multi-node mode: no Ray. The master
+// port is proven before any rank starts: ranks already waiting for the store would dial
+// the test listener and take it for the store.
+func (d *deployment) mpSteps() []func(workflow.Context) error {
+	var adopted bool
+	return []func(workflow.Context) error{
+		d.preflight, d.checkModel,
+		func(ctx workflow.Context) error { var err error; adopted, err = d.proveMaster(ctx); return err },
+		func(ctx workflow.Context) error { return d.startRanks(ctx, adopted) },
+		func(ctx workflow.Context) error { return d.launchRank0(ctx, adopted) },
+		d.waitServingMP,
+	}
+}
+
+func (d *deployment) workers() []string {
+	var out []string
+	for _, n := range d.spec.Nodes {
+		if n.Role != spec.RoleHead {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+func (d *deployment) rankRequest(node string, replace bool) contract.RankRequest {
+	return contract.RankRequest{Node: node, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan,
+		Rank: d.spec.NodeRank(node), Replace: replace}
+}
+
+// proveMaster has the head listen on the master address and port and every other node
+// dial it, before any rank starts: the rendezvous path, and the port through any
+// firewall, proven in seconds rather than after torch's 10-minute store timeout. When the
+// head's rank 0 already runs this very launch (a redeploy of a serving spec) it is adopted
+// and there is nothing to prove.
+func (d *deployment) proveMaster(ctx workflow.Context) (adopted bool, err error) {
+	head := d.spec.Head().Name
+	hp, _ := d.state.Plan.Node(head)
+	master := fmt.Sprintf("%s:%d", hp.Address, d.spec.Ports.MasterPort())
+	err = d.step(ctx, PhaseMaster, fmt.Sprintf("checking that every node reaches the master address %s", master), func() error {
+		o := deployStep(30*time.Second, stepAttempts)
+		var chk contract.MasterCheck
+		if err := workflow.ExecuteActivity(d.onNode(ctx, head, "master port on "+head, o), contract.ActivityPrepareMaster,
+			d.rankRequest(head, d.req.Replace)).Get(ctx, &chk); err != nil {
+			return classify("prepare the master port", head, err)
+		}
+		if chk.Adopted {
+			adopted = true
+			return nil
+		}
+		defer d.closeListeners(ctx, map[string]contract.ListenResult{head: chk.Listen})
+		results := map[string][]netplan.PairResult{}
+		err := forEachNode(ctx, "dial the master address", d.workers(), func(node string) workflow.Future {
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "dial "+master+" from "+node, o), contract.ActivityDialPeers,
+				contract.DialRequest{Node: node, Targets: chk.Listen.Targets, Timeout: 3 * time.Second})
+		}, func(node string, r []netplan.PairResult) { results[node] = r })
+		if err != nil {
+			return err
+		}
+		for _, node := range d.workers() {
+			for _, r := range results[node] {
+				if !r.OK {
+					return &stepError{Step: "check the master address", Node: node, Type: contract.ErrC10dUnreachable,
+						Msg: fmt.Sprintf("%s cannot reach the master address %s (%s): torch's rendezvous would fail there. Fix: open port %d on %s between the nodes, or set ports.master to a port that is open",
+							node, master, r.Error, d.spec.Ports.MasterPort(), d.state.Plan.Subnet)}
+				}
+			}
+		}
+		return nil
+	})
+	return adopted, err
+}
+
+// startRanks starts the headless ranks (every node but the head), before rank 0, as
+// vLLM's docs order them. After a new rank 0 was prepared, every rank is replaced: one left
+// from an earlier rank 0 would never join the new one.
+func (d *deployment) startRanks(ctx workflow.Context, adopted bool) error {
+	workers := d.workers()
+	if len(workers) == 0 {
+		return nil
+	}
+	head, _ := d.state.Plan.Node(d.spec.Head().Name)
+	return d.step(ctx, PhaseRanks, fmt.Sprintf("starting %d headless ranks joining %s:%d", len(workers), head.Address, d.spec.Ports.MasterPort()), func() error {
+		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
+		return forEachNode(ctx, "start headless rank", workers, func(node string) workflow.Future {
+			d.removeOnNode(node, contract.RoleVLLM)
+			return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("vllm rank %d on %s", d.spec.NodeRank(node), node), o),
+				contract.ActivityStartVLLMRank, d.rankRequest(node, d.req.Replace || !adopted))
+		}, func(_ string, ref contract.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
+	})
+}
+
+// launchRank0 starts node rank 0 on the head: the store, the engine and the API server.
+func (d *deployment) launchRank0(ctx workflow.Context, adopted bool) error {
+	head := d.spec.Head().Name
+	return d.step(ctx, PhaseLaunchMP, fmt.Sprintf("launching vllm serve %s rank 0 on %s (tp=%d, pp=%d, %d nodes)", d.spec.Model.Path, head, d.spec.Parallel.Tensor, d.spec.Parallel.Pipeline, len(d.spec.Nodes)), func() error {
+		d.removeOnNode(head, contract.RoleVLLM)
+		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
+		var ref contract.ContainerRef
+		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm rank 0 on "+head, o), contract.ActivityStartVLLMRank,
+			d.rankRequest(head, d.req.Replace || !adopted)).Get(ctx, &ref)
+		if err != nil {
+			return classify("launch vllm rank 0", head, err)
+		}
+		d.state.Containers = append(d.state.Containers, ref)
+		return nil
+	})
+}
+
+// waitServingMP follows rank 0 until it serves, as over Ray, and every headless rank on
+// its own node at the same time: a headless rank that fails or dies is not noticed by
+// rank 0 (vLLM's executor monitors only its own node's workers, NCCL has no timeout), so
+// only its own node can say.
+func (d *deployment) waitServingMP(ctx workflow.Context) error {
+	head := d.spec.Head().Name
+	np, _ := d.state.Plan.Node(head)
+	endpoint := fmt.Sprintf("http://%s:%d", np.Address, d.spec.Ports.VLLM)
+	d.result.Endpoint = endpoint
+	refs := map[string]contract.ContainerRef{}
+	for _, c := range d.state.Containers {
+		if c.Role == contract.RoleVLLM {
+			refs[c.Node] = c
+		}
+	}
+	return d.step(ctx, PhaseServing, "waiting for vllm on "+head, func() error {
+		every := d.req.ReportEvery.D()
+		if every <= 0 {
+			every = 10 * time.Second
+		}
+		o := watchStep(d.spec, every)
+		wctx, stopRanks := workflow.WithCancel(ctx)
+		defer stopRanks()
+		failed := workflow.NewChannel(ctx)
+		for _, node := range d.workers() {
+			ref := refs[node]
+			workflow.Go(wctx, func(gctx workflow.Context) {
+				cursor := contract.ServingProgress{}
+				for {
+					var p contract.ServingProgress
+					err := workflow.ExecuteActivity(d.onNode(gctx, node, "watch vllm rank on "+node, o), contract.ActivityWatchServing,
+						contract.WatchRequest{Node: node, Container: ref, Spec: d.spec, Cursor: cursor, ReportWithin: every, Headless: true},
+					).Get(gctx, &p)
+					if gctx.Err() != nil {
+						return
+					}
+					if err != nil {
+						failed.Send(gctx, classify("vllm rank on "+node, node, err))
+						return
+					}
+					cursor = p
+				}
+			})
+		}
+		deadline := workflow.Now(ctx).Add(d.spec.Timeouts.Serving.D())
+		cursor := contract.ServingProgress{}
+		for {
+			var p contract.ServingProgress
+			var err error
+			var rankErr *stepError
+			hctx, stopHead := workflow.WithCancel(ctx)
+			f := workflow.ExecuteActivity(d.onNode(hctx, head, "watch vllm on "+head, o), contract.ActivityWatchServing,
+				contract.WatchRequest{Node: head, Container: refs[head], Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every})
+			sel := workflow.NewSelector(ctx)
+			sel.AddFuture(f, func(f workflow.Future) { err = f.Get(ctx, &p) })
+			sel.AddReceive(failed, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &rankErr) })
+			sel.Select(ctx)
+			if rankErr != nil {
+				stopHead()
+				_ = f.Get(ctx, nil) // the head's watch acknowledges the cancel
+				return rankErr
+			}
+			stopHead()
+			if err != nil {
+				return classify("wait until serving", head, err)
+			}
+			d.state.Progress = p
+			d.setPhase(ctx, PhaseServing, describeProgress(p, head))
+			if p.Serving {
+				return nil
+			}
+			if !workflow.Now(ctx).Before(deadline) {
+				return &stepError{Step: "wait until serving", Node: head, Type: contract.ErrStepTimeout,
+					Msg: fmt.Sprintf("not serving after %s (last: %s)", d.spec.Timeouts.Serving.D(), describeProgress(p, head))}
+			}
+			cursor = p
+		}
+	})
+}
