@@ -286,6 +286,16 @@ func (d *deployment) step(ctx workflow.Context, phase, details string, fn func()
 		t.Error = err.Error()
 	}
 	d.state.Steps = append(d.state.Steps, t)
+	metrics.Workflow(ctx).Step(phase, t.Duration, stepMetricError(err))
+	return err
+}
+
+// stepMetricError is a step's error as the step metric counts it: its classified type.
+func stepMetricError(err error) error {
+	var se *stepError
+	if errors.As(err, &se) {
+		return temporal.NewApplicationError(se.Msg, se.Type)
+	}
 	return err
 }
 
@@ -500,6 +510,9 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 			}
 			d.state.Progress = p
 			d.setPhase(ctx, PhaseServing, describeProgress(p, head))
+			if p.ShardsTotal > 0 {
+				metrics.Workflow(ctx).Shards(d.spec.Name, head, p.ShardsLoaded, p.ShardsTotal)
+			}
 			if p.Serving {
 				return nil
 			}

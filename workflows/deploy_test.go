@@ -1,7 +1,9 @@
 package workflows
 
 import (
+	"context"
 	"errors"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
+	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
@@ -21,7 +24,11 @@ import (
 
 func newEnv(t *testing.T, f *fakeagents.Agents) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
+	return newEnvIn(t, &testsuite.WorkflowTestSuite{}, f)
+}
+
+func newEnvIn(t *testing.T, s *testsuite.WorkflowTestSuite, f *fakeagents.Agents) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(DeployCluster)
 	env.RegisterWorkflow(PlanCluster)
@@ -724,5 +731,34 @@ func TestMPMasterPortUnreachableFailsBeforeRanks(t *testing.T) {
 	}
 	if got := fakeagents.Calls(f, "StartVLLMRank"); len(got) != 0 {
 		t.Errorf("ranks started: %q", got)
+	}
+}
+
+// A deploy records tpdeploy's own instruments: every step's duration, the reachability
+// pairs per subnet, the shards loaded, the deploy and its time to serving.
+func TestDeployRecordsMetrics(t *testing.T) {
+	e, err := metrics.NewExporter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	var suite testsuite.WorkflowTestSuite
+	suite.SetMetricsHandler(e.Handler)
+	env := newEnvIn(t, &suite, fakeagents.New())
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	e.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`tpdeploy_step_duration_seconds_count{`, `step="probing"`, `step="waiting until serving"`,
+		`tpdeploy_reachability_pairs_total{`, `subnet="192.168.200.0/24"`,
+		`tpdeploy_shards_loaded{`, `tpdeploy_deploys_total{`, `outcome="served"`, `tpdeploy_time_to_serving_seconds_count{`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

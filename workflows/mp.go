@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -194,6 +195,9 @@ func (d *deployment) waitServingMP(ctx workflow.Context) error {
 			}
 			d.state.Progress = p
 			d.setPhase(ctx, PhaseServing, describeProgress(p, head))
+			if p.ShardsTotal > 0 {
+				metrics.Workflow(ctx).Shards(d.spec.Name, head, p.ShardsLoaded, p.ShardsTotal)
+			}
 			if p.Serving {
 				return nil
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sort"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -164,13 +166,32 @@ func (d *deployment) reachOnce(ctx workflow.Context, addrs map[string][]netip.Pr
 	}
 	d.matrix = nil
 	var refused []string
+	pairs := map[string][2]int{} // subnet -> ok, failed
 	for _, n := range names {
 		d.matrix = append(d.matrix, results[n]...)
+		for _, r := range results[n] {
+			c := pairs[r.Subnet.String()]
+			if r.OK {
+				c[0]++
+			} else {
+				c[1]++
+			}
+			pairs[r.Subnet.String()] = c
+		}
 		for _, r := range results[n] {
 			if !r.OK && strings.Contains(r.Error, "connection refused") {
 				refused = append(refused, fmt.Sprintf("%s -> %s %s", r.From, r.To, r.Addr))
 			}
 		}
+	}
+	rec := metrics.Workflow(ctx)
+	subnets := make([]string, 0, len(pairs))
+	for sn := range pairs {
+		subnets = append(subnets, sn)
+	}
+	sort.Strings(subnets) // a map's order is random; the recording order need not be, but is
+	for _, sn := range subnets {
+		rec.Reachability(sn, pairs[sn][0], pairs[sn][1])
 	}
 	return refused, nil
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -171,7 +172,7 @@ func (sv *supervisor) rearm(ctx workflow.Context, why string) {
 // breaker opens after a recovery that gave up (the cluster is degraded, with its cause)
 // and closes after one that served.
 func (sv *supervisor) breaker(ctx workflow.Context, inc *Incident) {
-	metrics.Workflow(ctx).Incident(sv.spec.Name, inc.Node, inc.Seen)
+	metrics.Workflow(ctx).Incident(sv.spec.Name, inc.Node, incidentCause(inc.Seen))
 	if inc.Outcome == "serving again" || inc.Outcome == "left to the running deploy" {
 		sv.rearm(ctx, inc.Outcome)
 		return
@@ -183,4 +184,18 @@ func (sv *supervisor) breaker(ctx workflow.Context, inc *Incident) {
 	sv.state.Healthy = false
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%s degraded: %s; next try in %s unless a node reboots, a new spec serves or `starter redeploy %s`",
 		sv.spec.Name, inc.Outcome, sv.nextCooldown, sv.spec.Name))
+}
+
+// incidentCause is an incident's cause as a metric label: a few values, never free text.
+func incidentCause(seen string) string {
+	switch {
+	case strings.HasPrefix(seen, "boot ID changed"):
+		return "reboot"
+	case strings.HasPrefix(seen, "rollback:"):
+		return "rollback"
+	case strings.HasPrefix(seen, "redeploy requested"):
+		return "requested"
+	default:
+		return "unhealthy"
+	}
 }
