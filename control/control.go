@@ -139,10 +139,34 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 	if q, err := c.Client.QueryWorkflow(ctx, workflows.SuperviseWorkflowID(cluster), "", workflows.QuerySupervision); err == nil {
 		var sv workflows.Supervision
 		if q.Get(&sv) == nil {
+			c.freshHealth(ctx, &sv)
 			st.Supervision = &sv
 		}
 	}
 	return st, nil
+}
+
+// freshHealth fills the supervisor's health from its running watch's latest heartbeat:
+// the watch reports to the workflow only on an incident or after an hour of health (so a
+// healthy hour costs a few history events), but it heartbeats every check.
+func (c Controller) freshHealth(ctx context.Context, sv *workflows.Supervision) {
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, workflows.SuperviseWorkflowID(sv.Cluster), "")
+	if err != nil {
+		return
+	}
+	dc := c.DataConverter
+	if dc == nil {
+		dc = converter.GetDefaultDataConverter()
+	}
+	for _, pa := range desc.GetPendingActivities() {
+		if pa.GetActivityType().GetName() != contract.ActivityWatchCluster || pa.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var h contract.ClusterHealth
+		if dc.FromPayloads(pa.GetHeartbeatDetails(), &h) == nil && h.LastCheck.After(sv.LastCheck) {
+			sv.LastCheck, sv.Healthy, sv.Detail = h.LastCheck, h.Healthy, h.Detail
+		}
+	}
 }
 
 // latest is the cheap part of Status, without queries (a query on a closed run replays

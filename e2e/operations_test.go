@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
@@ -277,4 +279,46 @@ func TestConcurrentTriggersMakeOneDeploy(t *testing.T) {
 	}
 	sv, _ := supervision(t, s.Name)
 	t.Logf("one deploy; schedule: %+v; supervisor: %+v", recentTriggers(t, s.Name), sv.Incidents)
+}
+
+// Every lab agent serves /healthz and Prometheus metrics; after a deploy, the agents that ran
+// its workflow tasks export tpdeploy's own instruments for it.
+func TestAgentsExportDeployMetrics(t *testing.T) {
+	s := labSpec(t, "e2e-metrics")
+	deployServing(t, s)
+	defer teardown(t, s.Name)
+	// The supervisor's health is current in `starter status` from its watch's heartbeat,
+	// long before the watch reports to the workflow.
+	eventually(t, 45*time.Second, "starter status shows the supervisor's last check", func() bool {
+		out, code := runStarter(t, "status", s.Name)
+		return code == 0 && strings.Contains(out, "supervisor: serving at last check")
+	})
+	var all strings.Builder
+	for _, n := range theLab.Nodes {
+		base := fmt.Sprintf("http://%s:%d", n.Mgmt, lab.MetricsPort)
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s /healthz: %d", n.Name, resp.StatusCode)
+		}
+		resp, err = http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		all.Write(b)
+	}
+	for _, want := range []string{
+		`tpdeploy_deploys_total{`, `tpdeploy_time_to_serving_seconds_count{`, `cluster="e2e-metrics"`,
+		`tpdeploy_step_duration_seconds_count{`, `step="probing"`, `tpdeploy_reachability_pairs_total{`,
+		"temporal_", // the SDK's own
+	} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("the agents' metrics lack %q", want)
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,6 +143,9 @@ func (l *Lab) Close() {
 // (a real deployment's Temporal persists its state; a restart loses nothing) and the fault
 // proxies' sockets.
 func stateDir(prefix string) string { return filepath.Join(os.TempDir(), prefix+"-state") }
+
+// MetricsPort is where every lab agent serves /metrics and /healthz (on all its addresses).
+const MetricsPort = 9464
 
 // nodeBarrierDir is where a node's agent finds its barrier files (internal/barrier).
 const nodeBarrierDir = "/run/tpdeploy-barrier"
@@ -309,6 +313,8 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			// The lab's images are the simulator's; a real node's policy allows vLLM's.
 			"TPDEPLOY_ALLOW_IMAGES=" + SimImage,
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
+			// Every agent exports its metrics on the management network, as on a fleet.
+			"TPDEPLOY_METRICS_ADDR=:" + strconv.Itoa(MetricsPort),
 		}
 		if i > 0 {
 			env = append(env, "TPDEPLOY_LAB_NO_DEFAULT_ROUTE=1")
