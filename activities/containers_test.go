@@ -585,3 +585,50 @@ func TestNeverReplacesAnotherClustersContainer(t *testing.T) {
 		t.Error("two clusters share a container name")
 	}
 }
+
+// TestPreflightRefusesABusyHeadPort: something else listening on the head's Ray port (a
+// Ray left from another deploy) fails the preflight naming the port, its spec field and
+// the node, instead of letting the workers join that stranger's Ray; the same port held
+// by this cluster's own head (a redeploy) passes.
+func TestPreflightRefusesABusyHeadPort(t *testing.T) {
+	engineForTest(t)
+	ctx := context.Background()
+	c := testCluster(t)
+	c.Parallel.Tensor = 1
+	c.Nodes = c.Nodes[:1]
+	c.Ports.VLLM = freePort(t)
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Ports.Ray = other.Addr().(*net.TCPAddr).Port
+	a := testNode("node-a")
+	a.Containers.Network = "host"
+	_, err = a.PreflightNode(ctx, PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
+	app := appError(t, err)
+	want := fmt.Sprintf("port %d (ports.ray) already in use on node-a", c.Ports.Ray)
+	if app.Type() != ErrResourcesBusy || !app.NonRetryable() || !strings.Contains(app.Message(), want) {
+		t.Fatalf("busy port: type %s non-retryable %v: %s\nwant %s containing %q", app.Type(), app.NonRetryable(), app.Message(), ErrResourcesBusy, want)
+	}
+	other.Close()
+	if _, err := a.PreflightNode(ctx, PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
+		t.Fatalf("freed port: %v", err)
+	}
+	env := map[string]string{"VLLM_HOST_IP": "127.0.0.1", "RAY_ADDRESS": fmt.Sprintf("127.0.0.1:%d", c.Ports.Ray)}
+	if _, err := a.StartRayHead(ctx, headRequest(c, "run-1", env)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", c.Ports.Ray))
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the head does not listen on its Ray port: %v", err)
+		}
+	}
+	if _, err := a.PreflightNode(ctx, PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
+		t.Fatalf("port held by the cluster's own head: %v", err)
+	}
+}

@@ -157,8 +157,9 @@ func (a *Node) containerOptions() ContainerOptions {
 	return a.Containers
 }
 
-// PreflightNode checks that the node's engine answers and holds the image; it never pulls
-// (a multi-gigabyte pull belongs to the operator, and an implicit one hides a typo).
+// PreflightNode checks that the node's engine answers and holds the image, and that the
+// head's fixed ports are free (ports.go); it never pulls (a multi-gigabyte pull belongs to
+// the operator, and an implicit one hides a typo).
 func (a *Node) PreflightNode(ctx context.Context, req PreflightRequest) (PreflightResult, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return PreflightResult{}, err
@@ -178,6 +179,11 @@ func (a *Node) PreflightNode(ctx context.Context, req PreflightRequest) (Preflig
 	}
 	if err != nil {
 		return PreflightResult{}, engineError(addr, "inspect image "+req.Image, err)
+	}
+	if req.Spec != nil {
+		if err := a.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
+			return PreflightResult{}, err
+		}
 	}
 	return PreflightResult{Node: a.Name, ImageID: img.ID}, nil
 }

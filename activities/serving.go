@@ -101,6 +101,11 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 	if d := activity.GetInfo(ctx).Deadline; !d.IsZero() {
 		deadline = d.Add(-3 * time.Second)
 	}
+	// A head that died at start (its GCS port taken) leaves the address to whatever else
+	// answers there: judge nothing from a node table that is not this head's.
+	if gone := a.headGone(ctx, req); gone != nil {
+		return PlacementReport{}, gone
+	}
 	var last error
 	for {
 		activity.RecordHeartbeat(ctx, fmt.Sprint(last))

@@ -53,6 +53,8 @@ type prefs struct {
 	preferIfaces []string
 	excludeIface []string
 	nodeIfaces   map[string][]string
+	// keep, when valid, is the only subnet allowed (ChooseKeeping).
+	keep netip.Prefix
 }
 
 func prefsOf(c spec.Cluster) prefs {
@@ -130,6 +132,9 @@ func candidates(c spec.Cluster, probes []NodeProbe, p prefs) []candidate {
 			}
 		}
 	}
+	if p.keep.IsValid() && !seen[p.keep] {
+		subnets = append(subnets, p.keep) // judged, so the decision says why it is gone
+	}
 	slices.SortFunc(subnets, func(a, b netip.Prefix) int {
 		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
 	})
@@ -149,6 +154,10 @@ func judge(c spec.Cluster, byNode map[string]NodeProbe, s netip.Prefix, p prefs)
 	}
 	if p.excluded(s) {
 		cand.reject = "excluded by network.exclude_cidrs"
+		return cand
+	}
+	if p.keep.IsValid() && s != p.keep {
+		cand.reject = fmt.Sprintf("this deploy planned on %s before it started over, and a restart does not move it to another subnet", p.keep)
 		return cand
 	}
 	owner := map[netip.Addr]string{}
@@ -372,8 +381,18 @@ func ordinal(n int) string {
 // Choose decides the cluster's subnet from the probes and the reachability matrix and
 // derives every node's settings from it.
 func Choose(c spec.Cluster, probes []NodeProbe, matrix []PairResult) (Plan, error) {
+	return ChooseKeeping(c, probes, matrix, netip.Prefix{})
+}
+
+// ChooseKeeping is Choose limited to the subnet keep (when valid): a deploy that starts
+// over after a node's network changed plans again on the subnet it had chosen. Interface
+// names and addresses in it may differ (a NIC that came back renamed), but a fast link
+// that stays down fails the deploy instead of moving tensor-parallel traffic to a network
+// a hundred times slower without anyone deciding it.
+func ChooseKeeping(c spec.Cluster, probes []NodeProbe, matrix []PairResult, keep netip.Prefix) (Plan, error) {
 	c = c.WithDefaults()
 	p := prefsOf(c)
+	p.keep = keep
 	byNode := map[string]NodeProbe{}
 	for _, pr := range probes {
 		byNode[pr.Node] = pr

@@ -1,6 +1,7 @@
 package netplan
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -471,5 +472,55 @@ func TestChooseForMP(t *testing.T) {
 		if got := np.Env["NCCL_SOCKET_IFNAME"]; got != "="+np.Interface {
 			t.Errorf("%s NCCL_SOCKET_IFNAME %q, want =%s", np.Name, got, np.Interface)
 		}
+	}
+}
+
+// TestChooseKeeping: a deploy that starts over keeps its subnet. A NIC back under another
+// name is planned again in it; a fast link still down fails with the reason, even though
+// the management network would do.
+func TestChooseKeeping(t *testing.T) {
+	two := clusterOf("node-a", "node-b")
+	fast := netip.MustParsePrefix("10.200.2.0/24")
+	mgmt := func(addr string) Link { return link("eth0", addr, 1500) }
+	tests := []struct {
+		name    string
+		topo    topo
+		keep    netip.Prefix
+		want    string
+		wantErr []string
+	}{
+		{"no keep: the management network when the fast link is gone",
+			topo{"node-a": {mgmt("10.231.2.10/24"), link("eth2", "10.200.2.12/24", 9000)}, "node-b": {mgmt("10.231.2.11/24")}},
+			netip.Prefix{}, "10.231.2.0/24", nil},
+		{"keep: the fast link back under another name",
+			topo{"node-a": {mgmt("10.231.2.10/24"), link("eth2", "10.200.2.12/24", 9000)}, "node-b": {mgmt("10.231.2.11/24"), link("eth3", "10.200.2.13/24", 9000)}},
+			fast, "10.200.2.0/24", nil},
+		{"keep: the fast link still gone",
+			topo{"node-a": {mgmt("10.231.2.10/24"), link("eth2", "10.200.2.12/24", 9000)}, "node-b": {mgmt("10.231.2.11/24")}},
+			fast, "", []string{"10.200.2.0/24 rejected: node-b has no address in it", "10.231.2.0/24 rejected: this deploy planned on 10.200.2.0/24 before it started over"}},
+		{"keep: gone from every node",
+			topo{"node-a": {mgmt("10.231.2.10/24")}, "node-b": {mgmt("10.231.2.11/24")}},
+			fast, "", []string{"10.200.2.0/24 rejected: node-a has no address in it"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			probes := probesOf(two, tc.topo, nil)
+			plan, err := ChooseKeeping(two, probes, fullMatrix(two, probes, nil), tc.keep)
+			if tc.want != "" {
+				if err != nil || plan.Subnet.String() != tc.want {
+					t.Fatalf("plan %s, %v; want %s", plan.Subnet, err, tc.want)
+				}
+				return
+			}
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Type != ErrNoViableSubnet {
+				t.Fatalf("err %v, want %s", err, ErrNoViableSubnet)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%s", w, err)
+				}
+			}
+		})
 	}
 }

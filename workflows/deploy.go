@@ -5,6 +5,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -208,6 +209,9 @@ type deployment struct {
 	down     map[string]string
 	// probeAgentWait is how long the next probe waits for agents (after a reboot).
 	probeAgentWait time.Duration
+	// keepSubnet is the subnet planned before the deploy started over, the only one its
+	// next plan may choose.
+	keepSubnet netip.Prefix
 }
 
 func newDeployment(ctx workflow.Context, req DeployRequest) *deployment {

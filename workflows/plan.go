@@ -75,7 +75,7 @@ func planCluster(ctx workflow.Context, c spec.Cluster, d *deployment) (netplan.P
 			StartToCloseTimeout: 10 * time.Second,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		})
-		err := workflow.ExecuteLocalActivity(lctx, ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix}).Get(ctx, &plan)
+		err := workflow.ExecuteLocalActivity(lctx, ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix, KeepSubnet: d.keepSubnet}).Get(ctx, &plan)
 		if err != nil {
 			return classify("plan", "", err)
 		}
@@ -218,12 +218,14 @@ type PlanInput struct {
 	Spec   spec.Cluster         `json:"spec"`
 	Probes []netplan.NodeProbe  `json:"probes"`
 	Matrix []netplan.PairResult `json:"matrix"`
+	// KeepSubnet, when valid, is the only subnet a restarted deploy may plan on.
+	KeepSubnet netip.Prefix `json:"keep_subnet,omitzero"`
 }
 
 // ChoosePlan is the planner as a local activity: pure, but its result is recorded in
 // history, so a later change to the planner cannot change the plan of a running deploy.
 func ChoosePlan(_ context.Context, in PlanInput) (netplan.Plan, error) {
-	plan, err := netplan.Choose(in.Spec, in.Probes, in.Matrix)
+	plan, err := netplan.ChooseKeeping(in.Spec, in.Probes, in.Matrix, in.KeepSubnet)
 	var pe *netplan.Error
 	if errors.As(err, &pe) {
 		return plan, temporal.NewNonRetryableApplicationError(pe.Error(), pe.Type, nil)

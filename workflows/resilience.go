@@ -222,6 +222,11 @@ func (d *deployment) restart(ctx workflow.Context, why string) {
 		d.state.Warnings = append(d.state.Warnings, "before restarting: "+err.Error())
 	}
 	d.state.Compensations = d.saga.ran
+	if d.state.Plan != nil && !d.keepSubnet.IsValid() {
+		// The next plan stays on this subnet (netplan.ChooseKeeping): starting over must
+		// not quietly move the deploy to a slower network.
+		d.keepSubnet = d.state.Plan.Subnet
+	}
 	d.state.Containers, d.state.Plan, d.probes, d.matrix = nil, nil, nil, nil
 	d.reboot, d.down = "", map[string]string{}
 	d.req.Replace = true
