@@ -155,6 +155,15 @@ func TestFailedChangedDeployRollsBack(t *testing.T) {
 	if f.Type != activities.ErrPlacementMismatch {
 		t.Fatalf("changed deploy failed with %s: %s; want PlacementMismatch", f.Type, f.Message)
 	}
+	defer func() {
+		if t.Failed() {
+			sv, _ := supervision(t, s.Name)
+			t.Logf("supervisor's incidents: %+v", sv.Incidents)
+			if st, err := (control.Controller{Client: tc}).Status(context.Background(), s.Name); err == nil {
+				t.Logf("latest deploy: running %v, closed %q, err %v, phase %s: %s", st.Running, st.Closed, st.Err, st.State.Phase, st.State.Details)
+			}
+		}
+	}()
 	var inc workflows.Incident
 	eventually(t, 3*time.Minute, "the supervisor rolled back and serves", func() bool {
 		sv, _ := supervision(t, s.Name)

@@ -72,7 +72,17 @@ type Incident struct {
 	Attempts int           `json:"attempts"`
 	Outcome  string        `json:"outcome"`
 	Took     time.Duration `json:"took"`
+	// rollbackOf is the failed deploy run that asked for this rollback: recover waits for
+	// it to close rather than mistake it for a deploy someone else started.
+	rollbackOf string
 }
+
+// rollbackWaitVersion: from here on, a rollback waits (up to rollbackWait) for the failed
+// deploy that signalled it to close before starting the deploy that puts the spec back.
+// The failed run signals and then completes; the supervisor could see it still running.
+const rollbackWaitVersion = "rollback-wait"
+
+const rollbackWait = time.Minute
 
 // Supervision is the supervisor's state, for the query and `starter status`.
 type Supervision struct {
@@ -359,6 +369,14 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
 		if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 			if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+				if inc.rollbackOf != "" && workflow.Now(ctx).Sub(inc.At) < rollbackWait &&
+					workflow.GetVersion(ctx, rollbackWaitVersion, workflow.DefaultVersion, 1) == 1 {
+					// Most likely the failed run itself, still closing after its signal.
+					inc.Attempts--
+					sv.state.Redeploys--
+					_ = workflow.Sleep(ctx, time.Second)
+					continue
+				}
 				inc.Action, inc.Outcome = "none: a deploy was already running", "left to the running deploy"
 				break
 			}

@@ -156,8 +156,10 @@ func (sv *supervisor) rollback(ctx workflow.Context, df DeployFailure) *Incident
 		return nil // its own recovery, or a redeploy of the serving spec: recover() decides
 	}
 	sv.rearm(ctx, "a deploy of another spec failed")
-	return sv.newIncident(ctx, "", fmt.Sprintf("rollback: deploy %s of spec %s failed (%s) after touching the cluster; putting spec %s back",
+	inc := sv.newIncident(ctx, "", fmt.Sprintf("rollback: deploy %s of spec %s failed (%s) after touching the cluster; putting spec %s back",
 		df.RunID, df.SpecHash, df.Type, sv.spec.Hash()))
+	inc.rollbackOf = df.RunID
+	return inc
 }
 
 // rearm closes the circuit breaker after a change: recovery gets its full budget again.
