@@ -253,10 +253,20 @@ func duplicateAddress(c ctx) *Finding {
 		return nil
 	}
 	diag := "two Ray nodes report the same VLLM_HOST_IP"
+	fix := "give every node its own --node-ip-address and the same value as its own VLLM_HOST_IP (per-node container environment, never one cluster-wide value)"
 	if m := dupIPs.FindStringSubmatch(c.t); m != nil {
-		diag = m[1] + " Ray nodes report only " + m[2] + " distinct VLLM_HOST_IP addresses " + m[3] + ": VLLM_HOST_IP is set to one value on several nodes"
+		nodes, _ := strconv.Atoi(m[1])
+		ips, _ := strconv.Atoi(m[2])
+		if ips > nodes {
+			// vLLM compares the count of Ray nodes with the count of its workers' IPs: more
+			// IPs means the workers of one Ray node disagree on their address.
+			diag = "vLLM's workers on " + m[1] + " Ray node(s) report " + m[2] + " addresses " + m[3] + ": on one node, VLLM_HOST_IP (or the address vLLM guessed) differs from the --node-ip-address Ray registered"
+			fix = "set VLLM_HOST_IP on every node to exactly the --node-ip-address its Ray node registered (ray status / the plan's address), in the container that runs Ray"
+		} else {
+			diag = m[1] + " Ray nodes report only " + m[2] + " distinct VLLM_HOST_IP addresses " + m[3] + ": VLLM_HOST_IP is set to one value on several nodes"
+		}
 	}
-	return c.find(DuplicateAddress, diag, "give every node its own --node-ip-address and the same value as its own VLLM_HOST_IP (per-node container environment, never one cluster-wide value)", true)
+	return c.find(DuplicateAddress, diag, fix, true)
 }
 
 func driverAttach(c ctx) *Finding {

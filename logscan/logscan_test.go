@@ -35,6 +35,7 @@ func TestClassify(t *testing.T) {
 		{"cuda oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", CUDAOutOfMemory, true, []string{"gpu-memory-utilization"}},
 		{"engine dead", "(APIServer pid=1) ERROR 11-30 00:28:34 [async_llm.py:420] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.", EngineDead, true, nil},
 		{"duplicate ip", "RuntimeError: Every node should have a unique IP address. Got 2 nodes with node ids ['a', 'b'] and 1 unique IP addresses ['10.0.0.1']. Please check your network configuration.", DuplicateAddress, true, nil},
+		{"one node, two ips", "RuntimeError: Every node should have a unique IP address. Got 1 nodes with node ids ['e5'] and 2 unique IP addresses {'172.18.0.2', '172.18.0.3'}. Please check your network configuration.", DuplicateAddress, true, []string{"workers on 1 Ray node(s) report 2 addresses", "differs from the --node-ip-address"}},
 		{"gcs unreachable", "2024-04-02 01:39:24,189\tERROR utils.py:1371 -- Unable to connect to GCS at 10.0.0.1:6379. Check that (1) Ray GCS with matching version started successfully", GCSUnreachable, true, []string{"10.0.0.1:6379"}},
 		{"no gpu", "ValueError: Current node has no GPU available. current_node_resource={'CPU': 1.0}.", NoGPU, true, nil},
 		{"progress line", "Loading safetensors checkpoint shards:  21% Completed | 8/39 [00:41<01:59,  3.84s/it]", "", false, nil},
