@@ -9,6 +9,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -115,11 +116,26 @@ func (c Controller) Schedules(ctx context.Context) ([]ScheduleEntry, error) {
 			continue
 		}
 		entry := ScheduleEntry{Cluster: cluster, ID: e.ID, Paused: e.Paused, Note: e.Note, When: describeSpec(e.Spec)}
-		if len(e.NextActionTimes) > 0 {
-			entry.NextRun = e.NextActionTimes[0]
+		next, recent := e.NextActionTimes, e.RecentActions
+		// The list comes from visibility, which lags: a pause, an unpause or a delete just
+		// made may not show yet. The schedule's own description is current.
+		d, err := c.Client.ScheduleClient().GetHandle(ctx, e.ID).Describe(ctx)
+		var notFound *serviceerror.NotFound
+		switch {
+		case errors.As(err, &notFound):
+			continue // deleted meanwhile
+		case err == nil:
+			if st := d.Schedule.State; st != nil {
+				entry.Paused, entry.Note = st.Paused, st.Note
+			}
+			entry.When = describeSpec(d.Schedule.Spec)
+			next, recent = d.Info.NextActionTimes, d.Info.RecentActions
 		}
-		if n := len(e.RecentActions); n > 0 {
-			last := e.RecentActions[n-1]
+		if len(next) > 0 {
+			entry.NextRun = next[0]
+		}
+		if n := len(recent); n > 0 {
+			last := recent[n-1]
 			entry.LastRun = last.ActualTime
 			if last.StartWorkflowResult != nil {
 				entry.LastWorkID = last.StartWorkflowResult.WorkflowID

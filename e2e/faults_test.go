@@ -325,6 +325,7 @@ func (c *cell) deployOutcome(t *testing.T) {
 		}
 	case errors.As(control.Reason(err), &f):
 		c.res.Outcome = "failed " + f.Type
+		t.Logf("%s × %s failed: %s", c.step.Name, c.fault.Name, clip(f.Message, 1500))
 	default:
 		c.res.Outcome = "no outcome: " + err.Error()
 	}
