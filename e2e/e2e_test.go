@@ -399,3 +399,49 @@ func killWorker(t *testing.T, node string) {
 		t.Fatal(err)
 	}
 }
+
+// (g) Both of vLLM's environment behaviours serve with the plan's settings, with different
+// interface names per node (node-a's fast NIC is not named like node-b's): before v0.17
+// the driver copies only VLLM_* to the Ray workers; from v0.17 (vLLM PR #34383) it also
+// copies NCCL_*, overwriting each worker's own. The head's vLLM output shows which.
+func TestDeployServesUnderBothVLLMEnvBehaviours(t *testing.T) {
+	a, _ := theLab.Iface(context.Background(), "node-a", "fast")
+	b, _ := theLab.Iface(context.Background(), "node-b", "fast")
+	if a == "" || a == b {
+		t.Fatalf("fast interfaces node-a %q, node-b %q: the lab should name them differently", a, b)
+	}
+	for _, tc := range []struct {
+		name, version string
+		copies        bool
+	}{{"e2e-env-old", "0.11.0", false}, {"e2e-env-new", "0.17.0", true}} {
+		t.Run(tc.version, func(t *testing.T) {
+			s := labSpec(t, tc.name)
+			s.Nodes[0].Env = map[string]string{"TPDEPLOY_SIM_VLLM_VERSION": tc.version}
+			deployServing(t, s)
+			defer teardown(t, s.Name)
+			if err := endpointServes(t, s); err != nil {
+				t.Fatal(err)
+			}
+			out, err := execOut(activities.ContainerName(s.Name, "node-a", activities.RoleRayHead), "cat", "/tmp/tpdeploy/vllm/log")
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefixes := strings.Contains(out, "Env var prefixes to copy: [") && strings.Contains(out, "'NCCL_'")
+			if prefixes != tc.copies {
+				t.Fatalf("vLLM %s: copies NCCL_* %v, want %v:\n%s", tc.version, prefixes, tc.copies, out)
+			}
+			// From v0.17 the plan either gives every node one exact-name list (copied as is)
+			// or stops the copy of NCCL_* (ray_non_carry_over_env_vars.json); either way the
+			// workers keep a value that names their own interface, and the endpoint serves.
+			copied, stopped := false, false
+			for _, l := range strings.Split(out, "\n") {
+				copied = copied || strings.Contains(l, "Copying the following environment variables to workers") && strings.Contains(l, "'NCCL_SOCKET_IFNAME'")
+				stopped = stopped || strings.Contains(l, "RAY_NON_CARRY_OVER_ENV_VARS from config") && strings.Contains(l, "'NCCL_SOCKET_IFNAME'")
+			}
+			if tc.copies && copied == stopped {
+				t.Fatalf("vLLM %s: NCCL_SOCKET_IFNAME copied %v, copy stopped %v; want exactly one:\n%s", tc.version, copied, stopped, out)
+			}
+			t.Logf("vLLM %s: served; NCCL_SOCKET_IFNAME copied %v, copy stopped %v", tc.version, copied, stopped)
+		})
+	}
+}
