@@ -281,17 +281,29 @@ func TestWrongRayRegistrationFailsAtPlacement(t *testing.T) {
 func waitPhase(t *testing.T, run tclient.WorkflowRun, phase string) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
+	var last activities.ServingProgress
 	for time.Now().Before(deadline) {
 		v, err := tc.QueryWorkflow(context.Background(), run.GetID(), run.GetRunID(), workflows.QueryProgress)
 		if err == nil {
 			var p activities.ServingProgress
-			if v.Get(&p) == nil && p.Phase == phase && p.ShardsLoaded > 0 {
-				return
+			if v.Get(&p) == nil {
+				if p.Phase == phase && p.ShardsLoaded > 0 {
+					return
+				}
+				last = p
 			}
+		}
+		// A deploy that ended (served before it was seen loading, or failed) says so now,
+		// with its reason, rather than after the whole wait.
+		if d, err := tc.DescribeWorkflowExecution(context.Background(), run.GetID(), run.GetRunID()); err == nil &&
+			d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			err := run.Get(context.Background(), nil)
+			t.Fatalf("deploy never reached %s: it ended %s (%v); last progress %+v", phase, d.GetWorkflowExecutionInfo().GetStatus(), control.Reason(err), last)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	t.Fatalf("deploy never reached %s", phase)
+	st, _ := control.Controller{Client: tc}.Status(context.Background(), strings.TrimPrefix(run.GetID(), workflows.DeployWorkflowID("")))
+	t.Fatalf("deploy never reached %s within 2 min: last progress %+v; state %s: %s", phase, last, st.State.Phase, st.State.Details)
 }
 
 func slowLoading(s *spec.Cluster) {
