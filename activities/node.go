@@ -327,9 +327,7 @@ func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveR
 	if err != nil {
 		return res, err
 	}
-	f := client.Filters{}
-	f.Add("label", LabelCluster+"="+req.Cluster, LabelNode+"="+a.Name)
-	list, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	list, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: a.clusterFilter(req.Cluster)})
 	if err != nil {
 		return res, engineError(addr, "list containers", err)
 	}

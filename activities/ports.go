@@ -62,9 +62,7 @@ func (a *Node) checkPortsFree(ctx context.Context, eng containerEngine, addr str
 	if len(busy) == 0 {
 		return nil
 	}
-	f := client.Filters{}
-	f.Add("label", LabelCluster+"="+s.Name, LabelNode+"="+a.Name)
-	list, err := eng.ContainerList(ctx, client.ContainerListOptions{Filters: f})
+	list, err := eng.ContainerList(ctx, client.ContainerListOptions{Filters: a.clusterFilter(s.Name)})
 	if err != nil {
 		return engineError(addr, "list containers", err)
 	}
@@ -74,4 +72,11 @@ func (a *Node) checkPortsFree(ctx context.Context, eng containerEngine, addr str
 	return temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("port %s already in use on %s, and no container of cluster %s runs there: another Ray head, vLLM or service listens on it (ss -ltnp); stop it, or choose another port in the spec",
 			strings.Join(busy, ", "), a.Name, s.Name), ErrResourcesBusy, nil)
+}
+
+// clusterFilter selects the cluster's containers on this node by their labels.
+func (a *Node) clusterFilter(cluster string) client.Filters {
+	f := client.Filters{}
+	f.Add("label", LabelCluster+"="+cluster, LabelNode+"="+a.Name)
+	return f
 }
