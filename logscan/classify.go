@@ -115,7 +115,9 @@ var (
 	pgFail     = regexp.MustCompile(`Cannot provide a placement group (?:requiring ([\d.]+) GPUs \(placement_group_specs=(.*)\)|of placement_group_specs=(.*?))(?: within (\d+) seconds|$)`)
 	pinnedNode = regexp.MustCompile(`'node:([0-9a-fA-F.:]+)'`)
 
-	dupIPs = regexp.MustCompile(`Got (\d+) nodes.*?and (\d+) unique IP addresses (\{[^}]*\}|\[[^\]]*\])`)
+	// dupIPs reads vLLM's counts; the address set is optional because users shorten the
+	// line ("Got 8 nodes with [...] and 7 unique IP addresses.").
+	dupIPs = regexp.MustCompile(`Got (\d+) nodes.*?and (\d+) unique IP addresses(?:\s*(\{[^}]*\}|\[[^\]]*\]))?`)
 
 	driverIP  = regexp.MustCompile(`This node has an IP address of ([^\s,]+)`)
 	raylets   = regexp.MustCompile(`found raylets at (.*?) but none`)
@@ -253,20 +255,28 @@ func duplicateAddress(c ctx) *Finding {
 		return nil
 	}
 	diag := "two Ray nodes report the same VLLM_HOST_IP"
-	fix := "give every node its own --node-ip-address and the same value as its own VLLM_HOST_IP (per-node container environment, never one cluster-wide value)"
+	fix := "give every node its own --node-ip-address and the same value as its own VLLM_HOST_IP (per-node container environment, never one cluster-wide value); run one Ray node per machine (stop Ray in any other --net=host container there)"
 	if m := dupIPs.FindStringSubmatch(c.t); m != nil {
 		nodes, _ := strconv.Atoi(m[1])
 		ips, _ := strconv.Atoi(m[2])
 		if ips > nodes {
 			// vLLM compares the count of Ray nodes with the count of its workers' IPs: more
 			// IPs means the workers of one Ray node disagree on their address.
-			diag = "vLLM's workers on " + m[1] + " Ray node(s) report " + m[2] + " addresses " + m[3] + ": on one node, VLLM_HOST_IP (or the address vLLM guessed) differs from the --node-ip-address Ray registered"
+			diag = "vLLM's workers on " + m[1] + " Ray node(s) report " + m[2] + " addresses" + setText(m[3]) + ": on one node, VLLM_HOST_IP (or the address vLLM guessed) differs from the --node-ip-address Ray registered"
 			fix = "set VLLM_HOST_IP on every node to exactly the --node-ip-address its Ray node registered (ray status / the plan's address), in the container that runs Ray"
 		} else {
-			diag = m[1] + " Ray nodes report only " + m[2] + " distinct VLLM_HOST_IP addresses " + m[3] + ": VLLM_HOST_IP is set to one value on several nodes"
+			diag = m[1] + " Ray nodes report only " + m[2] + " distinct VLLM_HOST_IP addresses" + setText(m[3]) + ": VLLM_HOST_IP is set to one value on several nodes, or two nodes' Ray share one host (two --net=host containers on one machine)"
 		}
 	}
 	return c.find(DuplicateAddress, diag, fix, true)
+}
+
+// setText is vLLM's address set as the line gave it, or "" when the line was cut short.
+func setText(set string) string {
+	if set == "" {
+		return ""
+	}
+	return " " + set
 }
 
 func driverAttach(c ctx) *Finding {
