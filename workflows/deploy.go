@@ -354,8 +354,50 @@ func (d *deployment) preflight(ctx workflow.Context) error {
 		if err != nil {
 			return err
 		}
+		if workflow.GetVersion(ctx, preflightAddressVersion, workflow.DefaultVersion, 1) == 1 {
+			if err := d.checkPlannedAddresses(ctx, o); err != nil {
+				return err
+			}
+		}
 		return d.checkImageIDs(ids)
 	})
+}
+
+// preflightAddressVersion: from here on, preflight also asks every node whether its
+// planned address is still on its planned interface.
+const preflightAddressVersion = "preflight-address"
+
+// checkPlannedAddresses asks every node whether the plan's address is still on the plan's
+// interface. The plan was made from a probe that may be a minute old: a link that flapped
+// since can come back under a new name (Docker's reconnect does; so do a recreated bond or
+// a hot-plugged NIC), and NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and --node-ip-address
+// would then name what is gone. Caught here, before any container starts, the deploy
+// starts over from probing (ErrNetworkChanged) instead of failing at launch.
+func (d *deployment) checkPlannedAddresses(ctx workflow.Context, o stepOptions) error {
+	var names []string
+	for _, n := range d.spec.Nodes {
+		if _, ok := d.plannedNode(n.Name); ok {
+			names = append(names, n.Name)
+		}
+	}
+	var changed []string
+	err := forEachNode(ctx, "preflight", names, func(node string) workflow.Future {
+		np, _ := d.plannedNode(node)
+		return workflow.ExecuteActivity(d.onNode(ctx, node, "is "+np.Address.String()+" still on "+np.Interface, o),
+			contract.ActivityAddressHolds, contract.AddressRequest{Node: node, Interface: np.Interface, Address: np.Address})
+	}, func(node string, chk contract.AddressCheck) {
+		if !chk.Holds {
+			changed = append(changed, node+": "+chk.Detail)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if len(changed) > 0 {
+		return &stepError{Step: "preflight", Type: ErrNetworkChanged,
+			Msg: "the network changed since the probe: " + strings.Join(changed, "; ")}
+	}
+	return nil
 }
 
 // checkImageIDs compares the image ID across nodes: one reference can name different

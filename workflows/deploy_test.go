@@ -569,6 +569,41 @@ func TestDeployStartsOverWhenAnInterfaceCameBackRenamed(t *testing.T) {
 	}
 }
 
+// A link that flaps between the probe and the start (Docker's reconnect renames the
+// interface) is found at preflight, before any container starts: the deploy starts over
+// from probing and serves on the new name, having started Ray once.
+func TestPreflightFindsAnInterfaceRenamedSinceTheProbe(t *testing.T) {
+	f := fakeagents.New()
+	renamed := false
+	f.OnCall = func(key string) {
+		if key == "DialPeers node-b" && !renamed {
+			renamed = true
+			fakeagents.RenameLink(f, "node-b", "enp1s0f1np1", "enp1s0f1np2")
+		}
+	}
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	want := "the network changed since the probe: node-b: 192.168.200.13 is now on enp1s0f1np2, not on the planned enp1s0f1np1"
+	if len(res.Restarts) != 1 || res.Restarts[0] != want {
+		t.Errorf("restarts = %q, want [%q]", res.Restarts, want)
+	}
+	if np, _ := res.Plan.Node("node-b"); np.Interface != "enp1s0f1np2" {
+		t.Errorf("node-b planned on %s after the restart, want enp1s0f1np2", np.Interface)
+	}
+	for _, method := range []string{"StartRayHead", "StartRayWorker", "LaunchVLLM"} {
+		if got := len(fakeagents.Calls(f, method)); got != 1 {
+			t.Errorf("%s called %d times, want once (nothing starts on the stale plan)", method, got)
+		}
+	}
+	if got := fakeagents.Attempts(f, "ProbeNode node-b"); got != 2 {
+		t.Errorf("node-b probed %d times, want twice", got)
+	}
+}
+
 // A refused dial means the peer's listeners are gone (its agent restarted after opening
 // them): reachability is tested again with fresh listeners instead of planning without
 // the subnet.

@@ -41,6 +41,9 @@ const (
 	ErrNodeDown = "NodeDown"
 	// ErrNodeRebooted is a deploy that ran out of restarts after reboots.
 	ErrNodeRebooted = "NodeRebooted"
+	// ErrNetworkChanged is a planned address no longer on its planned interface, found
+	// before anything started: the deploy starts over from probing.
+	ErrNetworkChanged = "NetworkChanged"
 )
 
 // nodeLoss are the failure types a lost or rebooted node can cause; after one of them the
@@ -155,6 +158,9 @@ func (d *deployment) rebootedMeanwhile(ctx workflow.Context, err error) string {
 	var se *stepError
 	if !errors.As(err, &se) || len(d.probes) == 0 {
 		return ""
+	}
+	if se.Type == ErrNetworkChanged {
+		return se.Msg
 	}
 	checkAddresses := false
 	if slices.Contains(nodeLoss, se.Type) || slices.Contains(addressLoss, se.Type) {
