@@ -322,7 +322,9 @@ func (c *cell) deployOutcome(t *testing.T) {
 		c.res.Outcome = "served"
 		if len(res.Restarts) > 0 {
 			c.res.Outcome = fmt.Sprintf("served after %d restart(s)", len(res.Restarts))
+			t.Logf("%s × %s restarted: %s", c.step.Name, c.fault.Name, strings.Join(res.Restarts, " | "))
 		}
+		t.Logf("%s × %s planned on %s", c.step.Name, c.fault.Name, res.Plan.Subnet)
 	case errors.As(control.Reason(err), &f):
 		c.res.Outcome = "failed " + f.Type
 		t.Logf("%s × %s failed: %s", c.step.Name, c.fault.Name, clip(f.Message, 1500))
