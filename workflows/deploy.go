@@ -383,8 +383,7 @@ func (d *deployment) checkPlannedAddresses(ctx workflow.Context, o stepOptions) 
 	var changed []string
 	err := forEachNode(ctx, "preflight", names, func(node string) workflow.Future {
 		np, _ := d.plannedNode(node)
-		return workflow.ExecuteActivity(d.onNode(ctx, node, "is "+np.Address.String()+" still on "+np.Interface, o),
-			contract.ActivityAddressHolds, contract.AddressRequest{Node: node, Interface: np.Interface, Address: np.Address})
+		return d.askAddressHolds(ctx, np, o)
 	}, func(node string, chk contract.AddressCheck) {
 		if !chk.Holds {
 			changed = append(changed, node+": "+chk.Detail)
@@ -398,6 +397,13 @@ func (d *deployment) checkPlannedAddresses(ctx workflow.Context, o stepOptions) 
 			Msg: "the network changed since the probe: " + strings.Join(changed, "; ")}
 	}
 	return nil
+}
+
+// askAddressHolds asks np's node whether its planned address is still on its planned
+// interface (contract.AddressCheck).
+func (d *deployment) askAddressHolds(ctx workflow.Context, np netplan.NodePlan, o stepOptions) workflow.Future {
+	return workflow.ExecuteActivity(d.onNode(ctx, np.Name, "is "+np.Address.String()+" still on "+np.Interface, o),
+		contract.ActivityAddressHolds, contract.AddressRequest{Node: np.Name, Interface: np.Interface, Address: np.Address})
 }
 
 // checkImageIDs compares the image ID across nodes: one reference can name different

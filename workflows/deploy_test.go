@@ -554,15 +554,21 @@ func TestDeployStartsOverWhenAnInterfaceCameBackRenamed(t *testing.T) {
 			f.Failures = map[string]error{}
 		}
 	}
+	deployRestartsOntoRenamedLink(t, f, "node-b's network changed (192.168.200.13 is now on enp1s0f1np2, not on the planned enp1s0f1np1)")
+}
+
+// deployRestartsOntoRenamedLink deploys the seed spec, expects it to serve after one restart
+// for why, and node-b to be planned on its renamed link enp1s0f1np2.
+func deployRestartsOntoRenamedLink(t *testing.T, f *fakeagents.Agents, why string) {
+	t.Helper()
 	env := newEnv(t, f)
 	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var res DeployResult
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
-	want := "node-b's network changed (192.168.200.13 is now on enp1s0f1np2, not on the planned enp1s0f1np1)"
-	if len(res.Restarts) != 1 || res.Restarts[0] != want {
-		t.Errorf("restarts = %q, want [%q]", res.Restarts, want)
+	if len(res.Restarts) != 1 || res.Restarts[0] != why {
+		t.Errorf("restarts = %q, want [%q]", res.Restarts, why)
 	}
 	if np, _ := res.Plan.Node("node-b"); np.Interface != "enp1s0f1np2" {
 		t.Errorf("node-b planned on %s after the restart, want enp1s0f1np2", np.Interface)
@@ -581,19 +587,7 @@ func TestPreflightFindsAnInterfaceRenamedSinceTheProbe(t *testing.T) {
 			fakeagents.RenameLink(f, "node-b", "enp1s0f1np1", "enp1s0f1np2")
 		}
 	}
-	env := newEnv(t, f)
-	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
-	var res DeployResult
-	if err := env.GetWorkflowResult(&res); err != nil {
-		t.Fatalf("deploy: %v", err)
-	}
-	want := "the network changed since the probe: node-b: 192.168.200.13 is now on enp1s0f1np2, not on the planned enp1s0f1np1"
-	if len(res.Restarts) != 1 || res.Restarts[0] != want {
-		t.Errorf("restarts = %q, want [%q]", res.Restarts, want)
-	}
-	if np, _ := res.Plan.Node("node-b"); np.Interface != "enp1s0f1np2" {
-		t.Errorf("node-b planned on %s after the restart, want enp1s0f1np2", np.Interface)
-	}
+	deployRestartsOntoRenamedLink(t, f, "the network changed since the probe: node-b: 192.168.200.13 is now on enp1s0f1np2, not on the planned enp1s0f1np1")
 	for _, method := range []string{"StartRayHead", "StartRayWorker", "LaunchVLLM"} {
 		if got := len(fakeagents.Calls(f, method)); got != 1 {
 			t.Errorf("%s called %d times, want once (nothing starts on the stale plan)", method, got)

@@ -175,9 +175,7 @@ func (d *deployment) rebootedMeanwhile(ctx workflow.Context, err error) string {
 		actx := onNode(ctx, d.spec, n.Name, "boot ID of "+n.Name, checkStep(d.spec))
 		futures[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityBootID, contract.BootIDRequest{Node: n.Name})
 		if np, ok := d.plannedNode(n.Name); ok && checkAddresses {
-			actx := onNode(ctx, d.spec, n.Name, "is "+np.Address.String()+" still on "+np.Interface, checkStep(d.spec))
-			addrs[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityAddressHolds,
-				contract.AddressRequest{Node: n.Name, Interface: np.Interface, Address: np.Address})
+			addrs[n.Name] = d.askAddressHolds(ctx, np, checkStep(d.spec))
 		}
 	}
 	var rebooted []string
