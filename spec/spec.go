@@ -29,8 +29,9 @@ type Cluster struct {
 	Model    Model    `json:"model"`
 	Parallel Parallel `json:"parallel"`
 	// Executor is vLLM's distributed executor backend: "ray" (a Ray cluster; vLLM's driver
-	// in the Ray head's container) or "mp" (vLLM's own multi-node mode: one `vllm serve`
-	// per node with --nnodes/--node-rank/--master-addr, no Ray).
+	// in the Ray head's container), "mp" (vLLM's own multi-node mode: one `vllm serve`
+	// per node with --nnodes/--node-rank/--master-addr, no Ray) or "auto" (the default:
+	// decided at preflight from what the image holds, package release).
 	Executor string   `json:"executor,omitempty"`
 	Nodes    []Node   `json:"nodes"`
 	Network  Network  `json:"network,omitempty"`
@@ -117,8 +118,9 @@ type Ports struct {
 
 // Executors.
 const (
-	ExecutorRay = "ray"
-	ExecutorMP  = "mp"
+	ExecutorAuto = "auto"
+	ExecutorRay  = "ray"
+	ExecutorMP   = "mp"
 )
 
 // DefaultMasterPort is vLLM's ParallelConfig.master_port.
@@ -168,7 +170,7 @@ const (
 
 // Defaults.
 const (
-	DefaultExecutor      = "ray"
+	DefaultExecutor      = ExecutorAuto
 	DefaultVLLMPort      = 8000
 	DefaultRayPort       = 6379
 	DefaultDashboardPort = 8265

@@ -23,7 +23,7 @@ func TestParseAppliesDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if c.Executor != "ray" || c.Parallel.Pipeline != 1 || c.Ports.VLLM != 8000 || c.Ports.Ray != 6379 {
+	if c.Executor != "auto" || c.Parallel.Pipeline != 1 || c.Ports.VLLM != 8000 || c.Ports.Ray != 6379 {
 		t.Errorf("defaults not applied: executor=%q pipeline=%d ports=%+v", c.Executor, c.Parallel.Pipeline, c.Ports)
 	}
 	if c.Nodes[1].DockerHost != DefaultDockerHost {

@@ -98,20 +98,20 @@ func (c Cluster) Validate() error {
 	var v validator
 	v.name(c.Name)
 	if c.Image == "" {
-		v.add("image", "required (the vLLM image present on every node, e.g. vllm/vllm-openai:v0.17.0)")
+		v.add("image", "required (the vLLM image present on every node, e.g. vllm/vllm-openai:v0.22.1)")
 	} else if !imageRE.MatchString(c.Image) {
 		v.add("image", fmt.Sprintf("%q is not an image reference", c.Image))
 	}
 	v.model(c.Model)
 	v.parallel(c)
 	switch c.Executor {
-	case ExecutorRay:
+	case ExecutorAuto, ExecutorRay:
 	case ExecutorMP:
 		v.mp(c)
 	case "native", "multiproc":
 		v.add("executor", fmt.Sprintf("%q: vLLM names its native multi-node mode \"mp\"", c.Executor))
 	default:
-		v.add("executor", fmt.Sprintf("unknown executor %q; supported: ray, mp", c.Executor))
+		v.add("executor", fmt.Sprintf("unknown executor %q; supported: auto, ray, mp", c.Executor))
 	}
 	v.nodes(c.Nodes)
 	v.network(c.Network)
