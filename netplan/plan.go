@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -381,7 +382,17 @@ func ordinal(n int) string {
 // Choose decides the cluster's subnet from the probes and the reachability matrix and
 // derives every node's settings from it.
 func Choose(c spec.Cluster, probes []NodeProbe, matrix []PairResult) (Plan, error) {
-	return ChooseKeeping(c, probes, matrix, netip.Prefix{})
+	return ChooseFor(c, probes, matrix, Options{})
+}
+
+// Options refine the choice.
+type Options struct {
+	// Keep limits the choice to this subnet when valid (ChooseKeeping).
+	Keep netip.Prefix
+	// Engine is how the image's vLLM release behaves (package release): it decides how
+	// the NCCL variables must be given. Nil plans for the legacy Ray executor's copy
+	// that overwrites the workers' values, the one form right under every release.
+	Engine *release.Model
 }
 
 // ChooseKeeping is Choose limited to the subnet keep (when valid): a deploy that starts
@@ -390,9 +401,17 @@ func Choose(c spec.Cluster, probes []NodeProbe, matrix []PairResult) (Plan, erro
 // that stays down fails the deploy instead of moving tensor-parallel traffic to a network
 // a hundred times slower without anyone deciding it.
 func ChooseKeeping(c spec.Cluster, probes []NodeProbe, matrix []PairResult, keep netip.Prefix) (Plan, error) {
+	return ChooseFor(c, probes, matrix, Options{Keep: keep})
+}
+
+// ChooseFor is Choose with options.
+func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Options) (Plan, error) {
 	c = c.WithDefaults()
+	if o.Engine != nil {
+		c.Executor = o.Engine.Executor
+	}
 	p := prefsOf(c)
-	p.keep = keep
+	p.keep = o.Keep
 	byNode := map[string]NodeProbe{}
 	for _, pr := range probes {
 		byNode[pr.Node] = pr
@@ -443,11 +462,18 @@ func ChooseKeeping(c spec.Cluster, probes []NodeProbe, matrix []PairResult, keep
 			plan.RayAddress = netip.AddrPortFrom(m.addr.Addr(), uint16(c.Ports.Ray)).String()
 		}
 	}
-	plan.NCCL = ncclForm(best.members, byNode)
-	if mp {
+	overwrites := o.Engine == nil || o.Engine.EnvCopy == release.EnvCopyPrefixesOverwrite
+	switch {
+	case mp:
 		// Each node's vLLM reads its own container's environment; nothing copies the
 		// head's to the others, so every node gets exactly its own interface.
 		plan.NCCL = NCCLEnv{Form: NCCLPerNode, Reason: "executor mp: every node's vLLM reads its own environment and nothing copies the head's, so each node names exactly its own interface"}
+	case !overwrites && o.Engine.EnvCopy == release.EnvCopyAllSetdefault:
+		plan.NCCL = NCCLEnv{Form: NCCLPerNode, Reason: "vLLM " + o.Engine.VLLM + "'s Ray executor (V2) fills the driver's variables in with setdefault and keeps each worker's own, so each node names exactly its own interface"}
+	case !overwrites:
+		plan.NCCL = NCCLEnv{Form: NCCLPerNode, Reason: "vLLM " + o.Engine.VLLM + "'s Ray executor copies only vLLM's own VLLM_* variables to its workers, so each node names exactly its own interface"}
+	default:
+		plan.NCCL = ncclForm(best.members, byNode)
 	}
 	for i, m := range best.members {
 		n := c.Nodes[i]
@@ -463,7 +489,9 @@ func ChooseKeeping(c spec.Cluster, probes []NodeProbe, matrix []PairResult, keep
 			Env: nodeEnv(n, m, plan.RayAddress, plan.NCCL, best.members),
 		})
 	}
-	plan.Warnings = copiedEnvWarnings(c)
+	if overwrites && !mp {
+		plan.Warnings = copiedEnvWarnings(c)
+	}
 	if need := c.WorldSize(); plan.GPUs < need {
 		var have []string
 		for _, np := range plan.Nodes {
@@ -584,7 +612,7 @@ func copiedEnvWarnings(c spec.Cluster) []string {
 				continue
 			}
 			if hv, ok := head.Env[k]; !ok || hv != n.Env[k] {
-				out = append(out, fmt.Sprintf("%s sets %s=%q but the head %s; vLLM's Ray executor (since v0.17) copies the head's value to every worker, so %s will not see its own",
+				out = append(out, fmt.Sprintf("%s sets %s=%q but the head %s; vLLM's legacy Ray executor (v0.17 to the V2 default in v0.21, or VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0) copies the head's value to every worker, so %s will not see its own",
 					n.Name, k, n.Env[k], describeHeadValue(head.Env, k), n.Name))
 			}
 		}

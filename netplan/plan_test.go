@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -520,6 +521,46 @@ func TestChooseKeeping(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error lacks %q:\n%s", w, err)
 				}
+			}
+		})
+	}
+}
+
+// The NCCL variables follow the release's env rule: only the legacy executor's copy that
+// overwrites the workers' values needs one list for all nodes (and warns about a worker's
+// own NCCL_*); V2's setdefault and the pre-0.17 copy of VLLM_* alone keep each node's own.
+func TestChooseFollowsTheReleasesEnvRule(t *testing.T) {
+	c := clusterOf("node-a", "node-b")
+	c.Nodes[1].Env = map[string]string{"NCCL_DEBUG": "INFO"}
+	probes := []NodeProbe{{Node: "node-a", GPUs: 1, Links: []Link{link("vethA", "192.168.77.12/24", 9000)}}, {Node: "node-b", GPUs: 1, Links: []Link{link("ibp1", "192.168.77.13/24", 9000)}}}
+	for _, tc := range []struct {
+		name, copy string
+		form       string
+		nodeA      string
+		warns      bool
+	}{
+		{"legacy 0.17 overwrites", release.EnvCopyPrefixesOverwrite, NCCLClusterWide, "=vethA,ibp1", true},
+		{"V2 keeps the worker's own", release.EnvCopyAllSetdefault, NCCLPerNode, "=vethA", false},
+		{"legacy 0.11 copies VLLM_* only", release.EnvCopyVLLMOnly, NCCLPerNode, "=vethA", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, err := ChooseFor(c, probes, fullMatrix(c, probes, nil), Options{Engine: &release.Model{VLLM: "x", Executor: "ray", EnvCopy: tc.copy}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, _ := plan.Node("node-a")
+			b, _ := plan.Node("node-b")
+			if plan.NCCL.Form != tc.form || a.Env["NCCL_SOCKET_IFNAME"] != tc.nodeA || len(plan.NCCL.NoCarryOver) != 0 {
+				t.Errorf("form %q (%s), node-a %q; want %q, %q", plan.NCCL.Form, plan.NCCL.Reason, a.Env["NCCL_SOCKET_IFNAME"], tc.form, tc.nodeA)
+			}
+			if tc.form == NCCLPerNode && b.Env["NCCL_SOCKET_IFNAME"] != "=ibp1" {
+				t.Errorf("node-b %q, want =ibp1", b.Env["NCCL_SOCKET_IFNAME"])
+			}
+			if got := len(plan.Warnings) > 0; got != tc.warns {
+				t.Errorf("warnings %q, want some: %v", plan.Warnings, tc.warns)
+			}
+			if plan.RayAddress == "" {
+				t.Error("no Ray address under the Ray executor")
 			}
 		})
 	}
