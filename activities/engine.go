@@ -34,6 +34,8 @@ type containerEngine interface {
 	ContainerStop(ctx context.Context, id string, o client.ContainerStopOptions) (client.ContainerStopResult, error)
 	ContainerRemove(ctx context.Context, id string, o client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
 	ContainerLogs(ctx context.Context, id string, o client.ContainerLogsOptions) (client.ContainerLogsResult, error)
+	// ContainerWait streams its answer: bounded by its caller.
+	ContainerWait(ctx context.Context, id string, o client.ContainerWaitOptions) client.ContainerWaitResult
 	ExecCreate(ctx context.Context, id string, o client.ExecCreateOptions) (client.ExecCreateResult, error)
 	ExecAttach(ctx context.Context, id string, o client.ExecAttachOptions) (client.ExecAttachResult, error)
 	ExecInspect(ctx context.Context, id string, o client.ExecInspectOptions) (client.ExecInspectResult, error)

@@ -52,6 +52,7 @@ type Node struct {
 
 	listeners listenerSet
 	engines   engines
+	images    imageCache
 }
 
 // checkNode refuses a task meant for another node: a mis-routed task must not act here.

@@ -1,0 +1,175 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/release"
+)
+
+// LabelImageRead marks the short-lived containers that read an image, so a leftover (an
+// agent killed mid-read) can be found and removed.
+const LabelImageRead = "tpdeploy.image-read"
+
+// imageReadTimeout bounds one read: the script only globs a few directories.
+const imageReadTimeout = 30 * time.Second
+
+// imageReader is what reading an image needs of a node's engine.
+type imageReader interface {
+	ImageInspect(ctx context.Context, image string, o ...client.ImageInspectOption) (client.ImageInspectResult, error)
+	ContainerCreate(ctx context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error)
+	ContainerStart(ctx context.Context, id string, o client.ContainerStartOptions) (client.ContainerStartResult, error)
+	ContainerWait(ctx context.Context, id string, o client.ContainerWaitOptions) client.ContainerWaitResult
+	ContainerLogs(ctx context.Context, id string, o client.ContainerLogsOptions) (client.ContainerLogsResult, error)
+	ContainerRemove(ctx context.Context, id string, o client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
+}
+
+// ReadImage reports what the spec's image holds on this node: vLLM, Ray, torch, NCCL and
+// Python versions, whether `ray` is on PATH and libibverbs is installed, and the image
+// ID. It runs release.ReadScript in a container of the image with no network, a
+// read-only root, no capabilities and no mounts, and keeps the answer by image ID: an
+// image ID names its content, so a redeploy of an unchanged image costs one inspect.
+func (a *Node) ReadImage(ctx context.Context, req contract.ImageRequest) (release.Image, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return release.Image{}, err
+	}
+	if err := a.allowed(func(p policy.Policy) error {
+		return errors.Join(p.CheckImage(req.Image), p.CheckDockerHost(req.DockerHost))
+	}); err != nil {
+		return release.Image{}, err
+	}
+	eng, addr, err := a.engine(req.DockerHost)
+	if err != nil {
+		return release.Image{}, err
+	}
+	inspected, err := eng.ImageInspect(ctx, req.Image)
+	if cerrdefs.IsNotFound(err) {
+		return release.Image{}, imageMissing(req.Image)
+	}
+	if err != nil {
+		return release.Image{}, engineError(addr, "inspect image "+req.Image, err)
+	}
+	if img, ok := a.images.get(inspected.ID); ok {
+		img.Node, img.Ref, img.Cached = a.Name, req.Image, true
+		return img, nil
+	}
+	out, err := runImageRead(ctx, eng, req.Image, inspected.ID)
+	if err != nil {
+		return release.Image{}, fmt.Errorf("%s: read image %s: %w", a.Name, req.Image, err)
+	}
+	img, err := release.ParseRead(out)
+	if err != nil {
+		return release.Image{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("%s: image %s: %v", a.Name, req.Image, err), contract.ErrImageUnreadable, nil)
+	}
+	img.ID = inspected.ID
+	a.images.put(img)
+	img.Node, img.Ref = a.Name, req.Image
+	return img, nil
+}
+
+// runImageRead runs the read script in a fresh container of image and returns its output.
+func runImageRead(ctx context.Context, eng imageReader, image, id string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, imageReadTimeout)
+	defer cancel()
+	created, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image: image, Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{release.ReadScript},
+			Labels: map[string]string{LabelImageRead: id}, NetworkDisabled: true,
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: "none", ReadonlyRootfs: true, CapDrop: []string{"ALL"},
+			SecurityOpt: []string{"no-new-privileges"},
+		},
+	})
+	if err != nil {
+		return "", fmt.Errorf("create: %w", err)
+	}
+	defer func() {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer rcancel()
+		_, _ = eng.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true})
+	}()
+	wait := eng.ContainerWait(ctx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		// An image without a shell fails here, with the engine's own words.
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("start: %v", err), contract.ErrImageUnreadable, nil)
+	}
+	var code int64
+	select {
+	case r := <-wait.Result:
+		code = r.StatusCode
+	case err := <-wait.Error:
+		return "", fmt.Errorf("wait: %w", err)
+	case <-ctx.Done():
+		return "", fmt.Errorf("no answer within %s: %w", imageReadTimeout, ctx.Err())
+	}
+	logs, err := eng.ContainerLogs(ctx, created.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return "", fmt.Errorf("logs: %w", err)
+	}
+	defer logs.Close()
+	var stdout, stderr bytes.Buffer
+	if _, err := stdcopy.StdCopy(&stdout, &stderr, io.LimitReader(logs, release.MaxReadOutput)); err != nil {
+		return "", fmt.Errorf("logs: %w", err)
+	}
+	if code != 0 {
+		return "", temporal.NewNonRetryableApplicationError(fmt.Sprintf("the read script exited %d: %s", code,
+			strings.TrimSpace(tail(stderr.String()+stdout.String(), 400))), contract.ErrImageUnreadable, nil)
+	}
+	return stdout.String(), nil
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// imageCache keeps image reads by image ID. Bounded: a node holds few vLLM images, and an
+// agent asked about many (a hostile caller) forgets the oldest.
+type imageCache struct {
+	mu    sync.Mutex
+	byID  map[string]release.Image
+	order []string
+}
+
+const maxCachedImages = 32
+
+func (c *imageCache) get(id string) (release.Image, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	img, ok := c.byID[id]
+	return img, ok
+}
+
+func (c *imageCache) put(img release.Image) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byID == nil {
+		c.byID = map[string]release.Image{}
+	}
+	if _, ok := c.byID[img.ID]; !ok {
+		c.order = append(c.order, img.ID)
+	}
+	c.byID[img.ID] = img
+	for len(c.order) > maxCachedImages {
+		delete(c.byID, c.order[0])
+		c.order = c.order[1:]
+	}
+}
