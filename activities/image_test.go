@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/client"
 
@@ -13,7 +14,7 @@ import (
 
 // imageLike builds a FROM-scratch image laid out as a vLLM image is where the read looks:
 // pip's dist-info directories and, when ray is set, a `ray` on PATH.
-func imageLike(t *testing.T, eng *client.Client, tag, vllm, ray string, shell bool) {
+func imageLike(t testing.TB, eng *client.Client, tag, vllm, ray string, shell bool) {
 	t.Helper()
 	site := "usr/local/lib/python3.12/dist-packages/"
 	img := images.Image{Tag: tag, Files: map[string]string{}, Dirs: []string{
@@ -81,4 +82,35 @@ func TestReadImageOnTheEngine(t *testing.T) {
 	if len(left.Items) != 0 {
 		t.Fatalf("%d image-read containers left", len(left.Items))
 	}
+}
+
+// BenchmarkReadImage measures the preflight's added cost per node: the first read of an
+// image (a container created, run and removed) and a read of an image already read (one
+// inspect, answered from the cache by image ID).
+func BenchmarkReadImage(b *testing.B) {
+	eng, err := client.New(client.FromEnv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close()
+	imageLike(b, eng, "tpdeploy/test-image-read:ray", "0.17.1", "2.53.0", true)
+	ctx := context.Background()
+	req := contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:ray"}
+	var first, cached time.Duration
+	for i := 0; i < b.N; i++ {
+		n := testNode("node-b")
+		start := time.Now()
+		if _, err := n.ReadImage(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+		first += time.Since(start)
+		start = time.Now()
+		if img, err := n.ReadImage(ctx, req); err != nil || !img.Cached {
+			b.Fatalf("cached read: %+v %v", img, err)
+		}
+		cached += time.Since(start)
+	}
+	b.ReportMetric(first.Seconds()/float64(b.N), "s/first-read")
+	b.ReportMetric(cached.Seconds()/float64(b.N), "s/cached-read")
+	b.ReportMetric(float64(first)/float64(max(cached, 1)), "first/cached")
 }
