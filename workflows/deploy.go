@@ -119,17 +119,12 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	if err := d.registerQueries(ctx); err != nil {
 		return DeployResult{}, err
 	}
-	d.searchAttrs = workflow.GetVersion(ctx, searchAttributesVersion, workflow.DefaultVersion, 1) == 1
-	d.resilient = workflow.GetVersion(ctx, resilienceVersion, workflow.DefaultVersion, 1) == 1
 	start := workflow.Now(ctx)
-	var err error
-	if d.resilient {
-		d.listenForReboots(ctx)
-		err = d.claim(ctx)
-	}
+	d.listenForReboots(ctx)
+	err := d.claim(ctx)
 	for err == nil {
 		err = d.run(ctx)
-		if err == nil || !d.resilient || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			break
 		}
 		why := d.rebootedMeanwhile(ctx, err)
@@ -146,9 +141,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	}
 	if err == nil {
 		d.setPhase(ctx, PhaseServed, fmt.Sprintf("serving %s at %s", d.spec.Model.ServedName, d.result.Endpoint))
-		if workflow.GetVersion(ctx, superviseVersion, workflow.DefaultVersion, 1) == 1 {
-			d.ensureSupervisor(ctx)
-		}
+		d.ensureSupervisor(ctx)
 		d.result.Steps = d.state.Steps
 		d.result.Containers = d.state.Containers
 		d.result.Warnings = d.state.Warnings
@@ -163,9 +156,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	if !errors.As(err, &se) {
 		se = &stepError{Step: d.state.Phase, Type: "Internal", Msg: err.Error()}
 	}
-	if d.resilient {
-		se = d.nodeDownCause(se)
-	}
+	se = d.nodeDownCause(se)
 	d.setPhase(ctx, PhaseCompensating, fmt.Sprintf("%s failed (%s); compensating", se.Step, se.Type))
 	touched := len(d.saga.steps) > 0
 	compErr := d.saga.compensate(ctx)
@@ -174,7 +165,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	d.state.Error = failure.Type() + ": " + failure.Message()
 	d.setPhase(ctx, PhaseFailed, d.state.Error)
 	metrics.Workflow(ctx).Deploy(d.spec.Name, failure)
-	if d.resilient && touched && se.Type != contract.ErrCanceled {
+	if touched && se.Type != contract.ErrCanceled {
 		d.tellSupervisorFailed(ctx, failure.Type())
 	}
 	if se.Type == contract.ErrCanceled && compErr == nil {
@@ -193,12 +184,10 @@ type deployment struct {
 	result DeployResult
 	probes []netplan.NodeProbe
 	matrix []netplan.PairResult
-	// searchAttrs says this run records ClusterName/DeployPhase; searchPhase is the last.
-	searchAttrs bool
+	// dryRun is a plan: it records no ClusterName/DeployPhase (the UI's deploy filters
+	// must not list it). searchPhase is the last phase recorded.
+	dryRun      bool
 	searchPhase string
-	// resilient says this run checks its ownership, restarts after a reboot and names a
-	// node that went down (histories recorded before these replay without them).
-	resilient bool
 	// reboot is the reboot this run heard of (set by the boot-report listener), cancelRun
 	// cancels the steps in flight when it hears one, restarts counts the restarts.
 	reboot    string
@@ -244,12 +233,10 @@ func (d *deployment) run(ctx workflow.Context) error {
 	if err := d.validate(ctx); err != nil {
 		return err
 	}
-	if d.resilient {
-		var cancel workflow.CancelFunc
-		ctx, cancel = workflow.WithCancel(ctx)
-		d.cancelRun = cancel
-		defer func() { d.cancelRun = nil }()
-	}
+	var cancel workflow.CancelFunc
+	ctx, cancel = workflow.WithCancel(ctx)
+	d.cancelRun = cancel
+	defer func() { d.cancelRun = nil }()
 	d.result = DeployResult{Cluster: d.spec.Name, DeploymentID: d.id}
 	plan, err := planCluster(ctx, d.spec, d)
 	if err != nil {
@@ -354,18 +341,12 @@ func (d *deployment) preflight(ctx workflow.Context) error {
 		if err != nil {
 			return err
 		}
-		if workflow.GetVersion(ctx, preflightAddressVersion, workflow.DefaultVersion, 1) == 1 {
-			if err := d.checkPlannedAddresses(ctx, o); err != nil {
-				return err
-			}
+		if err := d.checkPlannedAddresses(ctx, o); err != nil {
+			return err
 		}
 		return d.checkImageIDs(ids)
 	})
 }
-
-// preflightAddressVersion: from here on, preflight also asks every node whether its
-// planned address is still on its planned interface.
-const preflightAddressVersion = "preflight-address"
 
 // checkPlannedAddresses asks every node whether the plan's address is still on the plan's
 // interface. The plan was made from a probe that may be a minute old: a link that flapped
@@ -446,14 +427,14 @@ func (d *deployment) rayOptions() stepOptions {
 func (d *deployment) removeOnNode(node, role string) {
 	n, _ := d.spec.Node(node)
 	d.saga.add(fmt.Sprintf("remove %s on %s", role, node), func(ctx workflow.Context) error {
-		if why := d.down[node]; why != "" && d.resilient {
+		if why := d.down[node]; why != "" {
 			return &errDeferred{why: node + " is down (" + why + "); its agent removes the cluster's stale containers when it starts"}
 		}
 		actx := d.onNode(ctx, node, fmt.Sprintf("remove %s on %s", role, node), cleanupStep(d.spec))
 		err := workflow.ExecuteActivity(actx, contract.ActivityRemoveContainers, contract.RemoveRequest{
 			Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name, Roles: []string{role},
 		}).Get(ctx, nil)
-		if err != nil && d.resilient && classify("remove", node, err).Type == contract.ErrNodeAgentDown {
+		if err != nil && classify("remove", node, err).Type == contract.ErrNodeAgentDown {
 			d.down[node] = "its agent did not answer the removal"
 			return &errDeferred{why: node + "'s agent does not answer; it removes the cluster's stale containers when it starts"}
 		}
@@ -589,9 +570,6 @@ func describeProgress(p contract.ServingProgress, node string) string {
 		return "waiting for vllm on " + node
 	}
 }
-
-// superviseVersion guards the supervisor start: histories from before it replay as they were.
-const superviseVersion = "supervise"
 
 // ensureSupervisor starts the cluster's supervisor (it outlives this run), or, when one
 // runs, tells it the spec now serving.

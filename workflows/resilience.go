@@ -16,10 +16,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// resilienceVersion guards what DeployCluster does about its owner, reboots and nodes that
-// go down: histories recorded before it replay without these commands.
-const resilienceVersion = "resilience"
-
 // SignalDeployFailed tells a cluster's supervisor that a deploy which had touched the
 // cluster failed (it may roll back to the spec that served).
 const SignalDeployFailed = "deploy-failed"
@@ -78,15 +74,9 @@ func (d *deployment) claim(ctx workflow.Context) error {
 	return nil
 }
 
-// validate checks the spec. In a run that records it, the check runs as a local activity,
-// so a later release's stricter rules cannot change this run on replay.
+// validate checks the spec as a local activity, so that its verdict is recorded and a
+// later release's stricter rules cannot change this run on replay.
 func (d *deployment) validate(ctx workflow.Context) error {
-	if !d.resilient {
-		if err := d.spec.Validate(); err != nil {
-			return &stepError{Step: "validate spec", Type: ErrSpecInvalid, Msg: err.Error()}
-		}
-		return nil
-	}
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
@@ -138,10 +128,6 @@ func (d *deployment) bootID(node string) string {
 	return ""
 }
 
-// addressCheckVersion: from here on, a failure that a changed network can cause also asks
-// every node whether its planned address is still on its planned interface.
-const addressCheckVersion = "address-check"
-
 // addressLoss are the failure types a node whose interface came back renamed or
 // renumbered causes (the plan's NCCL/Gloo interface names and addresses are then wrong).
 var addressLoss = []string{contract.ErrNCCLNoInterface, contract.ErrGlooNoInterface, contract.ErrGlooLoopback}
@@ -162,11 +148,7 @@ func (d *deployment) rebootedMeanwhile(ctx workflow.Context, err error) string {
 	if se.Type == ErrNetworkChanged {
 		return se.Msg
 	}
-	checkAddresses := false
-	if slices.Contains(nodeLoss, se.Type) || slices.Contains(addressLoss, se.Type) {
-		checkAddresses = workflow.GetVersion(ctx, addressCheckVersion, workflow.DefaultVersion, 1) == 1
-	}
-	if !slices.Contains(nodeLoss, se.Type) && !(checkAddresses && slices.Contains(addressLoss, se.Type)) {
+	if !slices.Contains(nodeLoss, se.Type) && !slices.Contains(addressLoss, se.Type) {
 		return ""
 	}
 	futures := map[string]workflow.Future{}
@@ -174,7 +156,7 @@ func (d *deployment) rebootedMeanwhile(ctx workflow.Context, err error) string {
 	for _, n := range d.spec.Nodes {
 		actx := onNode(ctx, d.spec, n.Name, "boot ID of "+n.Name, checkStep(d.spec))
 		futures[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityBootID, contract.BootIDRequest{Node: n.Name})
-		if np, ok := d.plannedNode(n.Name); ok && checkAddresses {
+		if np, ok := d.plannedNode(n.Name); ok {
 			addrs[n.Name] = d.askAddressHolds(ctx, np, checkStep(d.spec))
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
@@ -31,25 +30,14 @@ type TeardownResult struct {
 // deployment). Removing a cluster that runs nothing is a no-op, not an error.
 func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult, error) {
 	d := newDeployment(ctx, DeployRequest{Spec: req.Spec, Trigger: "teardown"})
-	owner := workflow.GetVersion(ctx, resilienceVersion, workflow.DefaultVersion, 1) == 1
-	if owner {
-		d.resilient = true
-		if err := d.validate(ctx); err != nil {
-			var se *stepError
-			errors.As(err, &se)
-			return TeardownResult{}, toFailure(se, nil)
-		}
-	} else if err := d.spec.Validate(); err != nil {
-		return TeardownResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
+	if err := d.validate(ctx); err != nil {
+		var se *stepError
+		errors.As(err, &se)
+		return TeardownResult{}, toFailure(se, nil)
 	}
 	var res TeardownResult
-	if owner {
-		if err := d.takeOver(ctx, &res); err != nil {
-			return res, toFailure(err, nil)
-		}
-	} else if workflow.GetVersion(ctx, superviseVersion, workflow.DefaultVersion, 1) == 1 {
-		// A supervisor left running would redeploy what is being removed. Not running is fine.
-		_ = workflow.RequestCancelExternalWorkflow(ctx, SuperviseWorkflowID(d.spec.Name), "").Get(ctx, nil)
+	if err := d.takeOver(ctx, &res); err != nil {
+		return res, toFailure(err, nil)
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("removing cluster %s from %d nodes", d.spec.Name, len(d.spec.Nodes)))
 	o := cleanupStep(d.spec)
