@@ -88,7 +88,7 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, ctx, ctl, r.Name, workflows.PhaseServing)
+	waitPhase(t, ctx, ctl, r.Name, workflows.PhaseWaitingUntilServing)
 	fakeagents.Reboot(rf, r.Nodes[1].Name, "boot-2")
 	if err := temporalClient.SignalWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.SignalNodeBooted, workflows.NodeBoot{Node: r.Nodes[1].Name, BootID: "boot-2"}); err != nil {
 		t.Fatal(err)

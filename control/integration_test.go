@@ -194,7 +194,7 @@ func TestConcurrentDeployRefusedAndTeardownCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, ctx, ctl, s.Name, workflows.PhaseServing)
+	waitPhase(t, ctx, ctl, s.Name, workflows.PhaseWaitingUntilServing)
 
 	_, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "schedule"})
 	var running *AlreadyRunningError

@@ -3,6 +3,7 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -67,21 +68,24 @@ type StepTiming struct {
 	Error    string        `json:"error,omitempty"`
 }
 
-// Phases, in order.
+// Phases, in order. The values are what operators see: the state query, the UI's
+// current details and the DeployPhase search attribute (the UI's and scripts' filters).
+// PhaseServed is the deploy that reached serving; PhaseWaitingUntilServing the watch
+// before it.
 const (
-	PhaseValidating   = "validating"
-	PhaseProbing      = "probing"
-	PhaseReachability = "testing reachability"
-	PhasePlanning     = "planning"
-	PhasePreflight    = "preflight"
-	PhaseRayHead      = "starting ray head"
-	PhaseRayWorkers   = "joining ray workers"
-	PhasePlacement    = "checking placement"
-	PhaseLaunch       = "launching vllm"
-	PhaseServing      = "waiting until serving"
-	PhaseServed       = "serving"
-	PhaseCompensating = "compensating"
-	PhaseFailed       = "failed"
+	PhaseValidating          = "validating"
+	PhaseProbing             = "probing"
+	PhaseReachability        = "testing reachability"
+	PhasePlanning            = "planning"
+	PhasePreflight           = "preflight"
+	PhaseRayHead             = "starting ray head"
+	PhaseRayWorkers          = "joining ray workers"
+	PhasePlacement           = "checking placement"
+	PhaseLaunch              = "launching vllm"
+	PhaseWaitingUntilServing = "waiting until serving"
+	PhaseServed              = "serving"
+	PhaseCompensating        = "compensating"
+	PhaseFailed              = "failed"
 )
 
 // Query names.
@@ -244,9 +248,7 @@ func (d *deployment) run(ctx workflow.Context) error {
 	}
 	d.state.Plan = &plan
 	d.result.Plan = plan
-	steps := []func(workflow.Context) error{
-		d.preflight, d.checkModel, d.startHead, d.joinWorkers, d.checkPlacement, d.launch, d.waitServing,
-	}
+	steps := d.raySteps()
 	if d.spec.Executor == spec.ExecutorMP {
 		steps = d.mpSteps()
 	}
@@ -416,10 +418,6 @@ func shortID(id string) string {
 	return id
 }
 
-func (d *deployment) rayOptions() stepOptions {
-	return deployStep(d.spec.Timeouts.RayStart.D(), stepAttempts)
-}
-
 // removeOnNode registers the compensation that removes role's containers on node. It is
 // registered before the start is attempted, not after it succeeds: a start can create its
 // container and then fail (or time out), and removal by label is a no-op when nothing
@@ -428,7 +426,7 @@ func (d *deployment) removeOnNode(node, role string) {
 	n, _ := d.spec.Node(node)
 	d.saga.add(fmt.Sprintf("remove %s on %s", role, node), func(ctx workflow.Context) error {
 		if why := d.down[node]; why != "" {
-			return &errDeferred{why: node + " is down (" + why + "); its agent removes the cluster's stale containers when it starts"}
+			return &leftToAgent{why: node + " is down (" + why + "); its agent removes the cluster's stale containers when it starts"}
 		}
 		actx := d.onNode(ctx, node, fmt.Sprintf("remove %s on %s", role, node), cleanupStep(d.spec))
 		err := workflow.ExecuteActivity(actx, contract.ActivityRemoveContainers, contract.RemoveRequest{
@@ -436,139 +434,10 @@ func (d *deployment) removeOnNode(node, role string) {
 		}).Get(ctx, nil)
 		if err != nil && classify("remove", node, err).Type == contract.ErrNodeAgentDown {
 			d.down[node] = "its agent did not answer the removal"
-			return &errDeferred{why: node + "'s agent does not answer; it removes the cluster's stale containers when it starts"}
+			return &leftToAgent{why: node + "'s agent does not answer; it removes the cluster's stale containers when it starts"}
 		}
 		return err
 	})
-}
-
-func (d *deployment) startHead(ctx workflow.Context) error {
-	head, _ := d.state.Plan.Node(d.spec.Head().Name)
-	return d.step(ctx, PhaseRayHead, fmt.Sprintf("starting ray head on %s at %s", head.Name, d.state.Plan.RayAddress), func() error {
-		d.removeOnNode(head.Name, contract.RoleRayHead)
-		var ref contract.ContainerRef
-		err := workflow.ExecuteActivity(d.onNode(ctx, head.Name, "ray head on "+head.Name+" "+head.Address.String(), d.rayOptions()),
-			contract.ActivityStartRayHead, d.startRayRequest(head)).Get(ctx, &ref)
-		if err != nil {
-			return classify("start ray head", head.Name, err)
-		}
-		d.state.Containers = append(d.state.Containers, ref)
-		return nil
-	})
-}
-
-func (d *deployment) startRayRequest(n netplan.NodePlan) contract.StartRayRequest {
-	return contract.StartRayRequest{
-		Node: n.Name, Deployment: d.deploymentRef(), Spec: d.spec, Plan: n, RayAddress: d.state.Plan.RayAddress, Replace: d.req.Replace,
-	}
-}
-
-func (d *deployment) joinWorkers(ctx workflow.Context) error {
-	var workers []string
-	for _, n := range d.spec.Nodes {
-		if n.Role == spec.RoleWorker {
-			workers = append(workers, n.Name)
-		}
-	}
-	if len(workers) == 0 {
-		return nil
-	}
-	return d.step(ctx, PhaseRayWorkers, fmt.Sprintf("joining %d ray workers to %s", len(workers), d.state.Plan.RayAddress), func() error {
-		return forEachNode(ctx, "join ray worker", workers, func(node string) workflow.Future {
-			np, _ := d.state.Plan.Node(node)
-			d.removeOnNode(node, contract.RoleRayWorker)
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "ray worker on "+node+" "+np.Address.String(), d.rayOptions()),
-				contract.ActivityStartRayWorker, d.startRayRequest(np))
-		}, func(_ string, ref contract.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
-	})
-}
-
-func (d *deployment) checkPlacement(ctx workflow.Context) error {
-	head := d.spec.Head().Name
-	return d.step(ctx, PhasePlacement, fmt.Sprintf("checking that all %d nodes registered with ray under their planned addresses", len(d.spec.Nodes)), func() error {
-		o := deployStep(d.spec.Timeouts.Placement.D(), stepAttempts)
-		o.heartbeat = 20 * time.Second
-		var report contract.PlacementReport
-		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), contract.ActivityCheckPlacement,
-			contract.PlacementRequest{Node: head, DockerHost: d.spec.Head().DockerHost, RayHead: contract.ContainerName(d.spec.Name, head, contract.RoleRayHead),
-				Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize()},
-		).Get(ctx, &report)
-		if err != nil {
-			return classify("check placement", head, err)
-		}
-		return nil
-	})
-}
-
-func (d *deployment) launch(ctx workflow.Context) error {
-	head := d.spec.Head().Name
-	return d.step(ctx, PhaseLaunch, fmt.Sprintf("launching vllm serve %s (tp=%d, pp=%d) on %s", d.spec.Model.Path, d.spec.Parallel.Tensor, d.spec.Parallel.Pipeline, head), func() error {
-		d.removeOnNode(head, contract.RoleVLLM)
-		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
-		var ref contract.ContainerRef
-		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), contract.ActivityLaunchVLLM,
-			contract.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace},
-		).Get(ctx, &ref)
-		if err != nil {
-			return classify("launch vllm", head, err)
-		}
-		d.state.Containers = append(d.state.Containers, ref)
-		return nil
-	})
-}
-
-// waitServing follows vLLM in bounded calls, each returning its progress, so the
-// workflow's queries and UI details stay current (a few events per report, not per line).
-func (d *deployment) waitServing(ctx workflow.Context) error {
-	head := d.spec.Head().Name
-	np, _ := d.state.Plan.Node(head)
-	endpoint := fmt.Sprintf("http://%s:%d", np.Address, d.spec.Ports.VLLM)
-	d.result.Endpoint = endpoint
-	vllm := d.state.Containers[len(d.state.Containers)-1]
-	return d.step(ctx, PhaseServing, "waiting for vllm on "+head, func() error {
-		every := d.req.ReportEvery.D()
-		if every <= 0 {
-			every = 10 * time.Second
-		}
-		deadline := workflow.Now(ctx).Add(d.spec.Timeouts.Serving.D())
-		o := watchStep(d.spec, every)
-		cursor := contract.ServingProgress{}
-		for {
-			var p contract.ServingProgress
-			err := workflow.ExecuteActivity(d.onNode(ctx, head, "watch vllm on "+head, o), contract.ActivityWatchServing,
-				contract.WatchRequest{Node: head, Container: vllm, Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every, Plan: d.state.Plan},
-			).Get(ctx, &p)
-			if err != nil {
-				return classify("wait until serving", head, err)
-			}
-			d.state.Progress = p
-			d.setPhase(ctx, PhaseServing, describeProgress(p, head))
-			if p.ShardsTotal > 0 {
-				metrics.Workflow(ctx).Shards(d.spec.Name, head, p.ShardsLoaded, p.ShardsTotal)
-			}
-			if p.Serving {
-				return nil
-			}
-			if !workflow.Now(ctx).Before(deadline) {
-				return &stepError{Step: "wait until serving", Node: head, Type: contract.ErrStepTimeout,
-					Msg: fmt.Sprintf("not serving after %s (last: %s)", d.spec.Timeouts.Serving.D(), describeProgress(p, head))}
-			}
-			cursor = p
-		}
-	})
-}
-
-func describeProgress(p contract.ServingProgress, node string) string {
-	switch {
-	case p.Serving:
-		return "serving on " + node
-	case p.ShardsTotal > 0:
-		return fmt.Sprintf("loading weights: %d/%d shards on %s", p.ShardsLoaded, p.ShardsTotal, node)
-	case p.Phase != "":
-		return fmt.Sprintf("vllm %s on %s", p.Phase, node)
-	default:
-		return "waiting for vllm on " + node
-	}
 }
 
 // ensureSupervisor starts the cluster's supervisor (it outlives this run), or, when one
@@ -582,4 +451,32 @@ func (d *deployment) ensureSupervisor(ctx workflow.Context) {
 	if err != nil {
 		d.state.Warnings = append(d.state.Warnings, "supervisor: "+err.Error())
 	}
+}
+
+// validate checks the spec as a local activity, so that its verdict is recorded and a
+// later release's stricter rules cannot change this run on replay.
+func (d *deployment) validate(ctx workflow.Context) error {
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	if err := workflow.ExecuteLocalActivity(lctx, ValidateSpec, d.spec).Get(ctx, nil); err != nil {
+		return &stepError{Step: "validate spec", Type: ErrSpecInvalid, Msg: message(err)}
+	}
+	return nil
+}
+
+// ValidateSpec is spec validation as a local activity: its verdict is recorded in history.
+func ValidateSpec(_ context.Context, c spec.Cluster) error {
+	if err := c.WithDefaults().Validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
+	}
+	return nil
+}
+
+// plannedNode is the node's plan in this attempt, if planning got that far.
+func (d *deployment) plannedNode(name string) (netplan.NodePlan, bool) {
+	if d.state.Plan == nil {
+		return netplan.NodePlan{}, false
+	}
+	return d.state.Plan.Node(name)
 }

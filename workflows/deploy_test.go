@@ -94,7 +94,7 @@ func TestDeployHappyPath(t *testing.T) {
 	for _, s := range res.Steps {
 		steps = append(steps, s.Step)
 	}
-	wantSteps := []string{PhaseProbing, PhaseReachability, PhasePlanning, PhasePreflight, PhaseModel, PhaseRayHead, PhaseRayWorkers, PhasePlacement, PhaseLaunch, PhaseServing}
+	wantSteps := []string{PhaseProbing, PhaseReachability, PhasePlanning, PhasePreflight, PhaseModel, PhaseRayHead, PhaseRayWorkers, PhasePlacement, PhaseLaunch, PhaseWaitingUntilServing}
 	if !slices.Equal(steps, wantSteps) {
 		t.Errorf("steps = %q, want %q", steps, wantSteps)
 	}
@@ -377,8 +377,8 @@ func TestCancelDuringLoadingTearsDown(t *testing.T) {
 	if !temporal.IsCanceledError(err) {
 		t.Fatalf("want canceled, got %v", err)
 	}
-	if midState.Phase != PhaseServing {
-		t.Errorf("cancelled in phase %q, want %q", midState.Phase, PhaseServing)
+	if midState.Phase != PhaseWaitingUntilServing {
+		t.Errorf("cancelled in phase %q, want %q", midState.Phase, PhaseWaitingUntilServing)
 	}
 	want := []string{"RemoveContainers node-a vllm", "RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}
 	if got := fakeagents.Calls(f, "RemoveContainers"); !slices.Equal(got, want) {

@@ -469,3 +469,25 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%s at %s: %s; %s (%s)", inc.Seen, inc.At.Format(time.RFC3339), inc.Action, inc.Outcome, inc.Took.Round(time.Second)))
 	sv.baseline(ctx)
 }
+
+// SignalDeployFailed tells a cluster's supervisor that a deploy which had touched the
+// cluster failed (it may roll back to the spec that served).
+const SignalDeployFailed = "deploy-failed"
+
+// DeployFailure is what SignalDeployFailed carries.
+type DeployFailure struct {
+	SpecHash string `json:"spec_hash"`
+	Type     string `json:"type"`
+	RunID    string `json:"run_id"`
+}
+
+// tellSupervisorFailed tells the cluster's supervisor, if one runs, that this deploy failed
+// after touching the cluster, so it can put the spec that served back.
+func (d *deployment) tellSupervisorFailed(ctx workflow.Context, typ string) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	err := workflow.SignalExternalWorkflow(dctx, SuperviseWorkflowID(d.spec.Name), "", SignalDeployFailed,
+		DeployFailure{SpecHash: d.spec.Hash(), Type: typ, RunID: d.id}).Get(dctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Info("no supervisor told of the failure", "error", err)
+	}
+}
