@@ -21,9 +21,9 @@ import (
 // removes anything, and a deploy started after the teardown began sees it here: between
 // the two, the cluster has one owner at a time.
 func (d *deployment) claim(ctx workflow.Context) error {
-	want := DeployWorkflowID(d.spec.Name)
+	want := contract.DeployWorkflowID(d.spec.Name)
 	if got := workflow.GetInfo(ctx).WorkflowExecution.ID; got != want {
-		return &stepError{Step: "claim the cluster", Type: ErrWrongWorkflowID,
+		return &stepError{Step: "claim the cluster", Type: contract.ErrWrongWorkflowID,
 			Msg: fmt.Sprintf("a deploy of cluster %s runs under workflow ID %s (one deploy per cluster at a time), not %s: start it again with that ID", d.spec.Name, want, got)}
 	}
 	var busy contract.ClusterBusy
@@ -33,7 +33,7 @@ func (d *deployment) claim(ctx workflow.Context) error {
 		return classify("claim the cluster", "", err)
 	}
 	if busy.Running {
-		return &stepError{Step: "claim the cluster", Type: ErrClusterBusy,
+		return &stepError{Step: "claim the cluster", Type: contract.ErrClusterBusy,
 			Msg: fmt.Sprintf("cluster %s is being torn down (workflow %s, run %s); deploy again once it ends", d.spec.Name, busy.WorkflowID, busy.RunID)}
 	}
 	return nil
@@ -45,14 +45,14 @@ func (d *deployment) claim(ctx workflow.Context) error {
 // run would), and cancels a running deploy and waits until its compensations are done.
 func (d *deployment) takeOver(ctx workflow.Context, res *TeardownResult) *stepError {
 	name := d.spec.Name
-	if got := workflow.GetInfo(ctx).WorkflowExecution.ID; got != TeardownWorkflowID(name) {
-		return &stepError{Step: "claim the cluster", Type: ErrWrongWorkflowID,
-			Msg: fmt.Sprintf("the teardown of cluster %s runs under workflow ID %s (so that a deploy can see it), not %s: start it again with that ID", name, TeardownWorkflowID(name), got)}
+	if got := workflow.GetInfo(ctx).WorkflowExecution.ID; got != contract.TeardownWorkflowID(name) {
+		return &stepError{Step: "claim the cluster", Type: contract.ErrWrongWorkflowID,
+			Msg: fmt.Sprintf("the teardown of cluster %s runs under workflow ID %s (so that a deploy can see it), not %s: start it again with that ID", name, contract.TeardownWorkflowID(name), got)}
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(name)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
-	_ = workflow.RequestCancelExternalWorkflow(ctx, SuperviseWorkflowID(name), "").Get(ctx, nil)
+	_ = workflow.RequestCancelExternalWorkflow(ctx, contract.SuperviseWorkflowID(name), "").Get(ctx, nil)
 	ops := deployStep(30*time.Second, 5)
 	var paused string
 	if err := workflow.ExecuteActivity(onWorkflowQueue(ctx, "pause the schedule of "+name, ops), contract.ActivityPauseSchedule,
@@ -60,14 +60,14 @@ func (d *deployment) takeOver(ctx workflow.Context, res *TeardownResult) *stepEr
 		return classify("pause the schedule", "", err)
 	}
 	res.Notes = append(res.Notes, paused)
-	if err := workflow.RequestCancelExternalWorkflow(ctx, DeployWorkflowID(name), "").Get(ctx, nil); err == nil {
+	if err := workflow.RequestCancelExternalWorkflow(ctx, contract.DeployWorkflowID(name), "").Get(ctx, nil); err == nil {
 		res.Notes = append(res.Notes, "cancelled the running deploy")
 	}
 	wait := ops
 	wait.startToClose, wait.heartbeat = d.spec.Timeouts.Teardown.D()+5*time.Minute, 30*time.Second
 	var closed string
 	if err := workflow.ExecuteActivity(onWorkflowQueue(ctx, "wait for the deploy of "+name+" to end", wait), contract.ActivityWaitClosed,
-		contract.WaitRequest{WorkflowID: DeployWorkflowID(name)}).Get(ctx, &closed); err != nil {
+		contract.WaitRequest{WorkflowID: contract.DeployWorkflowID(name)}).Get(ctx, &closed); err != nil {
 		return classify("wait for the deploy to end", "", err)
 	}
 	return nil

@@ -19,16 +19,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// DeployWorkflowID is the one workflow ID a cluster's deploy runs under, whatever started
-// it, so two deploys of one cluster can never run at once.
-func DeployWorkflowID(cluster string) string { return "tpdeploy-deploy-" + cluster }
-
-// PlanWorkflowID is the ID of a cluster's dry-run plan.
-func PlanWorkflowID(cluster string) string { return "tpdeploy-plan-" + cluster }
-
-// TeardownWorkflowID is the ID of a cluster's teardown.
-func TeardownWorkflowID(cluster string) string { return "tpdeploy-teardown-" + cluster }
-
 // DeployRequest is DeployCluster's one input: a JSON object the Temporal UI's Start
 // Workflow form accepts as it is.
 type DeployRequest struct {
@@ -88,14 +78,6 @@ const (
 	PhaseFailed              = "failed"
 )
 
-// Query names.
-const (
-	QueryPhase    = "phase"
-	QueryPlan     = "plan"
-	QueryProgress = "progress"
-	QueryState    = "state"
-)
-
 // State is everything the deploy knows, exposed by the "state" query.
 type State struct {
 	Phase         string                   `json:"phase"`
@@ -136,7 +118,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 			break
 		}
 		if d.restarts >= d.maxRestarts() {
-			err = &stepError{Step: d.state.Phase, Type: ErrNodeRebooted,
+			err = &stepError{Step: d.state.Phase, Type: contract.ErrNodeRebooted,
 				Msg: fmt.Sprintf("%s; gave up after %d restarts (what failed: %v)", why, d.restarts, err)}
 			break
 		}
@@ -221,10 +203,10 @@ func newDeployment(ctx workflow.Context, req DeployRequest) *deployment {
 
 func (d *deployment) registerQueries(ctx workflow.Context) error {
 	for name, h := range map[string]any{
-		QueryPhase:    func() (string, error) { return d.state.Phase, nil },
-		QueryPlan:     func() (*netplan.Plan, error) { return d.state.Plan, nil },
-		QueryProgress: func() (contract.ServingProgress, error) { return d.state.Progress, nil },
-		QueryState:    func() (State, error) { return d.state, nil },
+		contract.QueryPhase:    func() (string, error) { return d.state.Phase, nil },
+		contract.QueryPlan:     func() (*netplan.Plan, error) { return d.state.Plan, nil },
+		contract.QueryProgress: func() (contract.ServingProgress, error) { return d.state.Progress, nil },
+		contract.QueryState:    func() (State, error) { return d.state, nil },
 	} {
 		if err := workflow.SetQueryHandler(ctx, name, h); err != nil {
 			return fmt.Errorf("register query %s: %w", name, err)
@@ -355,7 +337,7 @@ func (d *deployment) preflight(ctx workflow.Context) error {
 // since can come back under a new name (Docker's reconnect does; so do a recreated bond or
 // a hot-plugged NIC), and NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and --node-ip-address
 // would then name what is gone. Caught here, before any container starts, the deploy
-// starts over from probing (ErrNetworkChanged) instead of failing at launch.
+// starts over from probing (contract.ErrNetworkChanged) instead of failing at launch.
 func (d *deployment) checkPlannedAddresses(ctx workflow.Context, o stepOptions) error {
 	var names []string
 	for _, n := range d.spec.Nodes {
@@ -376,7 +358,7 @@ func (d *deployment) checkPlannedAddresses(ctx workflow.Context, o stepOptions) 
 		return err
 	}
 	if len(changed) > 0 {
-		return &stepError{Step: "preflight", Type: ErrNetworkChanged,
+		return &stepError{Step: "preflight", Type: contract.ErrNetworkChanged,
 			Msg: "the network changed since the probe: " + strings.Join(changed, "; ")}
 	}
 	return nil
@@ -443,10 +425,10 @@ func (d *deployment) removeOnNode(node, role string) {
 // ensureSupervisor starts the cluster's supervisor (it outlives this run), or, when one
 // runs, tells it the spec now serving.
 func (d *deployment) ensureSupervisor(ctx workflow.Context) {
-	id := SuperviseWorkflowID(d.spec.Name)
+	id := contract.SuperviseWorkflowID(d.spec.Name)
 	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: d.spec}).GetChildWorkflowExecution().Get(ctx, nil)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-		err = workflow.SignalExternalWorkflow(ctx, id, "", SignalDeployed, d.spec).Get(ctx, nil)
+		err = workflow.SignalExternalWorkflow(ctx, id, "", contract.SignalDeployed, d.spec).Get(ctx, nil)
 	}
 	if err != nil {
 		d.state.Warnings = append(d.state.Warnings, "supervisor: "+err.Error())
@@ -460,7 +442,7 @@ func (d *deployment) validate(ctx workflow.Context) error {
 		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	if err := workflow.ExecuteLocalActivity(lctx, ValidateSpec, d.spec).Get(ctx, nil); err != nil {
-		return &stepError{Step: "validate spec", Type: ErrSpecInvalid, Msg: message(err)}
+		return &stepError{Step: "validate spec", Type: contract.ErrSpecInvalid, Msg: message(err)}
 	}
 	return nil
 }
@@ -468,7 +450,7 @@ func (d *deployment) validate(ctx workflow.Context) error {
 // ValidateSpec is spec validation as a local activity: its verdict is recorded in history.
 func ValidateSpec(_ context.Context, c spec.Cluster) error {
 	if err := c.WithDefaults().Validate(); err != nil {
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
+		return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrSpecInvalid, nil)
 	}
 	return nil
 }

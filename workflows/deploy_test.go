@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
@@ -40,7 +41,7 @@ func newEnvIn(t *testing.T, s *testsuite.WorkflowTestSuite, f *fakeagents.Agents
 	// Teardown cancels the supervisor (not running here).
 	env.OnRequestCancelExternalWorkflow(mock.Anything, mock.Anything, mock.Anything).Return(nil).Maybe()
 	// A failed deploy tells the supervisor (none runs here).
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalDeployFailed, mock.Anything).Return(errors.New("no supervisor")).Maybe()
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, contract.SignalDeployFailed, mock.Anything).Return(errors.New("no supervisor")).Maybe()
 	env.RegisterActivity(f)
 	env.SetTestTimeout(time.Minute)
 	return env
@@ -48,7 +49,7 @@ func newEnvIn(t *testing.T, s *testsuite.WorkflowTestSuite, f *fakeagents.Agents
 
 // executeDeploy runs DeployCluster under the cluster's deploy ID, as every trigger does.
 func executeDeploy(env *testsuite.TestWorkflowEnvironment, req DeployRequest) {
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: DeployWorkflowID(req.Spec.Name)})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: contract.DeployWorkflowID(req.Spec.Name)})
 	env.ExecuteWorkflow(DeployCluster, req)
 }
 
@@ -103,7 +104,7 @@ func TestDeployHappyPath(t *testing.T) {
 	}
 
 	var state State
-	q, err := env.QueryWorkflow(QueryState)
+	q, err := env.QueryWorkflow(contract.QueryState)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestDeployHappyPath(t *testing.T) {
 		t.Errorf("final state = %+v", state)
 	}
 	var phase string
-	q, _ = env.QueryWorkflow(QueryPhase)
+	q, _ = env.QueryWorkflow(contract.QueryPhase)
 	_ = q.Get(&phase)
 	if phase != PhaseServed {
 		t.Errorf("phase query = %q", phase)
@@ -183,7 +184,7 @@ func TestDeployFailures(t *testing.T) {
 			[]string{"node-b: probe: node agent is not serving task queue tpdeploy.node.node-b"}, nil, 1},
 		// node-b answered at the probe and stopped: it went down, and its removal is left to
 		// its agent's reconcile when it starts.
-		{"agent down at join", "StartRayWorker node-b", fakeagents.AgentDown(), ErrNodeDown,
+		{"agent down at join", "StartRayWorker node-b", fakeagents.AgentDown(), contract.ErrNodeDown,
 			[]string{"node-b went down during the deploy", "node-b: join ray worker: node agent is not serving task queue tpdeploy.node.node-b"}, headOnly, 1},
 	}
 	for _, tt := range tests {
@@ -219,7 +220,7 @@ func TestDeployFailures(t *testing.T) {
 				t.Errorf("%s attempted %d times, want %d", tt.key, got, tt.attempts)
 			}
 			var state State
-			q, qerr := env.QueryWorkflow(QueryState)
+			q, qerr := env.QueryWorkflow(contract.QueryState)
 			if qerr != nil {
 				t.Fatal(qerr)
 			}
@@ -231,7 +232,7 @@ func TestDeployFailures(t *testing.T) {
 			for _, c := range state.Compensations {
 				if !strings.Contains(c, "(deferred: ") {
 					ran++
-				} else if tt.wantType != ErrNodeDown {
+				} else if tt.wantType != contract.ErrNodeDown {
 					t.Errorf("a compensation was deferred: %q", c)
 				}
 			}
@@ -347,7 +348,7 @@ func TestInvalidSpecFailsBeforeAnyActivity(t *testing.T) {
 	s.Parallel.Tensor = 8
 	executeDeploy(env, DeployRequest{Spec: s})
 	var app *temporal.ApplicationError
-	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != ErrSpecInvalid {
+	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != contract.ErrSpecInvalid {
 		t.Fatalf("want SpecInvalid, got %v", env.GetWorkflowError())
 	}
 	if !strings.Contains(app.Message(), "tensor 8 x pipeline 1 = 8 GPUs, nodes provide 2") {
@@ -366,7 +367,7 @@ func TestCancelDuringLoadingTearsDown(t *testing.T) {
 	env.SetTestTimeout(30 * time.Second)
 	var midState State
 	env.RegisterDelayedCallback(func() {
-		q, err := env.QueryWorkflow(QueryState)
+		q, err := env.QueryWorkflow(contract.QueryState)
 		if err == nil {
 			_ = q.Get(&midState)
 		}
@@ -417,7 +418,7 @@ func TestPlanWorkflowReportsMeasurements(t *testing.T) {
 func TestTeardownRemovesEveryNode(t *testing.T) {
 	f := fakeagents.New()
 	env := newEnv(t, f)
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: TeardownWorkflowID("seed")})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: contract.TeardownWorkflowID("seed")})
 	env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: fakeagents.SeedSpec()})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
@@ -440,7 +441,7 @@ func TestTeardownUnderAnotherIDIsRefused(t *testing.T) {
 	env := newEnv(t, f)
 	env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: fakeagents.SeedSpec()})
 	var app *temporal.ApplicationError
-	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrWrongWorkflowID || !strings.Contains(app.Message(), "tpdeploy-teardown-seed") {
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrWrongWorkflowID || !strings.Contains(app.Message(), "tpdeploy-teardown-seed") {
 		t.Fatalf("teardown under another ID: %v", err)
 	}
 	if got := fakeagents.Calls(f, "RemoveContainers"); len(got) != 0 {
@@ -455,14 +456,14 @@ func TestDeployOwnership(t *testing.T) {
 	env := newEnv(t, f)
 	env.ExecuteWorkflow(DeployCluster, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var app *temporal.ApplicationError
-	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrWrongWorkflowID || !strings.Contains(app.Message(), "tpdeploy-deploy-seed") {
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrWrongWorkflowID || !strings.Contains(app.Message(), "tpdeploy-deploy-seed") {
 		t.Fatalf("deploy under another ID: %v", err)
 	}
 	f = fakeagents.New()
 	f.TeardownBusy = true
 	env = newEnv(t, f)
 	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
-	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrClusterBusy || !strings.Contains(app.Message(), "being torn down") {
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrClusterBusy || !strings.Contains(app.Message(), "being torn down") {
 		t.Fatalf("deploy during a teardown: %v", err)
 	}
 	if got := fakeagents.Calls(f, "ProbeNode", "StartRayHead"); len(got) != 0 {
@@ -484,7 +485,7 @@ func TestDeployStartsOverWhenANodeReboots(t *testing.T) {
 			}
 		}
 		fakeagents.Reboot(f, "node-b", "boot-2")
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
 	}, time.Second)
 	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	if err := env.GetWorkflowError(); err != nil {
@@ -527,7 +528,7 @@ func TestDeployStartsOverWhenAFailureFollowsAReboot(t *testing.T) {
 		t.Fatalf("deploy: %v", err)
 	}
 	var state State
-	q, _ := env.QueryWorkflow(QueryState)
+	q, _ := env.QueryWorkflow(contract.QueryState)
 	_ = q.Get(&state)
 	if len(state.Restarts) != 1 || !strings.Contains(state.Restarts[0], "node-b rebooted") {
 		t.Errorf("restarts = %q, want one for node-b's reboot", state.Restarts)
@@ -682,7 +683,7 @@ func TestDeployGivesUpAfterItsRestarts(t *testing.T) {
 	env := newEnv(t, f)
 	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec(), MaxRestarts: 2})
 	var app *temporal.ApplicationError
-	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrNodeRebooted || !strings.Contains(app.Message(), "gave up after 2 restarts") {
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrNodeRebooted || !strings.Contains(app.Message(), "gave up after 2 restarts") {
 		t.Fatalf("err = %v", err)
 	}
 	if got := fakeagents.Attempts(f, "ProbeNode node-a"); got != 3 {

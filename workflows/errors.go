@@ -23,12 +23,9 @@ var nonRetryable = []string{
 	contract.ErrVLLMExited, contract.ErrRayNodeDead, contract.ErrGCSUnreachable,
 	contract.ErrModelUnsupported, contract.ErrModelUnavailable, contract.ErrKVCacheTooSmall,
 	contract.ErrParallelLayout, contract.ErrGlooNoInterface, contract.ErrResourcesBusy,
-	contract.ErrRayDriverAttach, contract.ErrPolicyDenied, ErrSpecInvalid,
+	contract.ErrRayDriverAttach, contract.ErrPolicyDenied, contract.ErrSpecInvalid,
 	contract.ErrModelIncomplete, contract.ErrModelServerGone,
 }
-
-// ErrSpecInvalid is the type of a deploy refused for its spec.
-const ErrSpecInvalid = "SpecInvalid"
 
 // stepError is a failed step, with the node it failed on and the classified type.
 type stepError struct {
@@ -118,18 +115,3 @@ func toFailure(e *stepError, compensationErr error) *temporal.ApplicationError {
 	errors.As(temporal.NewNonRetryableApplicationError(msg, typ, nil), &app)
 	return app
 }
-
-// Error types of ownership and node loss.
-const (
-	// ErrWrongWorkflowID refuses a deploy started under an ID other than the cluster's one.
-	ErrWrongWorkflowID = "WrongWorkflowID"
-	// ErrClusterBusy refuses a deploy while the cluster is being torn down.
-	ErrClusterBusy = "ClusterBusy"
-	// ErrNodeDown is a deploy that lost a node: its agent answered earlier and stopped.
-	ErrNodeDown = "NodeDown"
-	// ErrNodeRebooted is a deploy that ran out of restarts after reboots.
-	ErrNodeRebooted = "NodeRebooted"
-	// ErrNetworkChanged is a planned address no longer on its planned interface, found
-	// before anything started: the deploy starts over from probing.
-	ErrNetworkChanged = "NetworkChanged"
-)

@@ -27,7 +27,7 @@ func (d *deployment) nodeDownCause(se *stepError) *stepError {
 	for _, n := range nodes {
 		why = append(why, n+": "+d.down[n])
 	}
-	return &stepError{Step: se.Step, Node: nodes[0], Type: ErrNodeDown,
+	return &stepError{Step: se.Step, Node: nodes[0], Type: contract.ErrNodeDown,
 		Msg: fmt.Sprintf("%s went down during the deploy (%s); what failed: %s", strings.Join(nodes, ", "), strings.Join(why, "; "), se.Error())}
 }
 

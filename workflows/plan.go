@@ -41,7 +41,7 @@ func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
 		return PlanReport{}, err
 	}
 	if err := d.spec.Validate(); err != nil {
-		return PlanReport{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
+		return PlanReport{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrSpecInvalid, nil)
 	}
 	report := PlanReport{}
 	plan, err := planCluster(ctx, d.spec, d)

@@ -22,10 +22,10 @@ import (
 // node whose boot ID differs from the one its probe reported has rebooted, so the steps in
 // flight are cancelled and the deploy starts over.
 func (d *deployment) listenForReboots(ctx workflow.Context) {
-	ch := workflow.GetSignalChannel(ctx, SignalNodeBooted)
+	ch := workflow.GetSignalChannel(ctx, contract.SignalNodeBooted)
 	workflow.Go(ctx, func(gctx workflow.Context) {
 		for {
-			var b NodeBoot
+			var b contract.NodeBoot
 			if !ch.Receive(gctx, &b) {
 				return
 			}
@@ -77,7 +77,7 @@ func (d *deployment) rebootedMeanwhile(ctx workflow.Context, err error) string {
 	if !errors.As(err, &se) || len(d.probes) == 0 {
 		return ""
 	}
-	if se.Type == ErrNetworkChanged {
+	if se.Type == contract.ErrNetworkChanged {
 		return se.Msg
 	}
 	if !slices.Contains(nodeLoss, se.Type) && !slices.Contains(addressLoss, se.Type) {

@@ -14,27 +14,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// SuperviseWorkflowID is the one supervisor of a cluster.
-func SuperviseWorkflowID(cluster string) string { return "tpdeploy-supervise-" + cluster }
-
-// Supervisor signals and query.
-const (
-	// SignalNodeBooted carries a NodeBoot; node agents send it at start-up.
-	SignalNodeBooted = "node-booted"
-	// SignalDeployed carries the spec of a deploy that reached serving.
-	SignalDeployed = "deployed"
-	// SignalRedeploy asks for a recovery redeploy now (an operator, or a test).
-	SignalRedeploy = "redeploy"
-	// QuerySupervision returns the Supervision.
-	QuerySupervision = "supervision"
-)
-
-// NodeBoot is what an agent tells the supervisors when it starts.
-type NodeBoot struct {
-	Node   string `json:"node"`
-	BootID string `json:"boot_id"`
-}
-
 // SuperviseRequest is SuperviseCluster's input; the last three fields carry state across
 // continue-as-new.
 type SuperviseRequest struct {
@@ -114,7 +93,7 @@ const keptIncidents = 50
 // before its history grows large, and ends when cancelled (teardown).
 func SuperviseCluster(ctx workflow.Context, req SuperviseRequest) error {
 	sv := newSupervisor(req)
-	if err := workflow.SetQueryHandler(ctx, QuerySupervision, func() (Supervision, error) { return sv.state, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, contract.QuerySupervision, func() (Supervision, error) { return sv.state, nil }); err != nil {
 		return err
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(sv.spec.Name)); err != nil {
@@ -133,10 +112,10 @@ func SuperviseCluster(ctx workflow.Context, req SuperviseRequest) error {
 // once it gives up, the cluster is degraded and is not redeployed again until something
 // changes or a cool-down (doubling) passes.
 func (sv *supervisor) watch(ctx workflow.Context) error {
-	booted := workflow.GetSignalChannel(ctx, SignalNodeBooted)
-	deployed := workflow.GetSignalChannel(ctx, SignalDeployed)
-	manual := workflow.GetSignalChannel(ctx, SignalRedeploy)
-	failed := workflow.GetSignalChannel(ctx, SignalDeployFailed)
+	booted := workflow.GetSignalChannel(ctx, contract.SignalNodeBooted)
+	deployed := workflow.GetSignalChannel(ctx, contract.SignalDeployed)
+	manual := workflow.GetSignalChannel(ctx, contract.SignalRedeploy)
+	failed := workflow.GetSignalChannel(ctx, contract.SignalDeployFailed)
 	if sv.state.Detail == "" {
 		sv.state.Detail = "no check yet"
 	}
@@ -182,7 +161,7 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 			})
 		}
 		sel.AddReceive(booted, func(c workflow.ReceiveChannel, _ bool) {
-			var b NodeBoot
+			var b contract.NodeBoot
 			c.Receive(ctx, &b)
 			if incident = sv.boot(ctx, b); incident != nil {
 				sv.rearm(ctx, "a node rebooted")
@@ -219,7 +198,7 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 // or nil when none is waiting or it makes none.
 func (sv *supervisor) pending(ctx workflow.Context, booted, deployed, manual, failed workflow.ReceiveChannel) *Incident {
 	for {
-		var b NodeBoot
+		var b contract.NodeBoot
 		var s spec.Cluster
 		var why string
 		var df DeployFailure
@@ -402,7 +381,7 @@ func (sv *supervisor) newIncident(ctx workflow.Context, node, seen string) *Inci
 }
 
 // boot compares a node's reported boot ID with the one known.
-func (sv *supervisor) boot(ctx workflow.Context, b NodeBoot) *Incident {
+func (sv *supervisor) boot(ctx workflow.Context, b contract.NodeBoot) *Incident {
 	if _, ok := sv.spec.Node(b.Node); !ok || b.BootID == "" {
 		return nil
 	}
@@ -434,7 +413,7 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	for inc.Attempts < budget {
 		inc.Attempts++
 		sv.state.Redeploys++
-		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
+		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
 		if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 			if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 				if inc.rollbackOf != "" && workflow.Now(ctx).Sub(inc.At) < rollbackWait {
@@ -470,11 +449,8 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	sv.baseline(ctx)
 }
 
-// SignalDeployFailed tells a cluster's supervisor that a deploy which had touched the
-// cluster failed (it may roll back to the spec that served).
-const SignalDeployFailed = "deploy-failed"
-
-// DeployFailure is what SignalDeployFailed carries.
+// DeployFailure is what contract.SignalDeployFailed carries from a failed deploy to the
+// cluster's supervisor (both ends are workflows, so it lives here).
 type DeployFailure struct {
 	SpecHash string `json:"spec_hash"`
 	Type     string `json:"type"`
@@ -485,7 +461,7 @@ type DeployFailure struct {
 // after touching the cluster, so it can put the spec that served back.
 func (d *deployment) tellSupervisorFailed(ctx workflow.Context, typ string) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	err := workflow.SignalExternalWorkflow(dctx, SuperviseWorkflowID(d.spec.Name), "", SignalDeployFailed,
+	err := workflow.SignalExternalWorkflow(dctx, contract.SuperviseWorkflowID(d.spec.Name), "", contract.SignalDeployFailed,
 		DeployFailure{SpecHash: d.spec.Hash(), Type: typ, RunID: d.id}).Get(dctx, nil)
 	if err != nil {
 		workflow.GetLogger(ctx).Info("no supervisor told of the failure", "error", err)

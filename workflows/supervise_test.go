@@ -58,14 +58,14 @@ func watchEnv(t *testing.T, f *fakeagents.Agents, w *fakeWatch) *testsuite.TestW
 			}
 		}
 	}, activity.RegisterOptions{Name: contract.ActivityWatchCluster})
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: SuperviseWorkflowID("seed")})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: contract.SuperviseWorkflowID("seed")})
 	env.SetTestTimeout(time.Minute)
 	return env
 }
 
 func supervision(t *testing.T, env *testsuite.TestWorkflowEnvironment) Supervision {
 	t.Helper()
-	v, err := env.QueryWorkflow(QuerySupervision)
+	v, err := env.QueryWorkflow(contract.QuerySupervision)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +96,8 @@ func TestSupervisorRedeploysAfterAReboot(t *testing.T) {
 	env := watchEnv(t, f, w)
 	env.RegisterDelayedCallback(func() {
 		// The agent restarted without a reboot: same boot ID, nothing to do; then a reboot.
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-node-b"})
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-node-b"})
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
 	}, 0)
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 3})
 	next := carried(t, env)
@@ -163,7 +163,7 @@ func TestSupervisorRollsBackAFailedRedeploy(t *testing.T) {
 	w := &fakeWatch{answers: []string{"block", "healthy"}}
 	env := watchEnv(t, f, w)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(SignalDeployFailed, DeployFailure{SpecHash: "another-spec", Type: contract.ErrCUDAOutOfMemory, RunID: "run-x"})
+		env.SignalWorkflow(contract.SignalDeployFailed, DeployFailure{SpecHash: "another-spec", Type: contract.ErrCUDAOutOfMemory, RunID: "run-x"})
 	}, 0)
 	served := fakeagents.SeedSpec()
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: served, MaxLoops: 2})
@@ -183,7 +183,7 @@ func TestSupervisorReArmsOnAReboot(t *testing.T) {
 	w := &fakeWatch{answers: []string{"block"}}
 	env := watchEnv(t, f, w)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
 	}, 0)
 	req := SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 1, Degraded: true, LastCause: "redeploy failed: x",
 		NextCooldown: spec.Duration(4 * time.Hour), BootIDs: map[string]string{"node-a": "boot-node-a", "node-b": "boot-node-b"}}
@@ -203,7 +203,7 @@ func TestSupervisorContinuesAsNewWithItsState(t *testing.T) {
 	w := &fakeWatch{answers: []string{"block", "healthy"}}
 	env := watchEnv(t, f, w)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
 	}, 10*time.Second)
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 20})
 	next := carried(t, env)

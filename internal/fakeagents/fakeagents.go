@@ -461,7 +461,7 @@ func (f *Agents) TeardownRunning(ctx context.Context, req contract.ClusterReques
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.TeardownBusy {
-		return contract.ClusterBusy{Running: true, WorkflowID: "tpdeploy-teardown-" + req.Cluster, RunID: "run-t"}, nil
+		return contract.ClusterBusy{Running: true, WorkflowID: contract.TeardownWorkflowID(req.Cluster), RunID: "run-t"}, nil
 	}
 	return contract.ClusterBusy{}, nil
 }
