@@ -1,5 +1,3 @@
-// Package workflows holds tpdeploy's Temporal workflows. Workflow code is deterministic:
-// every side effect is an activity, every decision is recorded in history.
 package workflows
 
 import (
