@@ -19,8 +19,9 @@ import (
 )
 
 // TestHistoriesOfEveryWorkflowType runs every workflow type on the real dev server — a
-// deploy that serves, one that starts over after a reboot, one that fails, a plan, a
-// teardown, a scheduled redeploy and a supervisor's incident — and replays each history
+// deploy that serves, one that starts over after a reboot, one that fails, one in vLLM's
+// own multi-node mode, a plan, a teardown, a scheduled redeploy and a supervisor's
+// incident — and replays each history
 // it recorded against the workflows as built. With TPDEPLOY_UPDATE_HISTORY=1 it writes
 // them to workflows/testdata, where TestReplayCommittedHistories replays them from then
 // on: a later change that alters their commands without workflow.GetVersion fails there.
@@ -112,6 +113,19 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 		t.Fatal("the failing deploy served")
 	}
 	record("deploy-failed.json", run.GetID(), run.GetRunID())
+
+	// A deploy in vLLM's own multi-node mode (executor mp): no Ray, headless ranks.
+	m, _ := cluster(t, "hist-m", "a", "b")
+	m.Executor = spec.ExecutorMP
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: m, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatalf("mp deploy: %v", Reason(err))
+	}
+	record("deploy-mp.json", run.GetID(), run.GetRunID())
+	terminateRunning(t, ctx, "SuperviseCluster")
 
 	// A schedule's trigger for a cluster never deployed: it deploys as a child.
 	x, _ := cluster(t, "hist-x", "a", "b")
