@@ -27,6 +27,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/codec"
 	"github.com/tpdeploy/tpdeploy/connect"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/devserver"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
@@ -110,7 +111,7 @@ func TestHistoryHoldsOnlyCiphertext(t *testing.T) {
 	}
 	// The deploy started the cluster's supervisor (not registered here): stop it.
 	for _, s := range []spec.Cluster{ok, failing} {
-		_ = keyed.TerminateWorkflow(ctx, workflows.SuperviseWorkflowID(s.Name), "", "test over")
+		_ = keyed.TerminateWorkflow(ctx, contract.SuperviseWorkflowID(s.Name), "", "test over")
 	}
 	// Queries are encrypted too; the keyed client reads them.
 	st, err := ctl.Status(ctx, ok.Name)

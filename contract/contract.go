@@ -59,6 +59,16 @@ const (
 	ErrRetriesExhausted   = "RetriesExhausted" // a retryable failure outlived its retry policy
 	ErrCanceled           = "Canceled"
 	ErrCompensationFailed = "CompensationFailed"
+
+	// Raised by the workflows themselves, not by an activity.
+	ErrSpecInvalid     = "SpecInvalid"     // a deploy refused for its spec
+	ErrWrongWorkflowID = "WrongWorkflowID" // a deploy or teardown started under another ID than the cluster's one
+	ErrClusterBusy     = "ClusterBusy"     // a deploy refused while the cluster is being torn down
+	ErrNodeDown        = "NodeDown"        // a deploy lost a node: its agent answered earlier and stopped
+	ErrNodeRebooted    = "NodeRebooted"    // a deploy ran out of restarts after reboots
+	// ErrNetworkChanged is a planned address no longer on its planned interface, found
+	// before anything started: the deploy starts over from probing.
+	ErrNetworkChanged = "NetworkChanged"
 )
 
 // Container roles, also the role label on containers.

@@ -49,7 +49,7 @@ type Controller struct {
 // StartDeploy starts the cluster's deploy under its one workflow ID; a running deploy of
 // the same cluster is refused with *AlreadyRunningError.
 func (c Controller) StartDeploy(ctx context.Context, req workflows.DeployRequest) (client.WorkflowRun, error) {
-	id := workflows.DeployWorkflowID(req.Spec.Name)
+	id := contract.DeployWorkflowID(req.Spec.Name)
 	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                activities.WorkflowQueue,
@@ -94,7 +94,7 @@ func (c Controller) Plan(ctx context.Context, s spec.Cluster) (workflows.PlanRep
 	var rep workflows.PlanReport
 	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		// One plan per spec: a plan running for another spec is never joined.
-		ID:                       workflows.PlanWorkflowID(s.Name) + "-" + s.Hash(),
+		ID:                       contract.PlanWorkflowID(s.Name) + "-" + s.Hash(),
 		TaskQueue:                activities.WorkflowQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowExecutionTimeout: 5 * time.Minute,
@@ -133,10 +133,10 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 	if err != nil {
 		return st, err
 	}
-	if q, err := c.Client.QueryWorkflow(ctx, st.WorkflowID, st.RunID, workflows.QueryState); err == nil {
+	if q, err := c.Client.QueryWorkflow(ctx, st.WorkflowID, st.RunID, contract.QueryState); err == nil {
 		_ = q.Get(&st.State)
 	}
-	if q, err := c.Client.QueryWorkflow(ctx, workflows.SuperviseWorkflowID(cluster), "", workflows.QuerySupervision); err == nil {
+	if q, err := c.Client.QueryWorkflow(ctx, contract.SuperviseWorkflowID(cluster), "", contract.QuerySupervision); err == nil {
 		var sv workflows.Supervision
 		if q.Get(&sv) == nil {
 			c.freshHealth(ctx, &sv)
@@ -150,7 +150,7 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 // the watch reports to the workflow only on an incident or after an hour of health (so a
 // healthy hour costs a few history events), but it heartbeats every check.
 func (c Controller) freshHealth(ctx context.Context, sv *workflows.Supervision) {
-	desc, err := c.Client.DescribeWorkflowExecution(ctx, workflows.SuperviseWorkflowID(sv.Cluster), "")
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, contract.SuperviseWorkflowID(sv.Cluster), "")
 	if err != nil {
 		return
 	}
@@ -173,7 +173,7 @@ func (c Controller) freshHealth(ctx context.Context, sv *workflows.Supervision) 
 // its history on a worker): whether the latest deploy runs, its result and its spec. The
 // supervisor's periodic check uses it.
 func (c Controller) latest(ctx context.Context, cluster string) (Status, error) {
-	id := workflows.DeployWorkflowID(cluster)
+	id := contract.DeployWorkflowID(cluster)
 	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
@@ -216,7 +216,7 @@ func (c Controller) latest(ctx context.Context, cluster string) (Status, error) 
 // latestCached is latest, reusing the result and spec read for the same run (the watch
 // asks every few seconds; a closed run's result and spec do not change).
 func (c Controller) latestCached(ctx context.Context, cluster string, runID *string, cached *Status) (Status, error) {
-	id := workflows.DeployWorkflowID(cluster)
+	id := contract.DeployWorkflowID(cluster)
 	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
 		return Status{}, fmt.Errorf("describe %s: %w", id, err)
@@ -295,7 +295,7 @@ func (c Controller) firstInput(ctx context.Context, id, runID string, v any) err
 // another spec is waited for, then this one runs (never a stale result).
 func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluster) (workflows.TeardownResult, error) {
 	var res workflows.TeardownResult
-	id := workflows.DeployWorkflowID(cluster)
+	id := contract.DeployWorkflowID(cluster)
 	if s == nil {
 		got, err := c.deploySpec(ctx, id, "")
 		var notFound *serviceerror.NotFound
@@ -308,7 +308,7 @@ func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluste
 		}
 		s = &got
 	}
-	tid := workflows.TeardownWorkflowID(cluster)
+	tid := contract.TeardownWorkflowID(cluster)
 	for {
 		run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID:                                       tid,
@@ -353,7 +353,7 @@ func (c Controller) teardownSpec(ctx context.Context, id, runID string) (spec.Cl
 // Redeploy asks the cluster's supervisor for a redeploy now; it also re-arms a supervisor
 // that gave up (degraded).
 func (c Controller) Redeploy(ctx context.Context, cluster, reason string) error {
-	err := c.Client.SignalWorkflow(ctx, workflows.SuperviseWorkflowID(cluster), "", workflows.SignalRedeploy, reason)
+	err := c.Client.SignalWorkflow(ctx, contract.SuperviseWorkflowID(cluster), "", contract.SignalRedeploy, reason)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return fmt.Errorf("cluster %s has no running supervisor (it runs once a deploy served): deploy it with `starter deploy`", cluster)

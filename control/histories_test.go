@@ -12,14 +12,16 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
 // TestHistoriesOfEveryWorkflowType runs every workflow type on the real dev server — a
-// deploy that serves, one that starts over after a reboot, one that fails, a plan, a
-// teardown, a scheduled redeploy and a supervisor's incident — and replays each history
+// deploy that serves, one that starts over after a reboot, one that fails, one in vLLM's
+// own multi-node mode, a plan, a teardown, a scheduled redeploy and a supervisor's
+// incident — and replays each history
 // it recorded against the workflows as built. With TPDEPLOY_UPDATE_HISTORY=1 it writes
 // them to workflows/testdata, where TestReplayCommittedHistories replays them from then
 // on: a later change that alters their commands without workflow.GetVersion fails there.
@@ -42,7 +44,7 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	// A supervisor that waits on its watch (the fake endpoint never answers; it would take
 	// 1000 checks to call that an incident), hears node b reboot and recovers.
 	s, f := cluster(t, "hist-a", "a", "b")
-	sup, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.SuperviseWorkflowID(s.Name), TaskQueue: activities.WorkflowQueue},
+	sup, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.SuperviseWorkflowID(s.Name), TaskQueue: activities.WorkflowQueue},
 		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: s, Unhealthy: 1000, CheckEvery: spec.Duration(time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -56,11 +58,11 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	}
 	record("deploy-serves.json", run.GetID(), run.GetRunID())
 	fakeagents.Reboot(f, s.Nodes[1].Name, "boot-2")
-	if err := temporalClient.SignalWorkflow(ctx, sup.GetID(), "", workflows.SignalNodeBooted, workflows.NodeBoot{Node: s.Nodes[1].Name, BootID: "boot-2"}); err != nil {
+	if err := temporalClient.SignalWorkflow(ctx, sup.GetID(), "", contract.SignalNodeBooted, contract.NodeBoot{Node: s.Nodes[1].Name, BootID: "boot-2"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the supervisor's recovery", func() bool {
-		v, err := temporalClient.QueryWorkflow(ctx, sup.GetID(), "", workflows.QuerySupervision)
+		v, err := temporalClient.QueryWorkflow(ctx, sup.GetID(), "", contract.QuerySupervision)
 		var sv workflows.Supervision
 		return err == nil && v.Get(&sv) == nil && len(sv.Incidents) == 1
 	})
@@ -75,11 +77,11 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	if err != nil || rep.Plan == nil {
 		t.Fatalf("plan: %+v %v", rep, err)
 	}
-	record("plan.json", workflows.PlanWorkflowID(s.Name)+"-"+s.Hash(), "")
+	record("plan.json", contract.PlanWorkflowID(s.Name)+"-"+s.Hash(), "")
 	if _, err := ctl.Teardown(ctx, s.Name, nil); err != nil {
 		t.Fatalf("teardown: %v", err)
 	}
-	record("teardown.json", workflows.TeardownWorkflowID(s.Name), "")
+	record("teardown.json", contract.TeardownWorkflowID(s.Name), "")
 
 	// A deploy that hears a planned node reboot while vLLM loads and starts over.
 	r, rf := cluster(t, "hist-r", "a", "b")
@@ -88,9 +90,9 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, ctx, ctl, r.Name, workflows.PhaseServing)
+	waitPhase(t, ctx, ctl, r.Name, workflows.PhaseWaitingUntilServing)
 	fakeagents.Reboot(rf, r.Nodes[1].Name, "boot-2")
-	if err := temporalClient.SignalWorkflow(ctx, run.GetID(), run.GetRunID(), workflows.SignalNodeBooted, workflows.NodeBoot{Node: r.Nodes[1].Name, BootID: "boot-2"}); err != nil {
+	if err := temporalClient.SignalWorkflow(ctx, run.GetID(), run.GetRunID(), contract.SignalNodeBooted, contract.NodeBoot{Node: r.Nodes[1].Name, BootID: "boot-2"}); err != nil {
 		t.Fatal(err)
 	}
 	var res workflows.DeployResult
@@ -112,9 +114,22 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	}
 	record("deploy-failed.json", run.GetID(), run.GetRunID())
 
+	// A deploy in vLLM's own multi-node mode (executor mp): no Ray, headless ranks.
+	m, _ := cluster(t, "hist-m", "a", "b")
+	m.Executor = spec.ExecutorMP
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: m, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatalf("mp deploy: %v", Reason(err))
+	}
+	record("deploy-mp.json", run.GetID(), run.GetRunID())
+	terminateRunning(t, ctx, "SuperviseCluster")
+
 	// A schedule's trigger for a cluster never deployed: it deploys as a child.
 	x, _ := cluster(t, "hist-x", "a", "b")
-	trig, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.RedeployWorkflowID(x.Name), TaskQueue: activities.WorkflowQueue},
+	trig, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.RedeployWorkflowID(x.Name), TaskQueue: activities.WorkflowQueue},
 		workflows.RedeployCluster, workflows.RedeployRequest{Spec: x, Trigger: "schedule"})
 	if err != nil {
 		t.Fatal(err)

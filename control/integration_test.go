@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/devserver"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/netplan"
@@ -87,7 +88,7 @@ func cluster(t *testing.T, name string, agents ...string) (spec.Cluster, *fakeag
 	// A deploy that serves starts the cluster's supervisor, whose checks of the fake
 	// endpoint would fail: it ends with the test.
 	t.Cleanup(func() {
-		_ = temporalClient.TerminateWorkflow(context.Background(), workflows.SuperviseWorkflowID(name), "", "test over")
+		_ = temporalClient.TerminateWorkflow(context.Background(), contract.SuperviseWorkflowID(name), "", "test over")
 	})
 	for _, suffix := range agents {
 		node := name + "-" + suffix
@@ -194,14 +195,14 @@ func TestConcurrentDeployRefusedAndTeardownCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, ctx, ctl, s.Name, workflows.PhaseServing)
+	waitPhase(t, ctx, ctl, s.Name, workflows.PhaseWaitingUntilServing)
 
 	_, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "schedule"})
 	var running *AlreadyRunningError
 	if !errors.As(err, &running) {
 		t.Fatalf("second deploy: want AlreadyRunningError, got %v", err)
 	}
-	if running.RunID != first.GetRunID() || !strings.Contains(err.Error(), workflows.DeployWorkflowID(s.Name)) {
+	if running.RunID != first.GetRunID() || !strings.Contains(err.Error(), contract.DeployWorkflowID(s.Name)) {
 		t.Errorf("refusal does not name the running deploy: %v (running run %s)", err, first.GetRunID())
 	}
 	// `starter deploy` of the same spec joins the running deploy; of another spec, it is

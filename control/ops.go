@@ -20,7 +20,7 @@ import (
 // TeardownRunning says whether the cluster's teardown runs (a deploy refuses to start
 // then). It asks for the workflow by its one ID, which Temporal answers consistently.
 func (c *Checks) TeardownRunning(ctx context.Context, req contract.ClusterRequest) (contract.ClusterBusy, error) {
-	id := workflows.TeardownWorkflowID(req.Cluster)
+	id := contract.TeardownWorkflowID(req.Cluster)
 	desc, err := c.Controller.Client.DescribeWorkflowExecution(ctx, id, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
@@ -158,7 +158,7 @@ func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
 // cluster's containers its serving deployment holds, or that an operation owns them now,
 // or that nothing is known of the cluster.
 func (c Controller) Wanted(ctx context.Context, cluster string) (keep map[string]bool, running, known bool, err error) {
-	did := workflows.DeployWorkflowID(cluster)
+	did := contract.DeployWorkflowID(cluster)
 	desc, err := c.Client.DescribeWorkflowExecution(ctx, did, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
@@ -171,7 +171,7 @@ func (c Controller) Wanted(ctx context.Context, cluster string) (keep map[string
 	if deploy.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return nil, true, true, nil
 	}
-	if td, err := c.Client.DescribeWorkflowExecution(ctx, workflows.TeardownWorkflowID(cluster), ""); err == nil {
+	if td, err := c.Client.DescribeWorkflowExecution(ctx, contract.TeardownWorkflowID(cluster), ""); err == nil {
 		info := td.GetWorkflowExecutionInfo()
 		if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			return nil, true, true, nil

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/searchattr"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -44,7 +45,7 @@ func (w When) spec() (client.ScheduleSpec, error) {
 
 func redeployAction(s spec.Cluster) *client.ScheduleWorkflowAction {
 	return &client.ScheduleWorkflowAction{
-		ID:                    workflows.RedeployWorkflowID(s.Name),
+		ID:                    contract.RedeployWorkflowID(s.Name),
 		Workflow:              workflows.RedeployCluster,
 		Args:                  []any{workflows.RedeployRequest{Spec: s, Trigger: "schedule"}},
 		TaskQueue:             activities.WorkflowQueue,

@@ -16,6 +16,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/lab"
@@ -127,7 +128,7 @@ func BenchmarkDeployVsScript(b *testing.B) {
 			}
 			script = append(script, scriptOnce(b, ex.script, "tpd-bench-"+ex.executor, ifA, ifB, ex.roles...))
 		}
-		events := historyEvents(b, workflows.DeployWorkflowID(s.Name), lastRun)
+		events := historyEvents(b, contract.DeployWorkflowID(s.Name), lastRun)
 		mw, ms := median(wf), median(script)
 		b.ReportMetric(mw.Seconds(), "s-workflow-"+ex.executor)
 		b.ReportMetric(ms.Seconds(), "s-script-"+ex.executor)
@@ -195,7 +196,7 @@ func BenchmarkSupervisorHealthyEvents(b *testing.B) {
 	deployOnce(b, s)
 	defer func() { _, _ = (control.Controller{Client: tc}).Teardown(context.Background(), s.Name, nil) }()
 	ctx := context.Background()
-	id := workflows.SuperviseWorkflowID(s.Name)
+	id := contract.SuperviseWorkflowID(s.Name)
 	// The deploy's supervisor (1 h cycle) gives way to one with a 30 s cycle.
 	if err := tc.CancelWorkflow(ctx, id, ""); err != nil {
 		b.Fatal(err)

@@ -179,7 +179,7 @@ func finishCluster(t *testing.T, cluster string) {
 
 // clusterActive says whether a deploy or the supervisor of cluster runs.
 func clusterActive(cluster string) bool {
-	for _, id := range []string{workflows.DeployWorkflowID(cluster), workflows.SuperviseWorkflowID(cluster)} {
+	for _, id := range []string{contract.DeployWorkflowID(cluster), contract.SuperviseWorkflowID(cluster)} {
 		d, err := tc.DescribeWorkflowExecution(context.Background(), id, "")
 		if err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			return true
@@ -283,7 +283,7 @@ func waitPhase(t *testing.T, run tclient.WorkflowRun, phase string) {
 	deadline := time.Now().Add(2 * time.Minute)
 	var last activities.ServingProgress
 	for time.Now().Before(deadline) {
-		v, err := tc.QueryWorkflow(context.Background(), run.GetID(), run.GetRunID(), workflows.QueryProgress)
+		v, err := tc.QueryWorkflow(context.Background(), run.GetID(), run.GetRunID(), contract.QueryProgress)
 		if err == nil {
 			var p activities.ServingProgress
 			if v.Get(&p) == nil {
@@ -302,7 +302,7 @@ func waitPhase(t *testing.T, run tclient.WorkflowRun, phase string) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	st, _ := control.Controller{Client: tc}.Status(context.Background(), strings.TrimPrefix(run.GetID(), workflows.DeployWorkflowID("")))
+	st, _ := control.Controller{Client: tc}.Status(context.Background(), strings.TrimPrefix(run.GetID(), contract.DeployWorkflowID("")))
 	t.Fatalf("deploy never reached %s within 2 min: last progress %+v; state %s: %s", phase, last, st.State.Phase, st.State.Details)
 }
 

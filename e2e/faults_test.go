@@ -477,7 +477,7 @@ func (c *cell) expectContainers(t *testing.T, want int) {
 // check counts the cell's deploy runs, and whether anything was started twice: two
 // deploy runs at once, or a create refused because the container existed.
 func (c *cell) check(t *testing.T) {
-	query := fmt.Sprintf("WorkflowId = '%s' AND StartTime > '%s'", workflows.DeployWorkflowID(c.spec.Name), c.created.Add(-time.Second).UTC().Format(time.RFC3339Nano))
+	query := fmt.Sprintf("WorkflowId = '%s' AND StartTime > '%s'", contract.DeployWorkflowID(c.spec.Name), c.created.Add(-time.Second).UTC().Format(time.RFC3339Nano))
 	resp, err := tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: query})
 	if err != nil {
 		t.Fatal(err)
@@ -528,12 +528,12 @@ func (c *cell) triggerAll(t *testing.T) {
 	}()
 	go func() {
 		defer wg.Done()
-		_, _ = tc.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: workflows.DeployWorkflowID(c.spec.Name), TaskQueue: "tpdeploy"},
+		_, _ = tc.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: contract.DeployWorkflowID(c.spec.Name), TaskQueue: "tpdeploy"},
 			workflows.DeployCluster, workflows.DeployRequest{Spec: c.spec, Trigger: "ui"})
 	}()
 	go func() {
 		defer wg.Done()
-		_ = tc.SignalWorkflow(ctx, workflows.SuperviseWorkflowID(c.spec.Name), "", workflows.SignalRedeploy, "fault matrix")
+		_ = tc.SignalWorkflow(ctx, contract.SuperviseWorkflowID(c.spec.Name), "", contract.SignalRedeploy, "fault matrix")
 	}()
 	go func() {
 		out, _ := runStarterNoFatal(path)

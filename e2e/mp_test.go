@@ -111,5 +111,5 @@ func TestMPRankDeathDuringLoadingCaughtOnItsNode(t *testing.T) {
 	if left := containersOf(t, s.Name); len(left) != 0 {
 		t.Errorf("containers left: %v", left)
 	}
-	_ = workflows.PhaseServing
+	_ = workflows.PhaseWaitingUntilServing
 }

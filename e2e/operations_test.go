@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -39,7 +40,7 @@ func teardown(t *testing.T, cluster string) {
 }
 
 func supervision(t *testing.T, cluster string) (workflows.Supervision, bool) {
-	v, err := tc.QueryWorkflow(context.Background(), workflows.SuperviseWorkflowID(cluster), "", workflows.QuerySupervision)
+	v, err := tc.QueryWorkflow(context.Background(), contract.SuperviseWorkflowID(cluster), "", contract.QuerySupervision)
 	if err != nil {
 		return workflows.Supervision{}, false
 	}
@@ -238,12 +239,12 @@ func TestConcurrentTriggersMakeOneDeploy(t *testing.T) {
 	}()
 	go func() {
 		// What the UI's Start Workflow form does: DeployCluster under the cluster's ID.
-		_, err := tc.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: workflows.DeployWorkflowID(s.Name), TaskQueue: "tpdeploy"},
+		_, err := tc.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: contract.DeployWorkflowID(s.Name), TaskQueue: "tpdeploy"},
 			workflows.DeployCluster, workflows.DeployRequest{Spec: changed, Trigger: "ui"})
 		errs <- err
 	}()
 	go func() {
-		errs <- tc.SignalWorkflow(ctx, workflows.SuperviseWorkflowID(s.Name), "", workflows.SignalRedeploy, "test")
+		errs <- tc.SignalWorkflow(ctx, contract.SuperviseWorkflowID(s.Name), "", contract.SignalRedeploy, "test")
 	}()
 	for i := 0; i < 3; i++ {
 		if err := <-errs; err != nil {
@@ -256,7 +257,7 @@ func TestConcurrentTriggersMakeOneDeploy(t *testing.T) {
 		return len(sv.Incidents) > 0
 	})
 	eventually(t, 2*time.Minute, "the scheduled run ended", func() bool { return len(recentTriggers(t, s.Name)) > 0 })
-	query := fmt.Sprintf("WorkflowId = '%s' AND StartTime > '%s'", workflows.DeployWorkflowID(s.Name), t0.Format(time.RFC3339Nano))
+	query := fmt.Sprintf("WorkflowId = '%s' AND StartTime > '%s'", contract.DeployWorkflowID(s.Name), t0.Format(time.RFC3339Nano))
 	var runs []string
 	eventually(t, 30*time.Second, "visibility shows the deploy", func() bool {
 		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})

@@ -9,6 +9,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/lab/faultproxy"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -121,7 +122,7 @@ func TestNodeDownDuringLoading(t *testing.T) {
 		}
 	}()
 	f, took := failure(t, run)
-	if (f.Type != workflows.ErrNodeDown && f.Type != activities.ErrRayNodeDead) || !strings.Contains(f.Message, "node-b") {
+	if (f.Type != contract.ErrNodeDown && f.Type != activities.ErrRayNodeDead) || !strings.Contains(f.Message, "node-b") {
 		t.Fatalf("failure %s: %s; want NodeDown or RayNodeDead naming node-b", f.Type, f.Message)
 	}
 	t.Logf("node-b down classified as %s in %.1fs: %s", f.Type, took.Seconds(), f.Message)

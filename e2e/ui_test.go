@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -42,7 +43,7 @@ func TestStartFromTheTemporalUI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	form := startForm{WorkflowID: workflows.DeployWorkflowID(s.Name), TaskQueue: "tpdeploy", WorkflowType: "DeployCluster", Input: in}
+	form := startForm{WorkflowID: contract.DeployWorkflowID(s.Name), TaskQueue: "tpdeploy", WorkflowType: "DeployCluster", Input: in}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1400, 1000))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()

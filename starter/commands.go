@@ -121,7 +121,7 @@ func copyLine(p contract.SyncProgress) string {
 // progressLine is one line: the phase, and during loading a bar with shards and ETA.
 func progressLine(s workflows.State) string {
 	p := s.Progress
-	if s.Phase == workflows.PhaseServing && p.ShardsTotal > 0 && !p.Serving {
+	if s.Phase == workflows.PhaseWaitingUntilServing && p.ShardsTotal > 0 && !p.Serving {
 		const width = 30
 		filled := width * p.ShardsLoaded / p.ShardsTotal
 		bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/connect"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/barrier"
 	"github.com/tpdeploy/tpdeploy/internal/liveness"
@@ -258,7 +259,7 @@ func informWorkflows(ctx context.Context, c client.Client, agent *activities.Nod
 		if err == nil {
 			for _, e := range resp.Executions {
 				id := e.GetExecution().GetWorkflowId()
-				err := c.SignalWorkflow(ctx, id, "", workflows.SignalNodeBooted, workflows.NodeBoot{Node: agent.Name, BootID: boot})
+				err := c.SignalWorkflow(ctx, id, "", contract.SignalNodeBooted, contract.NodeBoot{Node: agent.Name, BootID: boot})
 				z.Info("told of this node's boot", zap.String("workflow", id), zap.String("boot_id", boot), zap.Error(err))
 			}
 			return

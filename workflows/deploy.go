@@ -1,8 +1,7 @@
-// Package workflows holds tpdeploy's Temporal workflows. Workflow code is deterministic:
-// every side effect is an activity, every decision is recorded in history.
 package workflows
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -17,16 +16,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
-
-// DeployWorkflowID is the one workflow ID a cluster's deploy runs under, whatever started
-// it, so two deploys of one cluster can never run at once.
-func DeployWorkflowID(cluster string) string { return "tpdeploy-deploy-" + cluster }
-
-// PlanWorkflowID is the ID of a cluster's dry-run plan.
-func PlanWorkflowID(cluster string) string { return "tpdeploy-plan-" + cluster }
-
-// TeardownWorkflowID is the ID of a cluster's teardown.
-func TeardownWorkflowID(cluster string) string { return "tpdeploy-teardown-" + cluster }
 
 // DeployRequest is DeployCluster's one input: a JSON object the Temporal UI's Start
 // Workflow form accepts as it is.
@@ -67,29 +56,24 @@ type StepTiming struct {
 	Error    string        `json:"error,omitempty"`
 }
 
-// Phases, in order.
+// Phases, in order. The values are what operators see: the state query, the UI's
+// current details and the DeployPhase search attribute (the UI's and scripts' filters).
+// PhaseServed is the deploy that reached serving; PhaseWaitingUntilServing the watch
+// before it.
 const (
-	PhaseValidating   = "validating"
-	PhaseProbing      = "probing"
-	PhaseReachability = "testing reachability"
-	PhasePlanning     = "planning"
-	PhasePreflight    = "preflight"
-	PhaseRayHead      = "starting ray head"
-	PhaseRayWorkers   = "joining ray workers"
-	PhasePlacement    = "checking placement"
-	PhaseLaunch       = "launching vllm"
-	PhaseServing      = "waiting until serving"
-	PhaseServed       = "serving"
-	PhaseCompensating = "compensating"
-	PhaseFailed       = "failed"
-)
-
-// Query names.
-const (
-	QueryPhase    = "phase"
-	QueryPlan     = "plan"
-	QueryProgress = "progress"
-	QueryState    = "state"
+	PhaseValidating          = "validating"
+	PhaseProbing             = "probing"
+	PhaseReachability        = "testing reachability"
+	PhasePlanning            = "planning"
+	PhasePreflight           = "preflight"
+	PhaseRayHead             = "starting ray head"
+	PhaseRayWorkers          = "joining ray workers"
+	PhasePlacement           = "checking placement"
+	PhaseLaunch              = "launching vllm"
+	PhaseWaitingUntilServing = "waiting until serving"
+	PhaseServed              = "serving"
+	PhaseCompensating        = "compensating"
+	PhaseFailed              = "failed"
 )
 
 // State is everything the deploy knows, exposed by the "state" query.
@@ -119,17 +103,12 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	if err := d.registerQueries(ctx); err != nil {
 		return DeployResult{}, err
 	}
-	d.searchAttrs = workflow.GetVersion(ctx, searchAttributesVersion, workflow.DefaultVersion, 1) == 1
-	d.resilient = workflow.GetVersion(ctx, resilienceVersion, workflow.DefaultVersion, 1) == 1
 	start := workflow.Now(ctx)
-	var err error
-	if d.resilient {
-		d.listenForReboots(ctx)
-		err = d.claim(ctx)
-	}
+	d.listenForReboots(ctx)
+	err := d.claim(ctx)
 	for err == nil {
 		err = d.run(ctx)
-		if err == nil || !d.resilient || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			break
 		}
 		why := d.rebootedMeanwhile(ctx, err)
@@ -137,7 +116,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 			break
 		}
 		if d.restarts >= d.maxRestarts() {
-			err = &stepError{Step: d.state.Phase, Type: ErrNodeRebooted,
+			err = &stepError{Step: d.state.Phase, Type: contract.ErrNodeRebooted,
 				Msg: fmt.Sprintf("%s; gave up after %d restarts (what failed: %v)", why, d.restarts, err)}
 			break
 		}
@@ -146,9 +125,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	}
 	if err == nil {
 		d.setPhase(ctx, PhaseServed, fmt.Sprintf("serving %s at %s", d.spec.Model.ServedName, d.result.Endpoint))
-		if workflow.GetVersion(ctx, superviseVersion, workflow.DefaultVersion, 1) == 1 {
-			d.ensureSupervisor(ctx)
-		}
+		d.ensureSupervisor(ctx)
 		d.result.Steps = d.state.Steps
 		d.result.Containers = d.state.Containers
 		d.result.Warnings = d.state.Warnings
@@ -163,9 +140,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	if !errors.As(err, &se) {
 		se = &stepError{Step: d.state.Phase, Type: "Internal", Msg: err.Error()}
 	}
-	if d.resilient {
-		se = d.nodeDownCause(se)
-	}
+	se = d.nodeDownCause(se)
 	d.setPhase(ctx, PhaseCompensating, fmt.Sprintf("%s failed (%s); compensating", se.Step, se.Type))
 	touched := len(d.saga.steps) > 0
 	compErr := d.saga.compensate(ctx)
@@ -174,7 +149,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	d.state.Error = failure.Type() + ": " + failure.Message()
 	d.setPhase(ctx, PhaseFailed, d.state.Error)
 	metrics.Workflow(ctx).Deploy(d.spec.Name, failure)
-	if d.resilient && touched && se.Type != contract.ErrCanceled {
+	if touched && se.Type != contract.ErrCanceled {
 		d.tellSupervisorFailed(ctx, failure.Type())
 	}
 	if se.Type == contract.ErrCanceled && compErr == nil {
@@ -193,12 +168,10 @@ type deployment struct {
 	result DeployResult
 	probes []netplan.NodeProbe
 	matrix []netplan.PairResult
-	// searchAttrs says this run records ClusterName/DeployPhase; searchPhase is the last.
-	searchAttrs bool
+	// dryRun is a plan: it records no ClusterName/DeployPhase (the UI's deploy filters
+	// must not list it). searchPhase is the last phase recorded.
+	dryRun      bool
 	searchPhase string
-	// resilient says this run checks its ownership, restarts after a reboot and names a
-	// node that went down (histories recorded before these replay without them).
-	resilient bool
 	// reboot is the reboot this run heard of (set by the boot-report listener), cancelRun
 	// cancels the steps in flight when it hears one, restarts counts the restarts.
 	reboot    string
@@ -228,10 +201,10 @@ func newDeployment(ctx workflow.Context, req DeployRequest) *deployment {
 
 func (d *deployment) registerQueries(ctx workflow.Context) error {
 	for name, h := range map[string]any{
-		QueryPhase:    func() (string, error) { return d.state.Phase, nil },
-		QueryPlan:     func() (*netplan.Plan, error) { return d.state.Plan, nil },
-		QueryProgress: func() (contract.ServingProgress, error) { return d.state.Progress, nil },
-		QueryState:    func() (State, error) { return d.state, nil },
+		contract.QueryPhase:    func() (string, error) { return d.state.Phase, nil },
+		contract.QueryPlan:     func() (*netplan.Plan, error) { return d.state.Plan, nil },
+		contract.QueryProgress: func() (contract.ServingProgress, error) { return d.state.Progress, nil },
+		contract.QueryState:    func() (State, error) { return d.state, nil },
 	} {
 		if err := workflow.SetQueryHandler(ctx, name, h); err != nil {
 			return fmt.Errorf("register query %s: %w", name, err)
@@ -244,12 +217,10 @@ func (d *deployment) run(ctx workflow.Context) error {
 	if err := d.validate(ctx); err != nil {
 		return err
 	}
-	if d.resilient {
-		var cancel workflow.CancelFunc
-		ctx, cancel = workflow.WithCancel(ctx)
-		d.cancelRun = cancel
-		defer func() { d.cancelRun = nil }()
-	}
+	var cancel workflow.CancelFunc
+	ctx, cancel = workflow.WithCancel(ctx)
+	d.cancelRun = cancel
+	defer func() { d.cancelRun = nil }()
 	d.result = DeployResult{Cluster: d.spec.Name, DeploymentID: d.id}
 	plan, err := planCluster(ctx, d.spec, d)
 	if err != nil {
@@ -257,9 +228,7 @@ func (d *deployment) run(ctx workflow.Context) error {
 	}
 	d.state.Plan = &plan
 	d.result.Plan = plan
-	steps := []func(workflow.Context) error{
-		d.preflight, d.checkModel, d.startHead, d.joinWorkers, d.checkPlacement, d.launch, d.waitServing,
-	}
+	steps := d.raySteps()
 	if d.spec.Executor == spec.ExecutorMP {
 		steps = d.mpSteps()
 	}
@@ -354,25 +323,19 @@ func (d *deployment) preflight(ctx workflow.Context) error {
 		if err != nil {
 			return err
 		}
-		if workflow.GetVersion(ctx, preflightAddressVersion, workflow.DefaultVersion, 1) == 1 {
-			if err := d.checkPlannedAddresses(ctx, o); err != nil {
-				return err
-			}
+		if err := d.checkPlannedAddresses(ctx, o); err != nil {
+			return err
 		}
 		return d.checkImageIDs(ids)
 	})
 }
-
-// preflightAddressVersion: from here on, preflight also asks every node whether its
-// planned address is still on its planned interface.
-const preflightAddressVersion = "preflight-address"
 
 // checkPlannedAddresses asks every node whether the plan's address is still on the plan's
 // interface. The plan was made from a probe that may be a minute old: a link that flapped
 // since can come back under a new name (Docker's reconnect does; so do a recreated bond or
 // a hot-plugged NIC), and NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and --node-ip-address
 // would then name what is gone. Caught here, before any container starts, the deploy
-// starts over from probing (ErrNetworkChanged) instead of failing at launch.
+// starts over from probing (contract.ErrNetworkChanged) instead of failing at launch.
 func (d *deployment) checkPlannedAddresses(ctx workflow.Context, o stepOptions) error {
 	var names []string
 	for _, n := range d.spec.Nodes {
@@ -393,7 +356,7 @@ func (d *deployment) checkPlannedAddresses(ctx workflow.Context, o stepOptions) 
 		return err
 	}
 	if len(changed) > 0 {
-		return &stepError{Step: "preflight", Type: ErrNetworkChanged,
+		return &stepError{Step: "preflight", Type: contract.ErrNetworkChanged,
 			Msg: "the network changed since the probe: " + strings.Join(changed, "; ")}
 	}
 	return nil
@@ -435,10 +398,6 @@ func shortID(id string) string {
 	return id
 }
 
-func (d *deployment) rayOptions() stepOptions {
-	return deployStep(d.spec.Timeouts.RayStart.D(), stepAttempts)
-}
-
 // removeOnNode registers the compensation that removes role's containers on node. It is
 // registered before the start is attempted, not after it succeeds: a start can create its
 // container and then fail (or time out), and removal by label is a no-op when nothing
@@ -446,162 +405,58 @@ func (d *deployment) rayOptions() stepOptions {
 func (d *deployment) removeOnNode(node, role string) {
 	n, _ := d.spec.Node(node)
 	d.saga.add(fmt.Sprintf("remove %s on %s", role, node), func(ctx workflow.Context) error {
-		if why := d.down[node]; why != "" && d.resilient {
-			return &errDeferred{why: node + " is down (" + why + "); its agent removes the cluster's stale containers when it starts"}
+		if why := d.down[node]; why != "" {
+			return &leftToAgent{why: node + " is down (" + why + "); its agent removes the cluster's stale containers when it starts"}
 		}
 		actx := d.onNode(ctx, node, fmt.Sprintf("remove %s on %s", role, node), cleanupStep(d.spec))
 		err := workflow.ExecuteActivity(actx, contract.ActivityRemoveContainers, contract.RemoveRequest{
 			Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name, Roles: []string{role},
 		}).Get(ctx, nil)
-		if err != nil && d.resilient && classify("remove", node, err).Type == contract.ErrNodeAgentDown {
+		if err != nil && classify("remove", node, err).Type == contract.ErrNodeAgentDown {
 			d.down[node] = "its agent did not answer the removal"
-			return &errDeferred{why: node + "'s agent does not answer; it removes the cluster's stale containers when it starts"}
+			return &leftToAgent{why: node + "'s agent does not answer; it removes the cluster's stale containers when it starts"}
 		}
 		return err
 	})
 }
 
-func (d *deployment) startHead(ctx workflow.Context) error {
-	head, _ := d.state.Plan.Node(d.spec.Head().Name)
-	return d.step(ctx, PhaseRayHead, fmt.Sprintf("starting ray head on %s at %s", head.Name, d.state.Plan.RayAddress), func() error {
-		d.removeOnNode(head.Name, contract.RoleRayHead)
-		var ref contract.ContainerRef
-		err := workflow.ExecuteActivity(d.onNode(ctx, head.Name, "ray head on "+head.Name+" "+head.Address.String(), d.rayOptions()),
-			contract.ActivityStartRayHead, d.startRayRequest(head)).Get(ctx, &ref)
-		if err != nil {
-			return classify("start ray head", head.Name, err)
-		}
-		d.state.Containers = append(d.state.Containers, ref)
-		return nil
-	})
-}
-
-func (d *deployment) startRayRequest(n netplan.NodePlan) contract.StartRayRequest {
-	return contract.StartRayRequest{
-		Node: n.Name, Deployment: d.deploymentRef(), Spec: d.spec, Plan: n, RayAddress: d.state.Plan.RayAddress, Replace: d.req.Replace,
-	}
-}
-
-func (d *deployment) joinWorkers(ctx workflow.Context) error {
-	var workers []string
-	for _, n := range d.spec.Nodes {
-		if n.Role == spec.RoleWorker {
-			workers = append(workers, n.Name)
-		}
-	}
-	if len(workers) == 0 {
-		return nil
-	}
-	return d.step(ctx, PhaseRayWorkers, fmt.Sprintf("joining %d ray workers to %s", len(workers), d.state.Plan.RayAddress), func() error {
-		return forEachNode(ctx, "join ray worker", workers, func(node string) workflow.Future {
-			np, _ := d.state.Plan.Node(node)
-			d.removeOnNode(node, contract.RoleRayWorker)
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "ray worker on "+node+" "+np.Address.String(), d.rayOptions()),
-				contract.ActivityStartRayWorker, d.startRayRequest(np))
-		}, func(_ string, ref contract.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
-	})
-}
-
-func (d *deployment) checkPlacement(ctx workflow.Context) error {
-	head := d.spec.Head().Name
-	return d.step(ctx, PhasePlacement, fmt.Sprintf("checking that all %d nodes registered with ray under their planned addresses", len(d.spec.Nodes)), func() error {
-		o := deployStep(d.spec.Timeouts.Placement.D(), stepAttempts)
-		o.heartbeat = 20 * time.Second
-		var report contract.PlacementReport
-		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), contract.ActivityCheckPlacement,
-			contract.PlacementRequest{Node: head, DockerHost: d.spec.Head().DockerHost, RayHead: contract.ContainerName(d.spec.Name, head, contract.RoleRayHead),
-				Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize()},
-		).Get(ctx, &report)
-		if err != nil {
-			return classify("check placement", head, err)
-		}
-		return nil
-	})
-}
-
-func (d *deployment) launch(ctx workflow.Context) error {
-	head := d.spec.Head().Name
-	return d.step(ctx, PhaseLaunch, fmt.Sprintf("launching vllm serve %s (tp=%d, pp=%d) on %s", d.spec.Model.Path, d.spec.Parallel.Tensor, d.spec.Parallel.Pipeline, head), func() error {
-		d.removeOnNode(head, contract.RoleVLLM)
-		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
-		var ref contract.ContainerRef
-		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), contract.ActivityLaunchVLLM,
-			contract.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace},
-		).Get(ctx, &ref)
-		if err != nil {
-			return classify("launch vllm", head, err)
-		}
-		d.state.Containers = append(d.state.Containers, ref)
-		return nil
-	})
-}
-
-// waitServing follows vLLM in bounded calls, each returning its progress, so the
-// workflow's queries and UI details stay current (a few events per report, not per line).
-func (d *deployment) waitServing(ctx workflow.Context) error {
-	head := d.spec.Head().Name
-	np, _ := d.state.Plan.Node(head)
-	endpoint := fmt.Sprintf("http://%s:%d", np.Address, d.spec.Ports.VLLM)
-	d.result.Endpoint = endpoint
-	vllm := d.state.Containers[len(d.state.Containers)-1]
-	return d.step(ctx, PhaseServing, "waiting for vllm on "+head, func() error {
-		every := d.req.ReportEvery.D()
-		if every <= 0 {
-			every = 10 * time.Second
-		}
-		deadline := workflow.Now(ctx).Add(d.spec.Timeouts.Serving.D())
-		o := watchStep(d.spec, every)
-		cursor := contract.ServingProgress{}
-		for {
-			var p contract.ServingProgress
-			err := workflow.ExecuteActivity(d.onNode(ctx, head, "watch vllm on "+head, o), contract.ActivityWatchServing,
-				contract.WatchRequest{Node: head, Container: vllm, Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every, Plan: d.state.Plan},
-			).Get(ctx, &p)
-			if err != nil {
-				return classify("wait until serving", head, err)
-			}
-			d.state.Progress = p
-			d.setPhase(ctx, PhaseServing, describeProgress(p, head))
-			if p.ShardsTotal > 0 {
-				metrics.Workflow(ctx).Shards(d.spec.Name, head, p.ShardsLoaded, p.ShardsTotal)
-			}
-			if p.Serving {
-				return nil
-			}
-			if !workflow.Now(ctx).Before(deadline) {
-				return &stepError{Step: "wait until serving", Node: head, Type: contract.ErrStepTimeout,
-					Msg: fmt.Sprintf("not serving after %s (last: %s)", d.spec.Timeouts.Serving.D(), describeProgress(p, head))}
-			}
-			cursor = p
-		}
-	})
-}
-
-func describeProgress(p contract.ServingProgress, node string) string {
-	switch {
-	case p.Serving:
-		return "serving on " + node
-	case p.ShardsTotal > 0:
-		return fmt.Sprintf("loading weights: %d/%d shards on %s", p.ShardsLoaded, p.ShardsTotal, node)
-	case p.Phase != "":
-		return fmt.Sprintf("vllm %s on %s", p.Phase, node)
-	default:
-		return "waiting for vllm on " + node
-	}
-}
-
-// superviseVersion guards the supervisor start: histories from before it replay as they were.
-const superviseVersion = "supervise"
-
 // ensureSupervisor starts the cluster's supervisor (it outlives this run), or, when one
 // runs, tells it the spec now serving.
 func (d *deployment) ensureSupervisor(ctx workflow.Context) {
-	id := SuperviseWorkflowID(d.spec.Name)
+	id := contract.SuperviseWorkflowID(d.spec.Name)
 	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: d.spec}).GetChildWorkflowExecution().Get(ctx, nil)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-		err = workflow.SignalExternalWorkflow(ctx, id, "", SignalDeployed, d.spec).Get(ctx, nil)
+		err = workflow.SignalExternalWorkflow(ctx, id, "", contract.SignalDeployed, d.spec).Get(ctx, nil)
 	}
 	if err != nil {
 		d.state.Warnings = append(d.state.Warnings, "supervisor: "+err.Error())
 	}
+}
+
+// validate checks the spec as a local activity, so that its verdict is recorded and a
+// later release's stricter rules cannot change this run on replay.
+func (d *deployment) validate(ctx workflow.Context) error {
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	if err := workflow.ExecuteLocalActivity(lctx, ValidateSpec, d.spec).Get(ctx, nil); err != nil {
+		return &stepError{Step: "validate spec", Type: contract.ErrSpecInvalid, Msg: message(err)}
+	}
+	return nil
+}
+
+// ValidateSpec is spec validation as a local activity: its verdict is recorded in history.
+func ValidateSpec(_ context.Context, c spec.Cluster) error {
+	if err := c.WithDefaults().Validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrSpecInvalid, nil)
+	}
+	return nil
+}
+
+// plannedNode is the node's plan in this attempt, if planning got that far.
+func (d *deployment) plannedNode(name string) (netplan.NodePlan, bool) {
+	if d.state.Plan == nil {
+		return netplan.NodePlan{}, false
+	}
+	return d.state.Plan.Node(name)
 }

@@ -23,12 +23,9 @@ var nonRetryable = []string{
 	contract.ErrVLLMExited, contract.ErrRayNodeDead, contract.ErrGCSUnreachable,
 	contract.ErrModelUnsupported, contract.ErrModelUnavailable, contract.ErrKVCacheTooSmall,
 	contract.ErrParallelLayout, contract.ErrGlooNoInterface, contract.ErrResourcesBusy,
-	contract.ErrRayDriverAttach, contract.ErrPolicyDenied, ErrSpecInvalid,
+	contract.ErrRayDriverAttach, contract.ErrPolicyDenied, contract.ErrSpecInvalid,
 	contract.ErrModelIncomplete, contract.ErrModelServerGone,
 }
-
-// ErrSpecInvalid is the type of a deploy refused for its spec.
-const ErrSpecInvalid = "SpecInvalid"
 
 // stepError is a failed step, with the node it failed on and the classified type.
 type stepError struct {

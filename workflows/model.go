@@ -21,10 +21,6 @@ const (
 	PhaseModelCopy = "copying the model"
 )
 
-// modelCheckVersion: from here on, the deploy compares the model on every node before Ray
-// starts (and copies it with model.sync: from-head). Histories from before replay without.
-const modelCheckVersion = "model-check"
-
 // ModelCopy is what one node received from the head.
 type ModelCopy struct {
 	Node    string  `json:"node"`
@@ -44,7 +40,7 @@ func modelCheckable(m spec.Model) bool { return m.HostDir != "" || m.IsHFName() 
 // before anything starts — unless model.sync: from-head, which copies them. A Hugging Face
 // model no node holds is left to vLLM's download, with a warning.
 func (d *deployment) checkModel(ctx workflow.Context) error {
-	if !modelCheckable(d.spec.Model) || workflow.GetVersion(ctx, modelCheckVersion, workflow.DefaultVersion, 1) != 1 {
+	if !modelCheckable(d.spec.Model) {
 		return nil
 	}
 	m := d.spec.Model

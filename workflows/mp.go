@@ -7,7 +7,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -29,7 +28,7 @@ func (d *deployment) mpSteps() []func(workflow.Context) error {
 		func(ctx workflow.Context) error { var err error; adopted, err = d.proveMaster(ctx); return err },
 		func(ctx workflow.Context) error { return d.startRanks(ctx, adopted) },
 		func(ctx workflow.Context) error { return d.launchRank0(ctx, adopted) },
-		d.waitServingMP,
+		d.waitServing,
 	}
 }
 
@@ -124,88 +123,5 @@ func (d *deployment) launchRank0(ctx workflow.Context, adopted bool) error {
 		}
 		d.state.Containers = append(d.state.Containers, ref)
 		return nil
-	})
-}
-
-// waitServingMP follows rank 0 until it serves, as over Ray, and every headless rank on
-// its own node at the same time: a headless rank that fails or dies is not noticed by
-// rank 0 (vLLM's executor monitors only its own node's workers, NCCL has no timeout), so
-// only its own node can say.
-func (d *deployment) waitServingMP(ctx workflow.Context) error {
-	head := d.spec.Head().Name
-	np, _ := d.state.Plan.Node(head)
-	endpoint := fmt.Sprintf("http://%s:%d", np.Address, d.spec.Ports.VLLM)
-	d.result.Endpoint = endpoint
-	refs := map[string]contract.ContainerRef{}
-	for _, c := range d.state.Containers {
-		if c.Role == contract.RoleVLLM {
-			refs[c.Node] = c
-		}
-	}
-	return d.step(ctx, PhaseServing, "waiting for vllm on "+head, func() error {
-		every := d.req.ReportEvery.D()
-		if every <= 0 {
-			every = 10 * time.Second
-		}
-		o := watchStep(d.spec, every)
-		wctx, stopRanks := workflow.WithCancel(ctx)
-		defer stopRanks()
-		failed := workflow.NewChannel(ctx)
-		for _, node := range d.workers() {
-			ref := refs[node]
-			workflow.Go(wctx, func(gctx workflow.Context) {
-				cursor := contract.ServingProgress{}
-				for {
-					var p contract.ServingProgress
-					err := workflow.ExecuteActivity(d.onNode(gctx, node, "watch vllm rank on "+node, o), contract.ActivityWatchServing,
-						contract.WatchRequest{Node: node, Container: ref, Spec: d.spec, Cursor: cursor, ReportWithin: every, Headless: true},
-					).Get(gctx, &p)
-					if gctx.Err() != nil {
-						return
-					}
-					if err != nil {
-						failed.Send(gctx, classify("vllm rank on "+node, node, err))
-						return
-					}
-					cursor = p
-				}
-			})
-		}
-		deadline := workflow.Now(ctx).Add(d.spec.Timeouts.Serving.D())
-		cursor := contract.ServingProgress{}
-		for {
-			var p contract.ServingProgress
-			var err error
-			var rankErr *stepError
-			hctx, stopHead := workflow.WithCancel(ctx)
-			f := workflow.ExecuteActivity(d.onNode(hctx, head, "watch vllm on "+head, o), contract.ActivityWatchServing,
-				contract.WatchRequest{Node: head, Container: refs[head], Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every})
-			sel := workflow.NewSelector(ctx)
-			sel.AddFuture(f, func(f workflow.Future) { err = f.Get(ctx, &p) })
-			sel.AddReceive(failed, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &rankErr) })
-			sel.Select(ctx)
-			if rankErr != nil {
-				stopHead()
-				_ = f.Get(ctx, nil) // the head's watch acknowledges the cancel
-				return rankErr
-			}
-			stopHead()
-			if err != nil {
-				return classify("wait until serving", head, err)
-			}
-			d.state.Progress = p
-			d.setPhase(ctx, PhaseServing, describeProgress(p, head))
-			if p.ShardsTotal > 0 {
-				metrics.Workflow(ctx).Shards(d.spec.Name, head, p.ShardsLoaded, p.ShardsTotal)
-			}
-			if p.Serving {
-				return nil
-			}
-			if !workflow.Now(ctx).Before(deadline) {
-				return &stepError{Step: "wait until serving", Node: head, Type: contract.ErrStepTimeout,
-					Msg: fmt.Sprintf("not serving after %s (last: %s)", d.spec.Timeouts.Serving.D(), describeProgress(p, head))}
-			}
-			cursor = p
-		}
 	})
 }

@@ -36,11 +36,12 @@ type PlanReport struct {
 // container: the dry run behind `starter plan`.
 func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
 	d := newDeployment(ctx, DeployRequest{Spec: req.Spec, Trigger: "plan"})
+	d.dryRun = true
 	if err := d.registerQueries(ctx); err != nil {
 		return PlanReport{}, err
 	}
 	if err := d.spec.Validate(); err != nil {
-		return PlanReport{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
+		return PlanReport{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrSpecInvalid, nil)
 	}
 	report := PlanReport{}
 	plan, err := planCluster(ctx, d.spec, d)
@@ -114,10 +115,9 @@ func (d *deployment) reachability(ctx workflow.Context) error {
 		return nil
 	}
 	return d.step(ctx, PhaseReachability, fmt.Sprintf("testing reachability between %d nodes", len(d.spec.Nodes)), func() error {
-		redo := workflow.GetVersion(ctx, reachabilityRedoVersion, workflow.DefaultVersion, 1) == 1
 		for attempt := 1; ; attempt++ {
 			refused, err := d.reachOnce(ctx, addrs)
-			if err != nil || !redo || len(refused) == 0 || attempt == reachabilityAttempts {
+			if err != nil || len(refused) == 0 || attempt == reachabilityAttempts {
 				return err
 			}
 			// A refused dial reached the peer's host and found no listener: the peer's
@@ -128,10 +128,8 @@ func (d *deployment) reachability(ctx workflow.Context) error {
 	})
 }
 
-// reachabilityRedoVersion: from here on, a reachability test in which a dial was refused
-// is done again with fresh listeners (up to reachabilityAttempts times).
-const reachabilityRedoVersion = "reachability-redo"
-
+// reachabilityAttempts is how many times a reachability test in which a dial was refused
+// is done, each time with fresh listeners.
 const reachabilityAttempts = 3
 
 // reachOnce opens the listeners, has every node dial every other, closes the listeners,

@@ -13,10 +13,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// RedeployWorkflowID is the ID a schedule gives its trigger runs (Temporal appends the
-// time of each run).
-func RedeployWorkflowID(cluster string) string { return "tpdeploy-redeploy-" + cluster }
-
 // RedeployRequest is RedeployCluster's input: the spec the cluster should run.
 type RedeployRequest struct {
 	Spec    spec.Cluster `json:"spec"`
@@ -41,13 +37,13 @@ type RedeployResult struct {
 // RedeployCluster is what schedules (and recovery) start: it converges on the cluster's
 // one deploy workflow ID, so it can never run a second deploy beside one started from the
 // UI or the CLI. A deploy that serves the same spec and answers is left alone (a no-op,
-// recorded); otherwise DeployCluster runs as a child under DeployWorkflowID and this run
+// recorded); otherwise DeployCluster runs as a child under contract.DeployWorkflowID and this run
 // fails if it fails (a schedule then pauses).
 func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult, error) {
 	s := req.Spec.WithDefaults()
 	res := RedeployResult{Cluster: s.Name}
 	if err := s.Validate(); err != nil {
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrSpecInvalid, nil)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrSpecInvalid, nil)
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(s.Name)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
@@ -86,7 +82,7 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 		why = "not serving: " + chk.Detail
 	}
 	workflow.SetCurrentDetails(ctx, "redeploying: "+why)
-	child := workflow.ExecuteChildWorkflow(clusterChild(ctx, DeployWorkflowID(s.Name)), DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger})
+	child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(s.Name)), DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger})
 	var exec workflow.Execution
 	if err := child.GetChildWorkflowExecution().Get(ctx, &exec); err != nil {
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {

@@ -7,7 +7,8 @@ import (
 
 // TestReplayCommittedHistories replays histories recorded from real runs (see
 // control/integration_test.go, TPDEPLOY_UPDATE_HISTORY=1). A change to the workflows
-// that alters their commands fails here unless it is guarded by workflow.GetVersion.
+// that alters their commands fails here unless it is guarded by workflow.GetVersion (see
+// doc.go, "Versioning the next change").
 func TestReplayCommittedHistories(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.json")
 	if err != nil {

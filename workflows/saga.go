@@ -33,9 +33,9 @@ func (s *saga) compensate(ctx workflow.Context) error {
 	for i := len(s.steps) - 1; i >= 0; i-- {
 		c := s.steps[i]
 		if err := c.run(dctx); err != nil {
-			var deferred *errDeferred
-			if errors.As(err, &deferred) {
-				s.ran = append(s.ran, c.what+" ("+deferred.Error()+")")
+			var left *leftToAgent
+			if errors.As(err, &left) {
+				s.ran = append(s.ran, c.what+" ("+left.Error()+")")
 				continue
 			}
 			s.ran = append(s.ran, c.what+" (failed)")

@@ -6,13 +6,9 @@ import (
 	"github.com/tpdeploy/tpdeploy/searchattr"
 )
 
-// searchAttributesVersion guards the upserts: histories recorded before they existed
-// replay without them.
-const searchAttributesVersion = "search-attributes"
-
-// upsertSearch records the cluster and phase on the run, when this run uses them.
+// upsertSearch records the cluster and phase on a deploy's run (a plan records none).
 func (d *deployment) upsertSearch(ctx workflow.Context, phase string) {
-	if !d.searchAttrs || phase == d.searchPhase {
+	if d.dryRun || phase == d.searchPhase {
 		return
 	}
 	d.searchPhase = phase

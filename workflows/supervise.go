@@ -1,38 +1,18 @@
 package workflows
 
 import (
-	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/searchattr"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
-
-// SuperviseWorkflowID is the one supervisor of a cluster.
-func SuperviseWorkflowID(cluster string) string { return "tpdeploy-supervise-" + cluster }
-
-// Supervisor signals and query.
-const (
-	// SignalNodeBooted carries a NodeBoot; node agents send it at start-up.
-	SignalNodeBooted = "node-booted"
-	// SignalDeployed carries the spec of a deploy that reached serving.
-	SignalDeployed = "deployed"
-	// SignalRedeploy asks for a recovery redeploy now (an operator, or a test).
-	SignalRedeploy = "redeploy"
-	// QuerySupervision returns the Supervision.
-	QuerySupervision = "supervision"
-)
-
-// NodeBoot is what an agent tells the supervisors when it starts.
-type NodeBoot struct {
-	Node   string `json:"node"`
-	BootID string `json:"boot_id"`
-}
 
 // SuperviseRequest is SuperviseCluster's input; the last three fields carry state across
 // continue-as-new.
@@ -77,11 +57,9 @@ type Incident struct {
 	rollbackOf string
 }
 
-// rollbackWaitVersion: from here on, a rollback waits (up to rollbackWait) for the failed
-// deploy that signalled it to close before starting the deploy that puts the spec back.
-// The failed run signals and then completes; the supervisor could see it still running.
-const rollbackWaitVersion = "rollback-wait"
-
+// rollbackWait is how long a rollback waits for the failed deploy that signalled it to
+// close before starting the deploy that puts the spec back: the failed run signals and
+// then completes, and the supervisor could see it still running.
 const rollbackWait = time.Minute
 
 // Supervision is the supervisor's state, for the query and `starter status`.
@@ -105,19 +83,17 @@ type Supervision struct {
 // keptIncidents bounds the incidents carried across continue-as-new.
 const keptIncidents = 50
 
-// superviseWatchVersion: supervisors from here on watch through one long-lived activity
-// and keep a circuit breaker; runs recorded before replay the periodic checks.
-const superviseWatchVersion = "supervise-watch"
-
-// SuperviseCluster watches a serving cluster: it checks the endpoint every CheckEvery and
-// listens for node agents reporting their boot ID. A changed boot ID (a reboot) or
-// Unhealthy failed checks in a row is an incident: it redeploys under the cluster's one
-// deploy ID (re-probing, since addresses can change after a reboot, and recreating the
-// containers), with backoff and at most MaxAttempts tries, and records what happened. It
-// continues as new before its history grows large, and ends when cancelled (teardown).
+// SuperviseCluster watches a serving cluster: one long-lived activity (WatchCluster)
+// checks the endpoint every CheckEvery, and node agents report their boot ID when they
+// start. A changed boot ID (a reboot), Unhealthy failed checks in a row, a failed deploy
+// of another spec (a rollback) or an operator's request is an incident: it redeploys under
+// the cluster's one deploy ID (re-probing, since addresses can change after a reboot, and
+// recreating the containers), with backoff and at most MaxAttempts tries, and records what
+// happened; a circuit breaker bounds the redeploys across incidents. It continues as new
+// before its history grows large, and ends when cancelled (teardown).
 func SuperviseCluster(ctx workflow.Context, req SuperviseRequest) error {
 	sv := newSupervisor(req)
-	if err := workflow.SetQueryHandler(ctx, QuerySupervision, func() (Supervision, error) { return sv.state, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, contract.QuerySupervision, func() (Supervision, error) { return sv.state, nil }); err != nil {
 		return err
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(sv.spec.Name)); err != nil {
@@ -126,63 +102,195 @@ func SuperviseCluster(ctx workflow.Context, req SuperviseRequest) error {
 	if len(sv.state.BootIDs) < len(sv.spec.Nodes) {
 		sv.baseline(ctx)
 	}
-	if workflow.GetVersion(ctx, superviseWatchVersion, workflow.DefaultVersion, 1) == 1 {
-		sv.watching = true
-		return sv.watch(ctx)
+	return sv.watch(ctx)
+}
+
+// watch is the supervisor's loop: health is watched by one long-lived activity
+// (WatchCluster, on any agent) that returns only on an incident or after WatchFor of
+// health, so a healthy cluster adds a few history events an hour; node reboots, new specs,
+// failed deploys and operators arrive as signals. Recovery has a budget across incidents:
+// once it gives up, the cluster is degraded and is not redeployed again until something
+// changes or a cool-down (doubling) passes.
+func (sv *supervisor) watch(ctx workflow.Context) error {
+	booted := workflow.GetSignalChannel(ctx, contract.SignalNodeBooted)
+	deployed := workflow.GetSignalChannel(ctx, contract.SignalDeployed)
+	manual := workflow.GetSignalChannel(ctx, contract.SignalRedeploy)
+	failed := workflow.GetSignalChannel(ctx, contract.SignalDeployFailed)
+	if sv.state.Detail == "" {
+		sv.state.Detail = "no check yet"
 	}
-	booted := workflow.GetSignalChannel(ctx, SignalNodeBooted)
-	deployed := workflow.GetSignalChannel(ctx, SignalDeployed)
-	manual := workflow.GetSignalChannel(ctx, SignalRedeploy)
 	for loop := 0; ; loop++ {
 		info := workflow.GetInfo(ctx)
 		if loop >= sv.maxLoops || info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > 4000 {
 			// Signals not yet handled would be lost with this run: handle them first.
 			for {
-				var b NodeBoot
-				if !booted.ReceiveAsync(&b) {
+				inc := sv.pending(ctx, booted, deployed, manual, failed)
+				if inc == nil {
 					break
 				}
-				if inc := sv.boot(ctx, b); inc != nil {
-					sv.recover(ctx, inc)
-				}
-			}
-			var s spec.Cluster
-			for deployed.ReceiveAsync(&s) {
-				sv.spec = s.WithDefaults()
-			}
-			var why string
-			if manual.ReceiveAsync(&why) {
-				sv.recover(ctx, sv.newIncident(ctx, "", "redeploy requested: "+why))
+				sv.recover(ctx, inc)
 			}
 			return sv.continueAsNew(ctx)
 		}
 		var incident *Incident
-		tctx, cancelTimer := workflow.WithCancel(ctx)
+		wctx, cancelWatch := workflow.WithCancel(ctx)
 		sel := workflow.NewSelector(ctx)
-		sel.AddFuture(workflow.NewTimer(tctx, sv.every), func(workflow.Future) { incident = sv.check(ctx) })
+		if sv.state.Degraded {
+			sv.state.NextTry = workflow.Now(ctx).Add(sv.nextCooldown)
+			sel.AddFuture(workflow.NewTimer(wctx, sv.nextCooldown), func(workflow.Future) {
+				incident = sv.newIncident(ctx, "", fmt.Sprintf("cool-down of %s passed; degraded since: %s", sv.nextCooldown, sv.state.LastCause))
+			})
+		} else {
+			o := stepOptions{startToClose: sv.watchFor + 2*time.Minute, heartbeat: 30 * time.Second}
+			actx := workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
+				TaskQueue: contract.WorkflowQueue, StartToCloseTimeout: o.startToClose, HeartbeatTimeout: o.heartbeat,
+				Summary:     "watch " + sv.spec.Name,
+				RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
+			})
+			f := workflow.ExecuteActivity(actx, contract.ActivityWatchCluster, contract.WatchClusterRequest{
+				Cluster: sv.spec.Name, Every: sv.every, Unhealthy: sv.unhealthy, For: sv.watchFor})
+			sel.AddFuture(f, func(f workflow.Future) {
+				var h contract.ClusterHealth
+				if err := f.Get(ctx, &h); err != nil {
+					if wctx.Err() == nil {
+						sv.state.Detail = "watch failed: " + err.Error()
+					}
+					return
+				}
+				incident = sv.health(ctx, h)
+			})
+		}
 		sel.AddReceive(booted, func(c workflow.ReceiveChannel, _ bool) {
-			var b NodeBoot
+			var b contract.NodeBoot
 			c.Receive(ctx, &b)
-			incident = sv.boot(ctx, b)
+			if incident = sv.boot(ctx, b); incident != nil {
+				sv.rearm(ctx, "a node rebooted")
+			}
 		})
 		sel.AddReceive(deployed, func(c workflow.ReceiveChannel, _ bool) {
 			var s spec.Cluster
 			c.Receive(ctx, &s)
-			sv.spec = s.WithDefaults()
+			sv.deployed(ctx, s)
 		})
 		sel.AddReceive(manual, func(c workflow.ReceiveChannel, _ bool) {
 			var why string
 			c.Receive(ctx, &why)
+			sv.rearm(ctx, "an operator asked")
 			incident = sv.newIncident(ctx, "", "redeploy requested: "+why)
 		})
+		sel.AddReceive(failed, func(c workflow.ReceiveChannel, _ bool) {
+			var df DeployFailure
+			c.Receive(ctx, &df)
+			incident = sv.rollback(ctx, df)
+		})
 		sel.Select(ctx)
-		cancelTimer()
+		cancelWatch()
 		if ctx.Err() != nil {
 			return temporal.NewCanceledError()
 		}
 		if incident != nil {
 			sv.recover(ctx, incident)
 		}
+	}
+}
+
+// pending handles one signal already received, without blocking: the incident it makes,
+// or nil when none is waiting or it makes none.
+func (sv *supervisor) pending(ctx workflow.Context, booted, deployed, manual, failed workflow.ReceiveChannel) *Incident {
+	for {
+		var b contract.NodeBoot
+		var s spec.Cluster
+		var why string
+		var df DeployFailure
+		switch {
+		case booted.ReceiveAsync(&b):
+			if inc := sv.boot(ctx, b); inc != nil {
+				return inc
+			}
+		case deployed.ReceiveAsync(&s):
+			sv.deployed(ctx, s)
+		case manual.ReceiveAsync(&why):
+			return sv.newIncident(ctx, "", "redeploy requested: "+why)
+		case failed.ReceiveAsync(&df):
+			if inc := sv.rollback(ctx, df); inc != nil {
+				return inc
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// health records what a watch saw; unhealthy is an incident.
+func (sv *supervisor) health(ctx workflow.Context, h contract.ClusterHealth) *Incident {
+	sv.state.LastCheck, sv.state.Healthy, sv.state.Detail = h.LastCheck, h.Healthy, h.Detail
+	metrics.Workflow(ctx).SupervisorState(sv.spec.Name, h.Healthy)
+	if h.Healthy {
+		sv.state.Failures = 0
+		return nil
+	}
+	sv.state.Failures = sv.unhealthy
+	return sv.newIncident(ctx, "", h.Detail)
+}
+
+// deployed is a deploy that reached serving: the spec the supervisor puts back from now
+// on; a degraded cluster is healthy again.
+func (sv *supervisor) deployed(ctx workflow.Context, s spec.Cluster) {
+	sv.spec = s.WithDefaults()
+	sv.rearm(ctx, "a deploy serves spec "+sv.spec.Hash())
+	sv.state.Healthy, sv.state.Failures = true, 0
+}
+
+// rollback: a deploy of another spec failed after touching the cluster; the spec that
+// served goes back.
+func (sv *supervisor) rollback(ctx workflow.Context, df DeployFailure) *Incident {
+	if df.SpecHash == sv.spec.Hash() {
+		return nil // its own recovery, or a redeploy of the serving spec: recover() decides
+	}
+	sv.rearm(ctx, "a deploy of another spec failed")
+	inc := sv.newIncident(ctx, "", fmt.Sprintf("rollback: deploy %s of spec %s failed (%s) after touching the cluster; putting spec %s back",
+		df.RunID, df.SpecHash, df.Type, sv.spec.Hash()))
+	inc.rollbackOf = df.RunID
+	return inc
+}
+
+// rearm closes the circuit breaker after a change: recovery gets its full budget again.
+func (sv *supervisor) rearm(ctx workflow.Context, why string) {
+	if sv.state.Degraded {
+		workflow.GetLogger(ctx).Info("supervisor re-armed", "cluster", sv.spec.Name, "why", why)
+	}
+	sv.state.Degraded, sv.state.NextTry = false, time.Time{}
+	sv.nextCooldown = sv.cooldown
+}
+
+// breaker opens after a recovery that gave up (the cluster is degraded, with its cause)
+// and closes after one that served.
+func (sv *supervisor) breaker(ctx workflow.Context, inc *Incident) {
+	metrics.Workflow(ctx).Incident(sv.spec.Name, inc.Node, incidentCause(inc.Seen))
+	if inc.Outcome == "serving again" || inc.Outcome == "left to the running deploy" {
+		sv.rearm(ctx, inc.Outcome)
+		return
+	}
+	if sv.state.Degraded {
+		sv.nextCooldown = min(2*sv.nextCooldown, 4*time.Hour)
+	}
+	sv.state.Degraded, sv.state.LastCause = true, inc.Outcome
+	sv.state.Healthy = false
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%s degraded: %s; next try in %s unless a node reboots, a new spec serves or `starter redeploy %s`",
+		sv.spec.Name, inc.Outcome, sv.nextCooldown, sv.spec.Name))
+}
+
+// incidentCause is an incident's cause as a metric label: a few values, never free text.
+func incidentCause(seen string) string {
+	switch {
+	case strings.HasPrefix(seen, "boot ID changed"):
+		return "reboot"
+	case strings.HasPrefix(seen, "rollback:"):
+		return "rollback"
+	case strings.HasPrefix(seen, "redeploy requested"):
+		return "requested"
+	default:
+		return "unhealthy"
 	}
 }
 
@@ -193,8 +301,8 @@ type supervisor struct {
 	maxAttempts int
 	maxLoops    int
 	state       Supervision
-	// watching: this run watches through WatchCluster and keeps a circuit breaker.
-	watching     bool
+	// watchFor is one watch's length; cooldown and nextCooldown are the circuit breaker's
+	// first and next wait.
 	watchFor     time.Duration
 	cooldown     time.Duration
 	nextCooldown time.Duration
@@ -273,7 +381,7 @@ func (sv *supervisor) newIncident(ctx workflow.Context, node, seen string) *Inci
 }
 
 // boot compares a node's reported boot ID with the one known.
-func (sv *supervisor) boot(ctx workflow.Context, b NodeBoot) *Incident {
+func (sv *supervisor) boot(ctx workflow.Context, b contract.NodeBoot) *Incident {
 	if _, ok := sv.spec.Node(b.Node); !ok || b.BootID == "" {
 		return nil
 	}
@@ -292,67 +400,6 @@ func short(id string) string {
 	return id
 }
 
-// check asks whether the endpoint serves; Unhealthy failures in a row are an incident.
-func (sv *supervisor) check(ctx workflow.Context) *Incident {
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: contract.WorkflowQueue, StartToCloseTimeout: 20 * time.Second,
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	var chk contract.DeploymentCheck
-	err := workflow.ExecuteActivity(actx, contract.ActivityCheckDeployment, contract.CheckDeploymentRequest{Cluster: sv.spec.Name}).Get(ctx, &chk)
-	sv.state.LastCheck = workflow.Now(ctx)
-	switch {
-	case err != nil:
-		sv.state.Detail = "check failed: " + err.Error()
-		return nil // the check itself failing says nothing about the cluster
-	case chk.Running:
-		sv.state.Failures, sv.state.Detail = 0, "a deploy is running"
-		return nil
-	case chk.Healthy:
-		detail, ok := sv.rayAlive(ctx, chk)
-		if ok {
-			sv.state.Healthy, sv.state.Failures, sv.state.Detail = true, 0, "serving at "+chk.Endpoint+"; "+detail
-			return nil
-		}
-		chk.Detail = detail
-	}
-	sv.state.Healthy = false
-	sv.state.Failures++
-	sv.state.Detail = chk.Detail
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%s: unhealthy (%d/%d): %s", sv.spec.Name, sv.state.Failures, sv.unhealthy, chk.Detail))
-	if sv.state.Failures < sv.unhealthy {
-		return nil
-	}
-	return sv.newIncident(ctx, "", fmt.Sprintf("not serving for %d checks: %s", sv.state.Failures, chk.Detail))
-}
-
-// rayAlive asks the head's agent whether every planned node is alive in Ray under its
-// address. An agent that does not answer says nothing about Ray (ok stays true).
-func (sv *supervisor) rayAlive(ctx workflow.Context, chk contract.DeploymentCheck) (string, bool) {
-	if chk.Plan == nil {
-		return "ray not checked (no plan)", true
-	}
-	if sv.spec.Executor == spec.ExecutorMP {
-		return "no ray (executor mp)", true
-	}
-	head := sv.spec.Head()
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: contract.NodeQueue(head.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),
-		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	err := workflow.ExecuteActivity(actx, contract.ActivityRayNodesAlive, contract.PlacementRequest{
-		Node: head.Name, Plan: *chk.Plan, NeedGPUs: sv.spec.WorldSize(),
-	}).Get(ctx, nil)
-	var app *temporal.ApplicationError
-	switch {
-	case err == nil:
-		return fmt.Sprintf("ray: %d nodes alive", len(chk.Plan.Nodes)), true
-	case errors.As(err, &app):
-		return "ray: " + app.Message(), false
-	}
-	return "ray not checked: " + err.Error(), true
-}
-
 // recover redeploys with backoff until it serves or MaxAttempts is spent, and records
 // the incident. A deploy already running (from the UI, the CLI or a schedule) is left to
 // finish: there is never a second one.
@@ -360,17 +407,16 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	workflow.SetCurrentDetails(ctx, "incident: "+inc.Seen+"; redeploying")
 	backoff := 10 * time.Second
 	budget := sv.maxAttempts
-	if sv.watching && sv.state.Degraded {
+	if sv.state.Degraded {
 		budget = 1 // a degraded cluster gets one try per cool-down or change
 	}
 	for inc.Attempts < budget {
 		inc.Attempts++
 		sv.state.Redeploys++
-		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
+		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
 		if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 			if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-				if inc.rollbackOf != "" && workflow.Now(ctx).Sub(inc.At) < rollbackWait &&
-					workflow.GetVersion(ctx, rollbackWaitVersion, workflow.DefaultVersion, 1) == 1 {
+				if inc.rollbackOf != "" && workflow.Now(ctx).Sub(inc.At) < rollbackWait {
 					// Most likely the failed run itself, still closing after its signal.
 					inc.Attempts--
 					sv.state.Redeploys--
@@ -396,11 +442,28 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	if inc.Action == "" {
 		inc.Action = fmt.Sprintf("gave up after %d redeploys", inc.Attempts)
 	}
-	if sv.watching {
-		sv.breaker(ctx, inc)
-	}
+	sv.breaker(ctx, inc)
 	inc.Took = workflow.Now(ctx).Sub(inc.At)
 	sv.state.Incidents = append(sv.state.Incidents, *inc)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%s at %s: %s; %s (%s)", inc.Seen, inc.At.Format(time.RFC3339), inc.Action, inc.Outcome, inc.Took.Round(time.Second)))
 	sv.baseline(ctx)
+}
+
+// DeployFailure is what contract.SignalDeployFailed carries from a failed deploy to the
+// cluster's supervisor (both ends are workflows, so it lives here).
+type DeployFailure struct {
+	SpecHash string `json:"spec_hash"`
+	Type     string `json:"type"`
+	RunID    string `json:"run_id"`
+}
+
+// tellSupervisorFailed tells the cluster's supervisor, if one runs, that this deploy failed
+// after touching the cluster, so it can put the spec that served back.
+func (d *deployment) tellSupervisorFailed(ctx workflow.Context, typ string) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	err := workflow.SignalExternalWorkflow(dctx, contract.SuperviseWorkflowID(d.spec.Name), "", contract.SignalDeployFailed,
+		DeployFailure{SpecHash: d.spec.Hash(), Type: typ, RunID: d.id}).Get(dctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Info("no supervisor told of the failure", "error", err)
+	}
 }

@@ -8,44 +8,64 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
-	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// superviseEnv runs SuperviseCluster under its real ID (so the deploys it starts find it
-// running) with fake agents and a health check whose answers the test sets.
-func superviseEnv(t *testing.T, f *fakeagents.Agents, healthy func() bool) *testsuite.TestWorkflowEnvironment {
+// fakeWatch stands in for WatchCluster: each call answers with the next of its answers
+// (the last repeats); "block" waits until the supervisor cancels the watch (a signal
+// arrived), as a healthy watch does.
+type fakeWatch struct {
+	mu      sync.Mutex
+	answers []string // "block", "healthy", "unhealthy"
+	calls   int
+}
+
+func (w *fakeWatch) next() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a := w.answers[min(w.calls, len(w.answers)-1)]
+	w.calls++
+	return a
+}
+
+func watchEnv(t *testing.T, f *fakeagents.Agents, w *fakeWatch) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(DeployCluster)
 	env.RegisterWorkflow(SuperviseCluster)
 	env.RegisterActivity(f)
-	env.RegisterActivityWithOptions(func(ctx context.Context, req activities.CheckDeploymentRequest) (activities.DeploymentCheck, error) {
-		if healthy() {
-			return activities.DeploymentCheck{Exists: true, Closed: "Completed", Healthy: true, Endpoint: "http://192.168.200.12:8000", Plan: &netplan.Plan{Head: "node-a"}}, nil
+	env.RegisterActivityWithOptions(func(ctx context.Context, req contract.WatchClusterRequest) (contract.ClusterHealth, error) {
+		switch w.next() {
+		case "unhealthy":
+			return contract.ClusterHealth{Detail: "not serving for 3 checks: GET http://192.168.200.12:8000/health: 503 Service Unavailable", Checks: 3}, nil
+		case "healthy":
+			return contract.ClusterHealth{Healthy: true, Detail: "serving at http://192.168.200.12:8000", Checks: 720}, nil
 		}
-		return activities.DeploymentCheck{Exists: true, Closed: "Completed", Detail: "GET http://192.168.200.12:8000/health: 503 Service Unavailable"}, nil
-	}, activity.RegisterOptions{Name: activities.ActivityCheckDeployment})
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: SuperviseWorkflowID("seed")})
+		for {
+			activity.RecordHeartbeat(ctx, nil)
+			select {
+			case <-ctx.Done():
+				return contract.ClusterHealth{}, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}, activity.RegisterOptions{Name: contract.ActivityWatchCluster})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: contract.SuperviseWorkflowID("seed")})
 	env.SetTestTimeout(time.Minute)
-	// These tests are of the periodic checks that runs recorded before the watch replay.
-	env.OnGetVersion(superviseWatchVersion, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-	env.OnGetVersion(mock.Anything, workflow.DefaultVersion, 1).Return(workflow.Version(1))
 	return env
 }
 
 func supervision(t *testing.T, env *testsuite.TestWorkflowEnvironment) Supervision {
 	t.Helper()
-	v, err := env.QueryWorkflow(QuerySupervision)
+	v, err := env.QueryWorkflow(contract.QuerySupervision)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,123 +76,138 @@ func supervision(t *testing.T, env *testsuite.TestWorkflowEnvironment) Supervisi
 	return s
 }
 
-func TestSuperviseRedeploysAfterAReboot(t *testing.T) {
-	f := fakeagents.New()
-	env := superviseEnv(t, f, func() bool { return true })
-	var got Supervision
-	env.RegisterDelayedCallback(func() {
-		// The agent restarted without a reboot: same boot ID, nothing to do.
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-node-b"})
-	}, time.Minute)
-	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
-	}, 2*time.Minute)
-	env.RegisterDelayedCallback(func() {
-		got = supervision(t, env)
-		env.CancelWorkflow()
-	}, 10*time.Minute)
-	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec()})
-
-	if len(got.Incidents) != 1 {
-		t.Fatalf("incidents = %+v, want one", got.Incidents)
+// carried is the state a run handed to its next one.
+func carried(t *testing.T, env *testsuite.TestWorkflowEnvironment) SuperviseRequest {
+	t.Helper()
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("want the run to continue as new, got %v", err)
 	}
-	inc := got.Incidents[0]
+	var next SuperviseRequest
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
+func TestSupervisorRedeploysAfterAReboot(t *testing.T) {
+	f := fakeagents.New()
+	w := &fakeWatch{answers: []string{"block", "block", "healthy"}}
+	env := watchEnv(t, f, w)
+	env.RegisterDelayedCallback(func() {
+		// The agent restarted without a reboot: same boot ID, nothing to do; then a reboot.
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-node-b"})
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
+	}, 0)
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 3})
+	next := carried(t, env)
+	if len(next.Incidents) != 1 {
+		t.Fatalf("incidents = %+v, want one", next.Incidents)
+	}
+	inc := next.Incidents[0]
 	if inc.Node != "node-b" || !strings.Contains(inc.Seen, "boot ID changed boot-nod -> boot-2") || inc.Outcome != "serving again" || inc.Attempts != 1 {
 		t.Errorf("incident = %+v", inc)
 	}
 	if launches := fakeagents.Calls(f, "LaunchVLLM"); len(launches) != 1 || launches[0] != "LaunchVLLM node-a replace" {
 		t.Errorf("launches = %q, want one recovery launch recreating the containers", launches)
 	}
-	if got.BootIDs["node-b"] != "boot-node-b" {
-		// After recovery the supervisor re-reads the boot IDs from the agents (the fake
-		// still says boot-1), so a late duplicate report is not a second incident.
-		t.Errorf("boot IDs after recovery = %v", got.BootIDs)
+	if next.Spent != 1 || next.Degraded {
+		t.Errorf("redeploys %d degraded %v", next.Spent, next.Degraded)
 	}
 }
 
-func TestSuperviseRedeploysWhenNotServing(t *testing.T) {
+func TestSupervisorRedeploysWhenNotServing(t *testing.T) {
 	f := fakeagents.New()
-	var mu sync.Mutex
-	healthy := true
-	env := superviseEnv(t, f, func() bool { mu.Lock(); defer mu.Unlock(); return healthy })
+	w := &fakeWatch{answers: []string{"unhealthy", "healthy"}}
+	env := watchEnv(t, f, w)
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 3})
+	next := carried(t, env)
+	if len(next.Incidents) != 1 || !strings.Contains(next.Incidents[0].Seen, "not serving for 3 checks: GET http://192.168.200.12:8000/health: 503") ||
+		next.Incidents[0].Outcome != "serving again" {
+		t.Fatalf("incidents = %+v", next.Incidents)
+	}
+}
+
+// Every recovery fails and the endpoint never serves: the redeploys are bounded — one
+// incident's budget, then one try per cool-down, the cool-down doubling up to 4 h.
+func TestSupervisorRedeploysABoundedNumberOfTimes(t *testing.T) {
+	f := fakeagents.New()
+	f.Failures["LaunchVLLM node-a"] = nonRetryable1(contract.ErrCUDAOutOfMemory, "CUDA out of memory")
+	w := &fakeWatch{answers: []string{"unhealthy"}}
+	env := watchEnv(t, f, w)
+	env.SetTestTimeout(2 * time.Minute)
 	var got Supervision
-	env.RegisterDelayedCallback(func() { mu.Lock(); healthy = false; mu.Unlock() }, time.Minute)
 	env.RegisterDelayedCallback(func() {
 		got = supervision(t, env)
 		env.CancelWorkflow()
-	}, 10*time.Minute)
-	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxAttempts: 2})
-
-	// Failed checks count towards an incident only three in a row; the endpoint stays
-	// down here, so every later incident is again after three.
-	if len(got.Incidents) == 0 {
-		t.Fatal("no incident after the endpoint stopped serving")
+	}, 24*time.Hour)
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxAttempts: 5, MaxLoops: 1000})
+	launches := len(fakeagents.Calls(f, "LaunchVLLM"))
+	// 5 for the incident, then one at 30 min, 1 h, 2 h and every 4 h after: 13 in a day.
+	if got.Redeploys > 13 || launches != got.Redeploys || got.Redeploys < 6 {
+		t.Fatalf("%d redeploys (%d launches) in a day of failures, want between 6 and 13", got.Redeploys, launches)
 	}
-	inc := got.Incidents[0]
-	if !strings.Contains(inc.Seen, "not serving for 3 checks: GET http://192.168.200.12:8000/health: 503") || inc.Outcome != "serving again" {
-		t.Errorf("incident = %+v", inc)
+	if !got.Degraded || !strings.Contains(got.LastCause, "CUDAOutOfMemory") {
+		t.Errorf("degraded %v, last cause %q", got.Degraded, got.LastCause)
+	}
+	if w.calls != 1 {
+		t.Errorf("the health was watched %d times: a degraded cluster is not watched into more redeploys", w.calls)
+	}
+	t.Logf("%d redeploys in 24 h of failures; degraded: %s", got.Redeploys, got.LastCause)
+}
+
+// A deploy of a changed spec that failed after touching the cluster: the supervisor puts
+// the spec that served back.
+func TestSupervisorRollsBackAFailedRedeploy(t *testing.T) {
+	f := fakeagents.New()
+	w := &fakeWatch{answers: []string{"block", "healthy"}}
+	env := watchEnv(t, f, w)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(contract.SignalDeployFailed, DeployFailure{SpecHash: "another-spec", Type: contract.ErrCUDAOutOfMemory, RunID: "run-x"})
+	}, 0)
+	served := fakeagents.SeedSpec()
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: served, MaxLoops: 2})
+	next := carried(t, env)
+	if len(next.Incidents) != 1 || !strings.Contains(next.Incidents[0].Seen, "rollback: deploy run-x of spec another-spec failed (CUDAOutOfMemory)") ||
+		next.Incidents[0].Outcome != "serving again" {
+		t.Fatalf("incidents = %+v", next.Incidents)
+	}
+	if next.Spec.Hash() != served.Hash() {
+		t.Errorf("the supervisor's spec changed to %s", next.Spec.Hash())
 	}
 }
 
-func TestSuperviseGivesUpAfterMaxAttempts(t *testing.T) {
+// A degraded cluster is re-armed by a change: a node's reboot gets a full recovery.
+func TestSupervisorReArmsOnAReboot(t *testing.T) {
 	f := fakeagents.New()
-	f.Failures["LaunchVLLM node-a"] = fakeagents.AgentDown()
-	env := superviseEnv(t, f, func() bool { return true })
-	var got Supervision
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalRedeploy, "test") }, time.Minute)
+	w := &fakeWatch{answers: []string{"block"}}
+	env := watchEnv(t, f, w)
 	env.RegisterDelayedCallback(func() {
-		got = supervision(t, env)
-		env.CancelWorkflow()
-	}, 30*time.Minute)
-	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxAttempts: 3})
-	if len(got.Incidents) != 1 {
-		t.Fatalf("incidents = %+v", got.Incidents)
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
+	}, 0)
+	req := SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 1, Degraded: true, LastCause: "redeploy failed: x",
+		NextCooldown: spec.Duration(4 * time.Hour), BootIDs: map[string]string{"node-a": "boot-node-a", "node-b": "boot-node-b"}}
+	env.ExecuteWorkflow(SuperviseCluster, req)
+	next := carried(t, env)
+	if next.Degraded || len(next.Incidents) != 1 || next.Incidents[0].Outcome != "serving again" {
+		t.Fatalf("after a reboot of a degraded cluster: degraded %v, incidents %+v", next.Degraded, next.Incidents)
 	}
-	inc := got.Incidents[0]
-	if inc.Attempts != 3 || inc.Action != "gave up after 3 redeploys" || !strings.Contains(inc.Outcome, "redeploy failed") {
-		t.Errorf("incident = %+v", inc)
-	}
-	// 10 s then 20 s of backoff between the three attempts, plus the deploys.
-	if inc.Took < 30*time.Second {
-		t.Errorf("took %s: no backoff between attempts", inc.Took)
+	if next.NextCooldown.D() != 30*time.Minute {
+		t.Errorf("cool-down not reset: %s", next.NextCooldown.D())
 	}
 }
 
-func TestSuperviseContinuesAsNewWithItsState(t *testing.T) {
+// A run hands everything it knows to its next one: incidents, boot IDs, its settings.
+func TestSupervisorContinuesAsNewWithItsState(t *testing.T) {
 	f := fakeagents.New()
-	env := superviseEnv(t, f, func() bool { return true })
+	w := &fakeWatch{answers: []string{"block", "healthy"}}
+	env := watchEnv(t, f, w)
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflow(SignalNodeBooted, NodeBoot{Node: "node-b", BootID: "boot-2"})
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
 	}, 10*time.Second)
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 20})
-	err := env.GetWorkflowError()
-	var can *workflow.ContinueAsNewError
-	if !errors.As(err, &can) {
-		t.Fatalf("want continue-as-new, got %v", err)
-	}
-	var next SuperviseRequest
-	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
-		t.Fatal(err)
-	}
+	next := carried(t, env)
 	if len(next.Incidents) != 1 || next.Incidents[0].Node != "node-b" || next.BootIDs["node-a"] != "boot-node-a" || next.MaxLoops != 20 || next.Spec.Name != "seed" {
 		t.Errorf("carried state = %+v", next)
-	}
-}
-
-// A Ray node that died while vLLM still answers is an incident too.
-func TestSuperviseRedeploysWhenARayNodeIsDead(t *testing.T) {
-	f := fakeagents.New()
-	env := superviseEnv(t, f, func() bool { return true })
-	var got Supervision
-	env.RegisterDelayedCallback(func() {
-		fakeagents.SetFailure(f, "RayNodesAlive node-a", temporal.NewNonRetryableApplicationError("not registered with Ray yet: node-b", activities.ErrNodeNotRegistered, nil))
-	}, time.Minute)
-	env.RegisterDelayedCallback(func() {
-		got = supervision(t, env)
-		env.CancelWorkflow()
-	}, 3*time.Minute)
-	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxAttempts: 1})
-	if len(got.Incidents) == 0 || !strings.Contains(got.Incidents[0].Seen, "not serving for 3 checks: ray: not registered with Ray yet: node-b") {
-		t.Fatalf("incidents = %+v", got.Incidents)
 	}
 }
