@@ -31,9 +31,8 @@ import (
 	"github.com/tpdeploy/tpdeploy/searchattr"
 )
 
-// Image tags the lab builds.
+// Image tags the lab builds (the simulator's, one per release: Releases).
 const (
-	SimImage      = "tpdeploy/sim:dev"
 	NodeImage     = "tpdeploy/node:dev"
 	TemporalImage = "tpdeploy/temporal:dev"
 )
@@ -59,16 +58,21 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 	if err := staticBusybox(); err != nil {
 		return err
 	}
-	all := []images.Image{
-		// vLLM's images are Ubuntu with a POSIX shell and coreutils; tpdeploy runs a fixed sh
-		// wrapper and tail in the Ray head's container, so the lab's image has Debian's static
-		// busybox for them.
-		{Tag: SimImage, Files: map[string]string{"ray": bins["sim"], "vllm": bins["sim"], "busybox": busybox}, Dirs: []string{"tmp", "root"},
-			Dockerfile: "FROM scratch\nCOPY ray vllm /usr/bin/\nCOPY busybox /bin/\nCOPY tmp /tmp\nCOPY root /root\n" +
-				"RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\nENV PATH=/usr/bin:/bin HOME=/root\n"},
+	// vLLM's images are Ubuntu with a POSIX shell and coreutils; tpdeploy runs a fixed sh
+	// wrapper and tail in the Ray head's container, so the lab's images have Debian's static
+	// busybox for them.
+	var all []images.Image
+	for _, r := range Releases {
+		img, err := simImage(r, bins["sim"], dir)
+		if err != nil {
+			return err
+		}
+		all = append(all, img)
+	}
+	all = append(all, []images.Image{
 		{Tag: NodeImage, Files: map[string]string{"init": bins["nodeinit"], "worker": bins["worker"]}, Dirs: []string{"tmp", "run"},
 			Dockerfile: "FROM scratch\nCOPY init worker /\nCOPY tmp /tmp\nCOPY run /run\nENTRYPOINT [\"/init\", \"/worker\"]\n"},
-	}
+	}...)
 	if temporalBin != "" {
 		all = append(all, images.Image{Tag: TemporalImage, Files: map[string]string{"temporal": temporalBin}, Dirs: []string{"tmp"},
 			Dockerfile: "FROM scratch\nCOPY temporal /\nCOPY tmp /tmp\nENV HOME=/tmp USER=temporal\nENTRYPOINT [\"/temporal\"]\n"})
@@ -115,11 +119,18 @@ type Config struct {
 	// FaultProxies puts a fault proxy (lab/faultproxy) between each node's agent and the
 	// Docker engine, so a test can fail, hang or hold that node's engine calls.
 	FaultProxies bool
+	// Release names the modelled vLLM release (Releases) the lab's deploys run: Lab.Image
+	// is its image. Empty is DefaultRelease. Every release's image is built and allowed on
+	// every node either way.
+	Release string
 }
 
 // Lab is a running lab.
 type Lab struct {
-	Prefix          string
+	Prefix string
+	// Release is the release chosen by Config.Release; Image its simulator image.
+	Release         Release
+	Image           string
 	Mgmt, Ext, Fast netip.Prefix
 	// Temporal is the dev server's frontend address, reachable from this host and the
 	// nodes; UI is its Web UI.
@@ -213,11 +224,18 @@ func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config)
 	if cfg.Prefix == "" {
 		return nil, errors.New("lab: a prefix is required")
 	}
+	if cfg.Release == "" {
+		cfg.Release = DefaultRelease
+	}
+	rel, ok := ReleaseNamed(cfg.Release)
+	if !ok {
+		return nil, fmt.Errorf("lab: no modelled release %q (Releases)", cfg.Release)
+	}
 	if err := BuildImages(ctx, eng, temporalBin); err != nil {
 		return nil, err
 	}
 	_ = Down(ctx, eng, cfg.Prefix)
-	l := &Lab{Prefix: cfg.Prefix, eng: eng}
+	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng}
 	if err := l.networks(ctx, cfg.Index); err != nil {
 		_ = Down(ctx, eng, cfg.Prefix)
 		return nil, err
@@ -311,7 +329,7 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			// This engine, like some real ones, refuses memlock for containers.
 			"TPDEPLOY_ULIMITS=",
 			// The lab's images are the simulator's; a real node's policy allows vLLM's.
-			"TPDEPLOY_ALLOW_IMAGES=" + SimImage,
+			"TPDEPLOY_ALLOW_IMAGES=" + strings.Join(SimImages(), ","),
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
 			// Every agent exports its metrics on the management network, as on a fleet.
 			"TPDEPLOY_METRICS_ADDR=:" + strconv.Itoa(MetricsPort),

@@ -26,12 +26,13 @@ func mpArgs(rank int, master string, extra ...string) []string {
 // node says where it joins.
 func TestMPServesOnTheFastSubnet(t *testing.T) {
 	l, eng := upLab(t)
+	l = withImage(l, release(t, "vllm-0.22.1")) // a stock image: no Ray
 	a, b := l.Nodes[0], l.Nodes[1]
 	ifA, ifB := fastIfaces(t, l)
 	envB := []string{"NCCL_SOCKET_IFNAME==" + ifB, "GLOO_SOCKET_IFNAME=" + ifB, "VLLM_HOST_IP=" + b.Fast.String()}
 	worker := dockerRun(t, l, eng, "node-b", "mp-1", envB, mpArgs(1, a.Fast.String())...)
 	waitLogs(t, eng, worker, 10*time.Second,
-		"Launching vLLM (v0.17.0) headless multiproc executor, with head node address "+a.Fast.String()+":29501 for torch.distributed process group.",
+		"Launching vLLM (v"+l.Release.VLLM+") headless multiproc executor, with head node address "+a.Fast.String()+":29501 for torch.distributed process group.",
 		"No socket on ("+a.Fast.String()+", 29501) is listening yet, will retry.")
 	envA := []string{"NCCL_SOCKET_IFNAME==" + ifA, "GLOO_SOCKET_IFNAME=" + ifA, "VLLM_HOST_IP=" + a.Fast.String(),
 		"TPDEPLOY_SIM_SHARDS=4", "TPDEPLOY_SIM_SHARD_SECONDS=0.2"}
@@ -57,6 +58,7 @@ func TestMPServesOnTheFastSubnet(t *testing.T) {
 // cannot route to; node-b's worker fails with torch's text, and node 0 waits for it.
 func TestMPSeedFailure2MasterOnAnAddressTheWorkerCannotRoute(t *testing.T) {
 	l, eng := upLab(t)
+	l = withImage(l, release(t, "vllm-0.22.1"))
 	a := l.Nodes[0]
 	envB := []string{"TPDEPLOY_SIM_STORE_TIMEOUT=4"}
 	worker := dockerRun(t, l, eng, "node-b", "mp-1", envB, mpArgs(1, a.Ext.String())...)
@@ -70,4 +72,19 @@ func TestMPSeedFailure2MasterOnAnAddressTheWorkerCannotRoute(t *testing.T) {
 		t.Errorf("the failure is not in the worker's words:\n%s", out)
 	}
 	waitLogs(t, eng, head, 30*time.Second, "torch.distributed.DistStoreError: Timed out after 7 seconds waiting for clients. 1/2 clients joined.")
+}
+
+// vLLM 0.11.0 has no multi-node mp (vLLM PR #23691 came in 0.11.1): argparse refuses the
+// flags, the top-level parser reporting them, exit status 2.
+func TestMPFlagsAreUnrecognizedBefore0111(t *testing.T) {
+	l, eng := upLab(t)
+	l = withImage(l, release(t, "vllm-0.11.0"))
+	head := dockerRun(t, l, eng, "node-a", "mp-0", nil, mpArgs(0, l.Nodes[0].Fast.String())...)
+	out := waitLogs(t, eng, head, 10*time.Second, "vllm: error: unrecognized arguments: --nnodes 2 --node-rank 0 --master-addr "+l.Nodes[0].Fast.String()+" --master-port 29501")
+	if !strings.HasPrefix(out, "usage: vllm ") {
+		t.Errorf("argparse prints the usage first:\n%s", out)
+	}
+	if code := containerExit(t, eng, head, 10*time.Second); code != 2 {
+		t.Errorf("exit %d, argparse's is 2", code)
+	}
 }

@@ -58,22 +58,63 @@ func assertNoLeftovers(t *testing.T, eng *client.Client, prefix string) {
 	}
 }
 
-// dockerRun starts the simulator as `docker run --network container:NODE IMAGE cmd...`.
+// dockerRun starts the lab's release image as `docker run --network container:NODE IMAGE
+// cmd...`.
 func dockerRun(t *testing.T, l *Lab, eng *client.Client, node, name string, env []string, cmd ...string) string {
+	t.Helper()
+	id, err := tryDockerRun(t, l, eng, l.Image, node, name, env, cmd...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// tryDockerRun starts image as `docker run --network container:NODE IMAGE cmd...` and
+// removes the container when the (sub)test ends; the error is the engine's.
+func tryDockerRun(t *testing.T, l *Lab, eng *client.Client, image, node, name string, env []string, cmd ...string) (string, error) {
 	t.Helper()
 	n, _ := l.Node(node)
 	created, err := eng.ContainerCreate(context.Background(), client.ContainerCreateOptions{
 		Name:       l.Prefix + "-" + name,
-		Config:     &container.Config{Image: SimImage, Entrypoint: cmd[:1], Cmd: cmd[1:], Env: env},
+		Config:     &container.Config{Image: image, Entrypoint: cmd[:1], Cmd: cmd[1:], Env: env},
 		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode("container:" + n.Container)},
 	})
 	if err != nil {
-		t.Fatalf("create %s: %v", name, err)
+		return "", fmt.Errorf("create %s: %w", name, err)
 	}
+	t.Cleanup(func() {
+		_, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+	})
 	if _, err := eng.ContainerStart(context.Background(), created.ID, client.ContainerStartOptions{}); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+		return created.ID, fmt.Errorf("start %s: %w", name, err)
 	}
-	return created.ID
+	return created.ID, nil
+}
+
+// withImage is the lab with another release's image for the containers a test starts.
+func withImage(l *Lab, r Release) *Lab {
+	c := *l
+	c.Release, c.Image = r, r.Image()
+	return &c
+}
+
+func release(t *testing.T, name string) Release {
+	t.Helper()
+	r, ok := ReleaseNamed(name)
+	if !ok {
+		t.Fatalf("no release %s", name)
+	}
+	return r
+}
+
+// legacyRay are the releases and driver environments that run vLLM's legacy Ray executor.
+var legacyRay = []struct {
+	release string
+	env     []string
+}{
+	{"vllm-0.11.0", nil},
+	{"vllm-0.17.1", nil},
+	{"vllm-0.22.1-ray", []string{"VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0"}},
 }
 
 func logsOf(t *testing.T, eng *client.Client, id string) string {
@@ -235,34 +276,77 @@ func containerExit(t *testing.T, eng *client.Client, id string, within time.Dura
 	}
 }
 
+// The seed's failure 1 under the legacy Ray executor of every release that has it: the
+// head registers its default route's address, VLLM_HOST_IP names the fast one, bundle 0 is
+// pinned to node:<fast ip>, and the group waits 42 minutes (scaled).
 func TestSeedFailure1PlacementGroupPinnedToAnUnregisteredIP(t *testing.T) {
+	base, eng := upLab(t)
+	a, b := base.Nodes[0], base.Nodes[1]
+	for _, tc := range legacyRay {
+		t.Run(strings.Join(append([]string{tc.release}, tc.env...), ","), func(t *testing.T) {
+			l := withImage(base, release(t, tc.release))
+			// The seed's head: no --node-ip-address, so Ray registers the default route's address.
+			head := dockerRun(t, l, eng, "node-a", tc.release+"-head", nil, "ray", "start", "--head", "--port=6379", "--block")
+			waitLogs(t, eng, head, 10*time.Second, "Local node IP: "+a.Ext.String(), "Ray runtime started.")
+			worker := dockerRun(t, l, eng, "node-b", tc.release+"-worker", nil, "ray", "start", "--address="+a.Fast.String()+":6379", "--node-ip-address="+b.Fast.String(), "--block")
+			waitLogs(t, eng, worker, 10*time.Second, "Ray runtime started.")
+			vllm := dockerExec(t, eng, head,
+				append([]string{"RAY_ADDRESS=" + a.Fast.String() + ":6379", "VLLM_HOST_IP=" + a.Fast.String(), "TPDEPLOY_SIM_TIME_SCALE=0.002"}, tc.env...),
+				"vllm", "serve", "/models/m", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray")
+			specs := fmt.Sprintf("specs=[{'GPU': 1.0, 'node:%s': 0.001}, {'GPU': 1.0}]", a.Fast)
+			out := waitOut(t, vllm, 30*time.Second,
+				"Connected to Ray cluster.",
+				"Waiting for creating a placement group of specs for 10 seconds. "+specs,
+				"Waiting for creating a placement group of specs for 2550 seconds.",
+				"ValueError: Cannot provide a placement group requiring 2.0 GPUs (placement_group_specs=[{'GPU': 1.0, 'node:"+a.Fast.String()+"': 0.001}, {'GPU': 1.0}]) within 1800 seconds.",
+				"Tensor parallel size may exceed available GPUs in your cluster.")
+			if n := strings.Count(out, "Waiting for creating a placement group"); n != 8 {
+				t.Errorf("%d waiting lines, want vLLM's 8 (10, 30, 70 ... 2550 s)", n)
+			}
+			if code := vllm.exitCode(t, 10*time.Second); code == 0 {
+				t.Error("vllm exited 0 after the placement group failed")
+			}
+		})
+	}
+}
+
+// The same seed under RayExecutorV2 (0.22.1 with Ray, its default): no node: pin, so the
+// group is placed at once; rank 0's actor then opens the c10d store on its Ray node's
+// registered address, the head's default-route address, which node-b cannot route to: the
+// seed's failure 2, from the worker's RayWorkerProc.
+func TestRayV2PlacesTheSeedsGroupAndFailsOnTheHeadsRayAddress(t *testing.T) {
 	l, eng := upLab(t)
 	a, b := l.Nodes[0], l.Nodes[1]
-	// The seed's head: no --node-ip-address, so Ray registers the default route's address.
 	head := dockerRun(t, l, eng, "node-a", "head", nil, "ray", "start", "--head", "--port=6379", "--block")
 	waitLogs(t, eng, head, 10*time.Second, "Local node IP: "+a.Ext.String(), "Ray runtime started.")
 	worker := dockerRun(t, l, eng, "node-b", "worker", nil, "ray", "start", "--address="+a.Fast.String()+":6379", "--node-ip-address="+b.Fast.String(), "--block")
 	waitLogs(t, eng, worker, 10*time.Second, "Ray runtime started.")
 	vllm := dockerExec(t, eng, head,
-		[]string{"RAY_ADDRESS=" + a.Fast.String() + ":6379", "VLLM_HOST_IP=" + a.Fast.String(), "TPDEPLOY_SIM_TIME_SCALE=0.002"},
+		[]string{"RAY_ADDRESS=" + a.Fast.String() + ":6379", "VLLM_HOST_IP=" + a.Fast.String(), "TPDEPLOY_SIM_STORE_TIMEOUT=4"},
 		"vllm", "serve", "/models/m", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray")
-	specs := fmt.Sprintf("specs=[{'GPU': 1.0, 'node:%s': 0.001}, {'GPU': 1.0}]", a.Fast)
 	out := waitOut(t, vllm, 30*time.Second,
 		"Connected to Ray cluster.",
-		"Waiting for creating a placement group of specs for 10 seconds. "+specs,
-		"Waiting for creating a placement group of specs for 2550 seconds.",
-		"ValueError: Cannot provide a placement group requiring 2.0 GPUs (placement_group_specs=[{'GPU': 1.0, 'node:"+a.Fast.String()+"': 0.001}, {'GPU': 1.0}]) within 1800 seconds.",
-		"Tensor parallel size may exceed available GPUs in your cluster.")
-	if n := strings.Count(out, "Waiting for creating a placement group"); n != 8 {
-		t.Errorf("%d waiting lines, want vLLM's 8 (10, 30, 70 ... 2550 s)", n)
+		"(RayWorkerProc pid=",
+		"distributed_init_method=tcp://"+a.Ext.String()+":",
+		"The client socket has failed to connect to any network address of ("+a.Ext.String()+", ",
+		"(errno: 101 - Network is unreachable)")
+	if code := vllm.exitCode(t, 20*time.Second); code == 0 {
+		t.Error("vllm exited 0 after the rendezvous failed")
 	}
-	if code := vllm.exitCode(t, 10*time.Second); code == 0 {
-		t.Error("vllm exited 0 after the placement group failed")
+	out = vllm.String()
+	for _, never := range []string{"Waiting for creating a placement group", "'node:", "Every node should have a unique IP", "RayWorkerWrapper", "Copying the following environment variables"} {
+		if strings.Contains(out, never) {
+			t.Errorf("RayExecutorV2 printed %q:\n%s", never, out)
+		}
+	}
+	if !strings.Contains(out, "ip="+b.Fast.String()+")") {
+		t.Errorf("the c10d failure is not attributed to node-b's worker:\n%s", out)
 	}
 }
 
 func TestSeedFailure2RendezvousOnAnAddressTheWorkerCannotRoute(t *testing.T) {
 	l, eng := upLab(t)
+	l = withImage(l, release(t, "vllm-0.17.1"))
 	a, b := l.Nodes[0], l.Nodes[1]
 	head := dockerRun(t, l, eng, "node-a", "head", nil, "ray", "start", "--head", "--port=6379", "--block")
 	waitLogs(t, eng, head, 10*time.Second, "Ray runtime started.")
@@ -317,12 +401,13 @@ var serveArgs = []string{"vllm", "serve", "/models/tiny", "--served-model-name",
 // workers: each node keeps its own NCCL_SOCKET_IFNAME and the model serves.
 func TestSeedFixServesWithAVLLMThatCopiesOnlyItsOwnVariables(t *testing.T) {
 	l, eng := upLab(t)
+	l = withImage(l, release(t, "vllm-0.11.0"))
 	a, b := l.Nodes[0], l.Nodes[1]
 	ifA, ifB := fastIfaces(t, l)
 	envA := []string{"NCCL_SOCKET_IFNAME==" + ifA, "GLOO_SOCKET_IFNAME=" + ifA, "VLLM_HOST_IP=" + a.Fast.String(), "RAY_ADDRESS=" + a.Fast.String() + ":6379"}
 	envB := []string{"NCCL_SOCKET_IFNAME==" + ifB, "GLOO_SOCKET_IFNAME=" + ifB, "VLLM_HOST_IP=" + b.Fast.String()}
 	head := seedFixRay(t, l, eng, envA, envB)
-	vllm := dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_SHARDS=4", "TPDEPLOY_SIM_SHARD_SECONDS=0.2", "TPDEPLOY_SIM_VLLM_VERSION=0.11.0"}, serveArgs...)
+	vllm := dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_SHARDS=4", "TPDEPLOY_SIM_SHARD_SECONDS=0.2"}, serveArgs...)
 	out := waitOut(t, vllm, 30*time.Second,
 		"Copying the following environment variables to workers: [",
 		"NCCL INFO Bootstrap : Using "+ifA+":"+a.Fast.String()+"<0>",
@@ -340,6 +425,7 @@ func TestSeedFixServesWithAVLLMThatCopiesOnlyItsOwnVariables(t *testing.T) {
 // NCCL fails there as measured on real GPUs (upstream.md §6).
 func TestNewerVLLMCopiesTheDriversNCCLVariablesOntoItsWorkers(t *testing.T) {
 	l, eng := upLab(t)
+	l = withImage(l, release(t, "vllm-0.17.1"))
 	a, b := l.Nodes[0], l.Nodes[1]
 	ifA, ifB := fastIfaces(t, l)
 	if ifA == ifB {
@@ -382,6 +468,63 @@ func TestNewerVLLMCopiesTheDriversNCCLVariablesOntoItsWorkers(t *testing.T) {
 		t.Errorf("NCCL_SOCKET_IFNAME was copied although listed as non-carry-over:\n%s", out)
 	}
 	assertServes(t, "http://"+a.Fast.String()+":8000")
+}
+
+// The planned environment (every layer on the fast subnet: Ray's node IPs, RAY_ADDRESS,
+// VLLM_HOST_IP, each node's own NCCL/Gloo interface) serves under every release with Ray.
+// Where the legacy executor overwrites the workers' NCCL_* with the driver's (0.17 on),
+// the head's ray_non_carry_over_env_vars.json keeps each node's; RayExecutorV2 keeps them
+// by itself (setdefault).
+func TestPlannedEnvServesUnderEveryRayRelease(t *testing.T) {
+	base, eng := upLab(t)
+	a, b := base.Nodes[0], base.Nodes[1]
+	ifA, ifB := fastIfaces(t, base)
+	for _, tc := range []struct {
+		release string
+		env     []string
+		v2      bool
+	}{
+		{"vllm-0.11.0", nil, false},
+		{"vllm-0.17.1", nil, false},
+		{"vllm-0.22.1-ray", []string{"VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0"}, false},
+		{"vllm-0.22.1-ray", nil, true},
+	} {
+		t.Run(strings.Join(append([]string{tc.release}, tc.env...), ","), func(t *testing.T) {
+			l := withImage(base, release(t, tc.release))
+			envA := []string{"NCCL_SOCKET_IFNAME==" + ifA, "GLOO_SOCKET_IFNAME=" + ifA, "VLLM_HOST_IP=" + a.Fast.String(), "RAY_ADDRESS=" + a.Fast.String() + ":6379"}
+			envB := []string{"NCCL_SOCKET_IFNAME==" + ifB, "GLOO_SOCKET_IFNAME=" + ifB, "VLLM_HOST_IP=" + b.Fast.String()}
+			head := seedFixRay(t, l, eng, envA, envB)
+			if tc.release != "vllm-0.11.0" && !tc.v2 {
+				cfg := dockerExec(t, eng, head, nil, "/bin/sh", "-c", `mkdir -p /root/.config/vllm && echo '["NCCL_SOCKET_IFNAME"]' >/root/.config/vllm/ray_non_carry_over_env_vars.json`)
+				if code := cfg.exitCode(t, 10*time.Second); code != 0 {
+					t.Fatalf("write the non-carry-over file: exit %d: %s", code, cfg.String())
+				}
+			}
+			vllm := dockerExec(t, eng, head, append([]string{"TPDEPLOY_SIM_SHARDS=2", "TPDEPLOY_SIM_SHARD_SECONDS=0.2"}, tc.env...), serveArgs...)
+			out := waitOut(t, vllm, 30*time.Second,
+				"vLLM API server version "+l.Release.VLLM,
+				"distributed_init_method=tcp://"+a.Fast.String()+":",
+				"NCCL INFO Bootstrap : Using "+ifA+":"+a.Fast.String()+"<0>",
+				"NCCL INFO Bootstrap : Using "+ifB+":"+b.Fast.String()+"<0>",
+				"Loading safetensors checkpoint shards: 100% Completed | 2/2",
+				"Application startup complete.")
+			if strings.Contains(out, "Overwriting environment variable NCCL_SOCKET_IFNAME") {
+				t.Errorf("a worker's NCCL_SOCKET_IFNAME was overwritten:\n%s", out)
+			}
+			actor := "(RayWorkerWrapper pid="
+			if tc.v2 {
+				actor = "(RayWorkerProc pid="
+				if strings.Contains(out, "Copying the following environment variables") || strings.Contains(out, "'node:") {
+					t.Errorf("RayExecutorV2 logged the legacy env copy or a node: pin:\n%s", out)
+				}
+			}
+			if !strings.Contains(out, actor) || !strings.Contains(out, ", ip="+b.Fast.String()+")") {
+				t.Errorf("no %s... ip=%s) line:\n%s", actor, b.Fast, out)
+			}
+			assertServes(t, "http://"+a.Fast.String()+":8000")
+			vllm.kill(t)
+		})
+	}
 }
 
 // A Ray driver must run in the container of its node's Ray: a `vllm serve` in a container

@@ -22,9 +22,6 @@ const (
 	// envRayDefault says Ray was installed with its dashboard dependencies (ray[default]):
 	// the dashboard serves HTTP (the state API). vLLM's images install a minimal Ray.
 	envRayDefault = "TPDEPLOY_SIM_RAY_DEFAULT"
-	// envVLLMVersion is the vLLM release imitated where releases differ (default 0.17.0):
-	// what the Ray executor copies from the driver to its workers.
-	envVLLMVersion = "TPDEPLOY_SIM_VLLM_VERSION"
 )
 
 func envFloat(name string, def float64) float64 {

@@ -31,6 +31,14 @@ type rankSpec struct {
 	LoadFor time.Duration `json:"load_for"`
 	// Model is the model path every rank loads from its own node's disk.
 	Model string `json:"model"`
+	// V2 marks a RayWorkerProc of RayExecutorV2 (lab/sim/rayv2.go); the rest describe
+	// what the driver hands it: its node (for Ray's log prefix), the model's size and the
+	// store timeout (rank 0 hosts the store).
+	V2           bool          `json:"v2,omitempty"`
+	DriverNode   string        `json:"driver_node,omitempty"`
+	Shards       int           `json:"shards,omitempty"`
+	ShardTime    time.Duration `json:"shard_time,omitempty"`
+	StoreTimeout time.Duration `json:"store_timeout,omitempty"`
 }
 
 // errReported is a rank failure already logged in the rank's own words.
@@ -226,7 +234,11 @@ func dialNCCL(ctx context.Context, local string, peer string, log rankLog) (net.
 // runRemoteRank is one RayWorkerWrapper on a worker node: it runs inside the node's Ray
 // container, so every socket it opens is in that node's network namespace and its
 // environment is that container's, overwritten by what the driver copies to it.
-func runRemoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeIP string) {
+func runRemoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeID, nodeIP string) {
+	if rs.V2 {
+		runV2Rank(ctx, gc, rs, nodeID, nodeIP)
+		return
+	}
 	prefix := fmt.Sprintf("(RayWorkerWrapper pid=%d, ip=%s)", os.Getpid()+rs.Rank, nodeIP)
 	var mu sync.Mutex
 	log := func(level, where, msg string) {
@@ -287,6 +299,12 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 		}
 		env[k] = copied[k]
 	}
+	return joinAndLoad(ctx, gc, rs, ip, getenv, log)
+}
+
+// joinAndLoad is a worker rank after its environment is set: init_device (the group at the
+// driver's init method), then load_model from this node's disk, then collectives.
+func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, getenv func(string) string, log rankLog) error {
 	var in initSpec
 	if err := result(ctx, gc, rs.Job, "init", &in); err != nil {
 		return err

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,10 @@ import (
 func main() {
 	if err := run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		var ex *exitError
+		if errors.As(err, &ex) {
+			os.Exit(ex.code)
+		}
 		os.Exit(1)
 	}
 }

@@ -50,7 +50,7 @@ func mpMain(ctx context.Context, f serveFlags) error {
 		return headless(ctx, f, world, local)
 	}
 	log := func(level, where, msg string) { vllmLog("APIServer", level, where, msg) }
-	log("INFO", "api_server.py:1885", "vLLM API server version "+simVLLMVersion())
+	log("INFO", "api_server.py:1885", "vLLM API server version "+f.rel.vllm)
 	log("INFO", "utils.py:233", fmt.Sprintf("non-default args: {'model_tag': '%s', 'host': '%s', 'port': %d, 'model': '%s', 'served_model_name': ['%s'], 'tensor_parallel_size': %d, 'pipeline_parallel_size': %d, 'master_addr': '%s', 'master_port': %d, 'nnodes': %d}",
 		f.model, f.host, f.port, f.model, f.served, f.tp, f.pp, f.masterAddr, f.masterPort, f.nnodes))
 	e := &engine{flags: f, world: world, log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
@@ -88,7 +88,7 @@ func headless(ctx context.Context, f serveFlags, world, local int) error {
 		return errors.New("ValueError: --node-rank > 0 requires --headless (only node 0 runs the API server)")
 	}
 	master := net.JoinHostPort(f.masterAddr, strconv.Itoa(f.masterPort))
-	plainLog("INFO", "serve.py:209", fmt.Sprintf("Launching vLLM (v%s) headless multiproc executor, with head node address %s for torch.distributed process group.", simVLLMVersion(), master))
+	plainLog("INFO", "serve.py:209", fmt.Sprintf("Launching vLLM (v%s) headless multiproc executor, with head node address %s for torch.distributed process group.", f.rel.vllm, master))
 	ip := vllmHostIP()
 	type death struct {
 		name string

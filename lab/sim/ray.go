@@ -230,7 +230,7 @@ func runTasks(ctx context.Context, gc *gcsClient, nodeID, ip string) error {
 			if err := json.Unmarshal(t.Spec, &rs); err != nil {
 				continue
 			}
-			go runRemoteRank(ctx, gc, rs, ip)
+			go runRemoteRank(ctx, gc, rs, nodeID, ip)
 		}
 	}
 	return nil

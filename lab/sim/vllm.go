@@ -21,8 +21,6 @@ import (
 	"time"
 )
 
-const vllmVersion = "0.17.0"
-
 type serveFlags struct {
 	model      string
 	served     string
@@ -38,17 +36,39 @@ type serveFlags struct {
 	masterPort       int
 	headless         bool
 	backendSet       bool
+	// rel is the release the image holds.
+	rel release
 }
 
+// exitError ends the process with a status of its own (argparse exits 2).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// vllmUsage is the top-level parser's usage line (vllm/entrypoints/cli/main.py): argparse
+// prints it before an error the top-level parser reports.
+const vllmUsage = "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
+
+// mpFlags are ParallelConfig's multi-node fields (vLLM PR #23691), which releases before
+// v0.11.1 do not have.
+var mpFlags = map[string]bool{"--nnodes": true, "-n": true, "--node-rank": true, "-r": true, "--master-addr": true, "--master-port": true}
+
 // parseServe reads `vllm serve MODEL [flags]`, accepting `--flag value` and `--flag=value`.
-// Flags the lab does not model are accepted and ignored, so real specs' extra args pass.
-func parseServe(args []string) (serveFlags, error) {
+// Flags the lab does not model are accepted and ignored, so real specs' extra args pass;
+// the multi-node flags of a release that lacks them are argparse's unrecognized arguments,
+// which the top-level parser reports (`parser.parse_args()` in cli/main.py): the usage line,
+// then `vllm: error: unrecognized arguments: ...`, exit status 2.
+func parseServe(args []string, rel release) (serveFlags, error) {
 	f := serveFlags{tp: 1, pp: 1, backend: "mp", host: "0.0.0.0", port: 8000, maxLen: 4096,
-		nnodes: 1, masterAddr: "127.0.0.1", masterPort: 29501}
+		nnodes: 1, masterAddr: "127.0.0.1", masterPort: 29501, rel: rel}
 	if len(args) == 0 || args[0] != "serve" {
 		return f, errors.New("usage: vllm serve MODEL [options]")
 	}
 	args = args[1:]
+	var unrecognized []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") {
@@ -71,6 +91,14 @@ func parseServe(args []string) (serveFlags, error) {
 		}
 		var err error
 		var v string
+		if mpFlags[name] && !rel.hasMultiNodeMP() {
+			unrecognized = append(unrecognized, a)
+			if !hasVal && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				i++
+				unrecognized = append(unrecognized, args[i])
+			}
+			continue
+		}
 		switch name {
 		case "--headless":
 			f.headless = true
@@ -118,6 +146,9 @@ func parseServe(args []string) (serveFlags, error) {
 			return f, err
 		}
 	}
+	if len(unrecognized) > 0 {
+		return f, &exitError{2, vllmUsage + "\nvllm: error: unrecognized arguments: " + strings.Join(unrecognized, " ")}
+	}
 	if f.model == "" {
 		return f, errors.New("vllm serve: error: the following arguments are required: model_tag")
 	}
@@ -128,7 +159,16 @@ func parseServe(args []string) (serveFlags, error) {
 }
 
 func vllmMain(args []string) error {
-	f, err := parseServe(args)
+	rel, err := imageRelease()
+	if err != nil {
+		return fmt.Errorf("the lab's vllm reads its release from its image (lab/README.md): %v", err)
+	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-v") {
+		// argparse's version action prints importlib.metadata.version("vllm") and exits 0.
+		fmt.Println(rel.vllm)
+		return nil
+	}
+	f, err := parseServe(args, rel)
 	if err != nil {
 		return err
 	}
@@ -141,13 +181,18 @@ func vllmMain(args []string) error {
 		return mpMain(ctx, f)
 	}
 	log := func(level, where, msg string) { vllmLog("APIServer", level, where, msg) }
-	log("INFO", "api_server.py:1885", "vLLM API server version "+simVLLMVersion())
+	log("INFO", "api_server.py:1885", "vLLM API server version "+rel.vllm)
 	log("INFO", "utils.py:233", fmt.Sprintf("non-default args: {'model_tag': '%s', 'host': '%s', 'port': %d, 'model': '%s', 'served_model_name': ['%s'], 'tensor_parallel_size': %d, 'pipeline_parallel_size': %d, 'distributed_executor_backend': '%s'}",
 		f.model, f.host, f.port, f.model, f.served, f.tp, f.pp, f.backend))
 	if f.backend != "ray" {
 		return errors.New("the lab simulates --distributed-executor-backend ray and mp")
 	}
-	e := &engine{flags: f, world: f.tp * f.pp, log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
+	if rel.ray == "" {
+		// ParallelConfig's validator calls ray_utils.assert_ray_available(); ray_utils caught
+		// the ImportError at import and kept its text (vllm/v1/executor/ray_utils.py).
+		fatal("APIServer", "pydantic_core._pydantic_core.ValidationError", fmt.Sprintf("1 validation error for ParallelConfig\n  Value error, Failed to import Ray: No module named 'ray'.Please install Ray with `pip install ray`. [type=value_error, input_value=ArgsKwargs((), {'pipeline_parallel_size': %d, 'tensor_parallel_size': %d, 'distributed_executor_backend': 'ray'}), input_type=ArgsKwargs]", f.pp, f.tp))
+	}
+	e := &engine{flags: f, world: f.tp * f.pp, v2: rel.rayV2(), log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
 	if err := e.start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -156,14 +201,6 @@ func vllmMain(args []string) error {
 		fatal("APIServer", strings.SplitN(err.Error(), ":", 2)[0], strings.TrimSpace(strings.SplitN(err.Error()+":", ":", 2)[1]))
 	}
 	return e.serve(ctx)
-}
-
-// simVLLMVersion is the vLLM release the lab imitates.
-func simVLLMVersion() string {
-	if v := os.Getenv(envVLLMVersion); v != "" {
-		return v
-	}
-	return vllmVersion
 }
 
 // engine is the driver: rank 0 on the head node, in the Ray head's container, attached
@@ -183,6 +220,29 @@ type engine struct {
 	// the engine fails at its next step, as vLLM's next call to that actor does.
 	lost atomic.Pointer[string]
 	dead atomic.Bool
+	// lostNode is the node whose death set lost.
+	lostNode string
+	// v2 says the engine runs RayExecutorV2 (lab/sim/rayv2.go).
+	v2 bool
+	// rankNodes are the Ray node IDs of the ranks, in rank order (V2).
+	rankNodes []string
+	// Under RayExecutorV2 rank 0 is an actor of its own (an engine value in the actor's
+	// process): the model's size and the store timeout come from the driver, and the
+	// actor's environment is not its process's.
+	shardN       int
+	shardT       time.Duration
+	storeTimeout time.Duration
+	getenv       func(string) string
+	// out prints a line of the process's own output (tqdm's bar); nil is stdout.
+	out func(string)
+}
+
+func (e *engine) print(line string) {
+	if e.out != nil {
+		e.out(line)
+		return
+	}
+	emit(line)
 }
 
 // rayPyLog prints in Ray's Python logger format, as the driver's Ray client logs.
@@ -197,6 +257,9 @@ func (e *engine) start(ctx context.Context) error {
 	e.gc = d.gc
 	if err := e.gc.call(ctx, "POST", "/v1/jobs?job="+e.job, nil, nil); err != nil {
 		return fmt.Errorf("RuntimeError: register job: %v", err)
+	}
+	if e.v2 {
+		return e.startV2(ctx, d)
 	}
 	ip := vllmHostIP()
 	if d.node.Resources["GPU"] <= 0 {
@@ -277,7 +340,8 @@ func (e *engine) watchNodes(ctx context.Context) {
 				if n.DeathReason == "UNEXPECTED_TERMINATION" {
 					rayLog("WARNING", "worker.py:1866", fmt.Sprintf("The node with node id: %s and address: %s and node name: %s has been marked dead because the detector has missed too many heartbeats from it. This can happen when a \t(1) raylet crashes unexpectedly (OOM, etc.) \n\t(2) raylet has lagging heartbeats due to slow network or busy workload.", n.ID, n.IP, n.Name))
 				}
-				msg := fmt.Sprintf("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: RayWorkerWrapper\n\tactor_id: %s\n\tnamespace: %s\n\tip: %s\nThe actor is dead because its node has died. Node Id: %s", randomHex(32), e.job, n.IP, n.ID)
+				msg := fmt.Sprintf("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: "+e.actorClass()+"\n\tactor_id: %s\n\tnamespace: %s\n\tip: %s\nThe actor is dead because its node has died. Node Id: %s", randomHex(32), e.job, n.IP, n.ID)
+				e.lostNode = n.ID
 				e.lost.Store(&msg)
 				e.log("ERROR", "core.py:1210", msg)
 				return
@@ -369,7 +433,7 @@ func (e *engine) copyEnv(ctx context.Context) error {
 	worker := map[string]bool{"VLLM_HOST_IP": true, "VLLM_HOST_PORT": true, "LOCAL_RANK": true, "CUDA_VISIBLE_DEVICES": true}
 	prefixes := []string{"VLLM_"}
 	extra := map[string]bool{"HF_TOKEN": true, "HUGGING_FACE_HUB_TOKEN": true}
-	newer := !versionBefore(simVLLMVersion(), "0.17")
+	newer := e.flags.rel.copiesPrefixes()
 	if newer {
 		prefixes = []string{"HF_", "HUGGING_FACE_", "LMCACHE_", "NCCL_", "UCX_", "VLLM_"}
 		extra["PYTHONHASHSEED"] = true
@@ -450,29 +514,46 @@ func pySet(m map[string]bool) string {
 	return "{" + strings.Join(names, ", ") + "}"
 }
 
-// versionBefore compares dotted release numbers.
-func versionBefore(v, than string) bool {
-	a, b := strings.Split(v, "."), strings.Split(than, ".")
-	for i := range max(len(a), len(b)) {
-		var x, y int
-		if i < len(a) {
-			x, _ = strconv.Atoi(a[i])
-		}
-		if i < len(b) {
-			y, _ = strconv.Atoi(b[i])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
-}
-
 func (e *engine) loadFor() time.Duration {
-	return time.Duration(envFloat(envShardSeconds, 0.5)*float64(time.Second)) * time.Duration(e.shards())
+	return e.shardTime() * time.Duration(e.shards())
 }
 
-func (e *engine) shards() int { return int(envFloat(envShards, 8)) }
+func (e *engine) shards() int {
+	if e.shardN > 0 {
+		return e.shardN
+	}
+	return int(envFloat(envShards, 8))
+}
+
+func (e *engine) shardTime() time.Duration {
+	if e.shardN > 0 {
+		return e.shardT
+	}
+	return time.Duration(envFloat(envShardSeconds, 0.5) * float64(time.Second))
+}
+
+// storeWait is the c10d store timeout (torch's default 600 s, scaled).
+func (e *engine) storeWait() time.Duration {
+	if e.storeTimeout > 0 {
+		return e.storeTimeout
+	}
+	return scaled(time.Duration(envFloat(envStoreTimeout, 600) * float64(time.Second)))
+}
+
+func (e *engine) env(k string) string {
+	if e.getenv != nil {
+		return e.getenv(k)
+	}
+	return os.Getenv(k)
+}
+
+// actorClass is the class of the executor's Ray actors.
+func (e *engine) actorClass() string {
+	if e.v2 {
+		return "RayWorkerProc"
+	}
+	return "RayWorkerWrapper"
+}
 
 // initDistributed runs rank 0's side of the distributed init: the c10d store on the
 // driver's address, which every other rank dials from its own node.
@@ -485,7 +566,7 @@ func (e *engine) initDistributed(ctx context.Context, ip string) error {
 	defer store.Close()
 	init := "tcp://" + store.Addr().String()
 	e.log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=0 local_rank=0 distributed_init_method=%s backend=nccl", e.world, init))
-	timeout := scaled(time.Duration(envFloat(envStoreTimeout, 600) * float64(time.Second)))
+	timeout := e.storeWait()
 	if err := e.gc.call(ctx, "POST", "/v1/results", map[string]any{"job": e.job, "key": "init", "value": map[string]any{"init_method": init, "store_timeout": timeout}}, nil); err != nil {
 		return fmt.Errorf("RuntimeError: init_device: %v", err)
 	}
@@ -493,7 +574,7 @@ func (e *engine) initDistributed(ctx context.Context, ip string) error {
 	if err != nil {
 		return err
 	}
-	ep, err := openEndpoints(os.Getenv, e.log)
+	ep, err := openEndpoints(e.env, e.log)
 	if err != nil {
 		return err
 	}
@@ -580,7 +661,7 @@ func (e *engine) relayWorkerLogs(ctx context.Context) {
 // Ray marked dead ends the load with Ray's ActorDiedError; a peer whose process died
 // breaks the collective; a cut link makes the collective hang, as NCCL does.
 func (e *engine) load(ctx context.Context) error {
-	n, per := e.shards(), time.Duration(envFloat(envShardSeconds, 0.5)*float64(time.Second))
+	n, per := e.shards(), e.shardTime()
 	start := time.Now()
 	e.log("INFO", "gpu_model_runner.py:2338", "Starting to load model "+e.flags.model+"...")
 	if err := checkWeights(e.flags.model, e.log); err != nil {
@@ -597,7 +678,7 @@ func (e *engine) load(ctx context.Context) error {
 		if err := e.lostErr(); err != nil {
 			return err
 		}
-		emit(tqdmLine(i, n, time.Since(start)))
+		e.print(tqdmLine(i, n, time.Since(start)))
 	}
 	e.log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", time.Since(start).Seconds()))
 	if err := e.waitLoaded(ctx); err != nil {
@@ -670,6 +751,10 @@ func (e *engine) collective(ctx context.Context) error {
 // lostAfterStart: a rank's node died while the engine serves. vLLM's /health stays 200
 // until the next request reaches the dead actor and the engine dies with it.
 func (e *engine) lostAfterStart() {
+	if e.v2 {
+		e.v2Dead(e.lostNode)
+		return
+	}
 	e.log("WARNING", "ray_executor.py:402", "A RayWorkerWrapper died: "+strings.SplitN(*e.lost.Load(), "\n", 2)[0])
 }
 

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestImageReleaseReadsDistInfo(t *testing.T) {
+	dir := t.TempDir()
+	for name, ver := range map[string]string{"vllm": "0.17.1", "ray": "2.54.0"} {
+		d := filepath.Join(dir, name+"-"+ver+".dist-info")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		meta := "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + ver + "\n\nbody\n"
+		if err := os.WriteFile(filepath.Join(d, "METADATA"), []byte(meta), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := distPackages
+	distPackages = dir
+	defer func() { distPackages = old }()
+	if v, err := distVersion("vllm"); err != nil || v != "0.17.1" {
+		t.Errorf("vllm %q %v", v, err)
+	}
+	if v, err := distVersion("torch"); err == nil {
+		t.Errorf("torch %q without a dist-info", v)
+	}
+}
+
+func TestReleaseRules(t *testing.T) {
+	for _, tc := range []struct {
+		vllm, v2env         string
+		mp, prefixes, rayV2 bool
+	}{
+		{"0.11.0", "", false, false, false},
+		{"0.17.1", "", true, true, false},
+		{"0.17.1", "1", true, true, false}, // no RayExecutorV2 before 0.20
+		{"0.20.0", "1", true, true, true},
+		{"0.22.1", "", true, true, true},
+		{"0.22.1", "0", true, true, false},
+	} {
+		t.Setenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", tc.v2env)
+		r := release{vllm: tc.vllm}
+		if r.hasMultiNodeMP() != tc.mp || r.copiesPrefixes() != tc.prefixes || r.rayV2() != tc.rayV2 {
+			t.Errorf("%s V2=%q: mp %v prefixes %v v2 %v", tc.vllm, tc.v2env, r.hasMultiNodeMP(), r.copiesPrefixes(), r.rayV2())
+		}
+	}
+}
+
+func TestOldReleaseRejectsMultiNodeFlags(t *testing.T) {
+	_, err := parseServe([]string{"serve", "/m", "-tp", "2", "--nnodes", "2", "--node-rank=0", "--master-addr", "10.0.0.1", "--port", "8000"}, release{vllm: "0.11.0"})
+	var ex *exitError
+	if !errors.As(err, &ex) || ex.code != 2 || ex.msg != vllmUsage+"\nvllm: error: unrecognized arguments: --nnodes 2 --node-rank=0 --master-addr 10.0.0.1" {
+		t.Fatalf("%v", err)
+	}
+	f, err := parseServe([]string{"serve", "/m", "--nnodes", "2"}, release{vllm: "0.11.1"})
+	if err != nil || f.nnodes != 2 {
+		t.Fatalf("0.11.1: %+v %v", f, err)
+	}
+}
