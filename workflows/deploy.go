@@ -14,6 +14,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -46,6 +47,10 @@ type DeployResult struct {
 	Restarts []string `json:"restarts,omitempty"`
 	// ModelCopies are what model.sync copied to each node.
 	ModelCopies []ModelCopy `json:"model_copies,omitempty"`
+	// Images are what the image holds on each node; Engine is the executor and release
+	// behaviour they decided.
+	Images []release.Image `json:"images,omitempty"`
+	Engine *release.Model  `json:"engine,omitempty"`
 }
 
 // StepTiming is how long one step took.
@@ -89,7 +94,11 @@ type State struct {
 	Restarts      []string                 `json:"restarts,omitempty"`
 	// ModelCopies are the model.sync copies this deploy made, per node.
 	ModelCopies []ModelCopy `json:"model_copies,omitempty"`
-	Error       string      `json:"error,omitempty"`
+	// Images are what the image holds on each node (the first step reads them); Engine
+	// is what they decided: the executor, why, and how the release behaves.
+	Images []release.Image `json:"images,omitempty"`
+	Engine *release.Model  `json:"engine,omitempty"`
+	Error  string          `json:"error,omitempty"`
 }
 
 // DeployCluster deploys one model across the spec's nodes: probe → reachability → plan →
@@ -131,6 +140,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		d.result.Warnings = d.state.Warnings
 		d.result.Restarts = d.state.Restarts
 		d.result.ModelCopies = d.state.ModelCopies
+		d.result.Images, d.result.Engine = d.state.Images, d.state.Engine
 		rec := metrics.Workflow(ctx)
 		rec.Deploy(d.spec.Name, nil)
 		rec.TimeToServing(d.spec.Name, workflow.Now(ctx).Sub(start))
@@ -187,6 +197,10 @@ type deployment struct {
 	keepSubnet netip.Prefix
 }
 
+// specHash is the spec's identity as the operator wrote it (executor auto stays auto
+// after the images decided it): containers' labels, the supervisor and redeploys compare it.
+func (d *deployment) specHash() string { return d.req.Spec.Hash() }
+
 func newDeployment(ctx workflow.Context, req DeployRequest) *deployment {
 	c := req.Spec.WithDefaults()
 	return &deployment{
@@ -222,6 +236,9 @@ func (d *deployment) run(ctx workflow.Context) error {
 	d.cancelRun = cancel
 	defer func() { d.cancelRun = nil }()
 	d.result = DeployResult{Cluster: d.spec.Name, DeploymentID: d.id}
+	if err := d.readImages(ctx); err != nil {
+		return err
+	}
 	plan, err := planCluster(ctx, d.spec, d)
 	if err != nil {
 		return err
@@ -308,25 +325,21 @@ func nodeNames(nodes []spec.Node) []string {
 }
 
 func (d *deployment) deploymentRef() contract.Deployment {
-	return contract.Deployment{Cluster: d.spec.Name, ID: d.id, SpecHash: d.spec.Hash()}
+	return contract.Deployment{Cluster: d.spec.Name, ID: d.id, SpecHash: d.specHash()}
 }
 
 func (d *deployment) preflight(ctx workflow.Context) error {
 	return d.step(ctx, PhasePreflight, fmt.Sprintf("preflight: image %s on %d nodes", d.spec.Image, len(d.spec.Nodes)), func() error {
 		o := deployStep(d.spec.Timeouts.Preflight.D(), stepAttempts)
-		ids := map[string]string{}
 		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
 			return workflow.ExecuteActivity(d.onNode(ctx, node, "preflight "+node, o), contract.ActivityPreflightNode,
 				contract.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec})
-		}, func(node string, r contract.PreflightResult) { ids[node] = r.ImageID })
+		}, func(string, contract.PreflightResult) {})
 		if err != nil {
 			return err
 		}
-		if err := d.checkPlannedAddresses(ctx, o); err != nil {
-			return err
-		}
-		return d.checkImageIDs(ids)
+		return d.checkPlannedAddresses(ctx, o)
 	})
 }
 
@@ -369,34 +382,6 @@ func (d *deployment) askAddressHolds(ctx workflow.Context, np netplan.NodePlan, 
 		contract.ActivityAddressHolds, contract.AddressRequest{Node: np.Name, Interface: np.Interface, Address: np.Address})
 }
 
-// checkImageIDs compares the image ID across nodes: one reference can name different
-// builds on different machines, and mixed vLLM builds fail in ways far from the cause.
-func (d *deployment) checkImageIDs(ids map[string]string) error {
-	head := d.spec.Head().Name
-	var differ []string
-	for _, n := range d.spec.Nodes {
-		if ids[n.Name] != ids[head] {
-			differ = append(differ, fmt.Sprintf("%s has %s", n.Name, shortID(ids[n.Name])))
-		}
-	}
-	if len(differ) == 0 {
-		return nil
-	}
-	msg := fmt.Sprintf("image %s differs across nodes: %s has %s, %s", d.spec.Image, head, shortID(ids[head]), strings.Join(differ, ", "))
-	if d.spec.ImageMismatch == "warn" {
-		d.state.Warnings = append(d.state.Warnings, msg)
-		return nil
-	}
-	return &stepError{Step: "preflight", Type: contract.ErrImageMismatch, Msg: msg + " (set image_mismatch: warn to proceed anyway)"}
-}
-
-func shortID(id string) string {
-	id = strings.TrimPrefix(id, "sha256:")
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
 
 // removeOnNode registers the compensation that removes role's containers on node. It is
 // registered before the start is attempted, not after it succeeds: a start can create its
@@ -424,9 +409,12 @@ func (d *deployment) removeOnNode(node, role string) {
 // runs, tells it the spec now serving.
 func (d *deployment) ensureSupervisor(ctx workflow.Context) {
 	id := contract.SuperviseWorkflowID(d.spec.Name)
-	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: d.spec}).GetChildWorkflowExecution().Get(ctx, nil)
+	// The supervisor redeploys the operator's spec (executor auto stays auto: a new image
+	// decides again).
+	operators := d.req.Spec.WithDefaults()
+	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: operators}).GetChildWorkflowExecution().Get(ctx, nil)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-		err = workflow.SignalExternalWorkflow(ctx, id, "", contract.SignalDeployed, d.spec).Get(ctx, nil)
+		err = workflow.SignalExternalWorkflow(ctx, id, "", contract.SignalDeployed, operators).Get(ctx, nil)
 	}
 	if err != nil {
 		d.state.Warnings = append(d.state.Warnings, "supervisor: "+err.Error())

@@ -18,6 +18,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
@@ -94,7 +95,7 @@ func TestDeployHappyPath(t *testing.T) {
 	for _, s := range res.Steps {
 		steps = append(steps, s.Step)
 	}
-	wantSteps := []string{PhaseProbing, PhaseReachability, PhasePlanning, PhasePreflight, PhaseModel, PhaseRayHead, PhaseRayWorkers, PhasePlacement, PhaseLaunch, PhaseWaitingUntilServing}
+	wantSteps := []string{PhaseImages, PhaseProbing, PhaseReachability, PhasePlanning, PhasePreflight, PhaseModel, PhaseRayHead, PhaseRayWorkers, PhasePlacement, PhaseLaunch, PhaseWaitingUntilServing}
 	if !slices.Equal(steps, wantSteps) {
 		t.Errorf("steps = %q, want %q", steps, wantSteps)
 	}
@@ -324,7 +325,7 @@ func TestImageMismatch(t *testing.T) {
 				if err != nil || env.GetWorkflowResult(&res) != nil {
 					t.Fatalf("warn policy failed the deploy: %v", err)
 				}
-				if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "node-b has 222222222222") {
+				if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "node-a and node-b differ: image ID 111111111111 vs 222222222222") {
 					t.Errorf("warnings = %q", res.Warnings)
 				}
 				return
@@ -337,6 +338,104 @@ func TestImageMismatch(t *testing.T) {
 				t.Errorf("started Ray despite mixed images: %q", got)
 			}
 		})
+	}
+}
+
+// The image decides the executor: the seed's 0.17 image (Ray) deploys over Ray with the
+// legacy executor's env form, today's stock image (no Ray) in vLLM's own multi-node mode,
+// the same release with Ray added over Ray with V2, each node naming its own interface.
+func TestTheImageDecidesTheExecutor(t *testing.T) {
+	current := func(node string, ray bool) release.Image {
+		img := fakeagents.SeedImage(node)
+		img.VLLM, img.Ray, img.RayBin, img.ID = "0.22.1", "", false, "sha256:3333333333333333"
+		if ray {
+			img.Ray, img.RayBin, img.ID = "2.55.0", true, "sha256:4444444444444444"
+		}
+		return img
+	}
+	for _, tc := range []struct {
+		name      string
+		image     func(string) release.Image
+		executor  string
+		ray       string
+		ncclForm  string
+		firstCall string
+	}{
+		{"0.17.1 with Ray", fakeagents.SeedImage, "ray", release.RayLegacy, netplan.NCCLClusterWide, "StartRayHead"},
+		{"0.22.1 without Ray", func(n string) release.Image { return current(n, false) }, "mp", "", netplan.NCCLPerNode, "StartVLLMRank"},
+		{"0.22.1 with Ray", func(n string) release.Image { return current(n, true) }, "ray", release.RayV2, netplan.NCCLPerNode, "StartRayHead"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := fakeagents.New()
+			for _, n := range []string{"node-a", "node-b"} {
+				f.Images[n] = tc.image(n)
+			}
+			env := newEnv(t, f)
+			executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+			var res DeployResult
+			if err := env.GetWorkflowError(); err != nil || env.GetWorkflowResult(&res) != nil {
+				t.Fatalf("deploy failed: %v", err)
+			}
+			if res.Engine == nil || res.Engine.Executor != tc.executor || res.Engine.RayExecutor != tc.ray || !strings.Contains(res.Engine.Why, "auto") {
+				t.Fatalf("engine %+v, want executor %s (%s)", res.Engine, tc.executor, tc.ray)
+			}
+			if len(res.Images) != 2 || res.Images[1].Node != "node-b" || res.Images[1].VLLM != tc.image("node-b").VLLM {
+				t.Errorf("images %+v", res.Images)
+			}
+			if res.Plan.NCCL.Form != tc.ncclForm {
+				t.Errorf("NCCL form %q (%s), want %q", res.Plan.NCCL.Form, res.Plan.NCCL.Reason, tc.ncclForm)
+			}
+			if got := fakeagents.Calls(f, tc.firstCall); len(got) == 0 {
+				t.Errorf("no %s: the %s executor did not run", tc.firstCall, tc.executor)
+			}
+		})
+	}
+}
+
+// executor: ray on an image without Ray fails at the first step, naming the node, the
+// image, its vLLM and the ways out; nothing is probed and nothing started.
+func TestRayOnAnImageWithoutRayFailsFirst(t *testing.T) {
+	f := fakeagents.New()
+	for _, n := range []string{"node-a", "node-b"} {
+		img := fakeagents.SeedImage(n)
+		img.VLLM, img.Ray, img.RayBin = "0.22.1", "", false
+		f.Images[n] = img
+	}
+	env := newEnv(t, f)
+	s := fakeagents.SeedSpec()
+	s.Executor = spec.ExecutorRay
+	executeDeploy(env, DeployRequest{Spec: s})
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrImageLacksRay {
+		t.Fatalf("want ImageLacksRay, got %v", err)
+	}
+	for _, w := range []string{"node-a", "0.22.1", "executor: mp", "pip install ray", "0.17.1 or earlier"} {
+		if !strings.Contains(app.Message(), w) {
+			t.Errorf("message lacks %q: %s", w, app.Message())
+		}
+	}
+	if got := fakeagents.Calls(f, "ProbeNode", "PreflightNode", "StartRayHead", "StartVLLMRank", "RemoveContainers"); len(got) != 0 {
+		t.Errorf("went on after the image refused: %q", got)
+	}
+}
+
+// Two nodes holding different builds are refused naming both nodes and what differs.
+func TestDifferentVersionsAreRefusedNamingBothNodes(t *testing.T) {
+	f := fakeagents.New()
+	b := fakeagents.SeedImage("node-b")
+	b.Ray, b.ID = "2.54.0", "sha256:5555555555555555"
+	f.Images["node-b"] = b
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrImageMismatch {
+		t.Fatalf("want ImageMismatch, got %v", err)
+	}
+	if !strings.Contains(app.Message(), "ray 2.53.0 on node-a, 2.54.0 on node-b") {
+		t.Errorf("message: %s", app.Message())
+	}
+	if got := fakeagents.Calls(f, "ProbeNode", "StartRayHead"); len(got) != 0 {
+		t.Errorf("went on with mixed images: %q", got)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -28,6 +29,9 @@ type PlanReport struct {
 	Probes []netplan.NodeProbe  `json:"probes"`
 	Matrix []netplan.PairResult `json:"matrix"`
 	Plan   *netplan.Plan        `json:"plan,omitempty"`
+	// Images are what the image holds on each node; Engine what they decided.
+	Images []release.Image `json:"images,omitempty"`
+	Engine *release.Model  `json:"engine,omitempty"`
 	// Error is why no plan was possible; the report still holds what was measured.
 	Error string `json:"error,omitempty"`
 }
@@ -44,8 +48,15 @@ func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
 		return PlanReport{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrSpecInvalid, nil)
 	}
 	report := PlanReport{}
-	plan, err := planCluster(ctx, d.spec, d)
-	report.Probes, report.Matrix = d.probes, d.matrix
+	err := d.readImages(ctx)
+	report.Images, report.Engine = d.state.Images, d.state.Engine
+	var plan netplan.Plan
+	if err == nil {
+		plan, err = planCluster(ctx, d.spec, d)
+		report.Probes, report.Matrix = d.probes, d.matrix
+	}
+	// The images' warnings (image_mismatch: warn) belong with the plan's.
+	plan.Warnings = append(append([]string(nil), d.state.Warnings...), plan.Warnings...)
 	var se *stepError
 	switch {
 	case err == nil:
@@ -76,7 +87,7 @@ func planCluster(ctx workflow.Context, c spec.Cluster, d *deployment) (netplan.P
 			StartToCloseTimeout: 10 * time.Second,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		})
-		err := workflow.ExecuteLocalActivity(lctx, ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix, KeepSubnet: d.keepSubnet}).Get(ctx, &plan)
+		err := workflow.ExecuteLocalActivity(lctx, ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix, KeepSubnet: d.keepSubnet, Engine: d.state.Engine}).Get(ctx, &plan)
 		if err != nil {
 			return classify("plan", "", err)
 		}
@@ -218,12 +229,14 @@ type PlanInput struct {
 	Matrix []netplan.PairResult `json:"matrix"`
 	// KeepSubnet, when valid, is the only subnet a restarted deploy may plan on.
 	KeepSubnet netip.Prefix `json:"keep_subnet,omitzero"`
+	// Engine is the release's behaviour the images decided (nil: the legacy Ray form).
+	Engine *release.Model `json:"engine,omitempty"`
 }
 
 // ChoosePlan is the planner as a local activity: pure, but its result is recorded in
 // history, so a later change to the planner cannot change the plan of a running deploy.
 func ChoosePlan(_ context.Context, in PlanInput) (netplan.Plan, error) {
-	plan, err := netplan.ChooseKeeping(in.Spec, in.Probes, in.Matrix, in.KeepSubnet)
+	plan, err := netplan.ChooseFor(in.Spec, in.Probes, in.Matrix, netplan.Options{Keep: in.KeepSubnet, Engine: in.Engine})
 	var pe *netplan.Error
 	if errors.As(err, &pe) {
 		return plan, temporal.NewNonRetryableApplicationError(pe.Error(), pe.Type, nil)

@@ -462,7 +462,7 @@ type DeployFailure struct {
 func (d *deployment) tellSupervisorFailed(ctx workflow.Context, typ string) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	err := workflow.SignalExternalWorkflow(dctx, contract.SuperviseWorkflowID(d.spec.Name), "", contract.SignalDeployFailed,
-		DeployFailure{SpecHash: d.spec.Hash(), Type: typ, RunID: d.id}).Get(dctx, nil)
+		DeployFailure{SpecHash: d.specHash(), Type: typ, RunID: d.id}).Get(dctx, nil)
 	if err != nil {
 		workflow.GetLogger(ctx).Info("no supervisor told of the failure", "error", err)
 	}

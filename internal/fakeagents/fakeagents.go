@@ -17,6 +17,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
@@ -38,6 +39,9 @@ type Agents struct {
 	// listeners gone with a restarted agent).
 	RefusedDials map[string]int
 	ImageIDs     map[string]string
+	// Images are what the nodes' image holds; a node not listed holds SeedImage (its ID
+	// from ImageIDs when set there).
+	Images map[string]release.Image
 	// WatchSteps are the progress reports WatchServing returns, one per call.
 	WatchSteps []contract.ServingProgress
 	WatchCalls int
@@ -65,6 +69,7 @@ func New() *Agents {
 		RefusedDials: map[string]int{},
 		Manifests:    map[string]weights.Manifest{},
 		ImageIDs:     map[string]string{},
+		Images:       map[string]release.Image{},
 		BootIDs:      map[string]string{},
 		Probes: map[string]netplan.NodeProbe{
 			"node-a": SeedProbe("node-a", true),
@@ -216,6 +221,27 @@ func (f *Agents) DialPeers(ctx context.Context, req contract.DialRequest) ([]net
 
 func (f *Agents) CloseProbeListeners(ctx context.Context, req contract.CloseRequest) error {
 	return f.record(ctx, "CloseProbeListeners", req.Node, "")
+}
+
+// SeedImage is the seed's image on a node: vLLM 0.17 with Ray (the legacy Ray executor).
+func SeedImage(node string) release.Image {
+	return release.Image{Node: node, Ref: "vllm/vllm-openai:v0.17.1", ID: "sha256:1111111111111111", VLLM: "0.17.1",
+		Ray: "2.53.0", Torch: "2.10.0+cu129", NCCL: "2.27.5", Python: "3.12", RayBin: true, VLLMBin: true, Verbs: true}
+}
+
+func (f *Agents) ReadImage(ctx context.Context, req contract.ImageRequest) (release.Image, error) {
+	if err := f.record(ctx, "ReadImage", req.Node, req.Image); err != nil {
+		return release.Image{}, err
+	}
+	img, ok := f.Images[req.Node]
+	if !ok {
+		img = SeedImage(req.Node)
+		if id := f.ImageIDs[req.Node]; id != "" {
+			img.ID = id
+		}
+	}
+	img.Node, img.Ref = req.Node, req.Image
+	return img, nil
 }
 
 func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightRequest) (contract.PreflightResult, error) {
