@@ -121,7 +121,7 @@ var (
 
 	driverIP  = regexp.MustCompile(`This node has an IP address of ([^\s,]+)`)
 	raylets   = regexp.MustCompile(`found raylets at (.*?) but none`)
-	gcsAt     = regexp.MustCompile(`GCS (?:at|server)(?: address)? (\S*?):(\d+)`)
+	gcsAt     = regexp.MustCompile(`GCS (?:\(ray head\) )?(?:at|server)(?: address)? (\S*?):(\d+)`)
 	gcsLastAt = regexp.MustCompile(`last attempted GCS server address was (\S*)`)
 
 	c10dErrno   = regexp.MustCompile(`failed to connect to (\S+) \(errno: (\d+) - ([^)]*)\)`)
@@ -134,7 +134,12 @@ var (
 	ncclDupGPU  = regexp.MustCompile(`Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+)`)
 	ncclConnect = regexp.MustCompile(`(?:Connect to|connect to|remote peer) (\S+?)(?:<\d+>)?(?:[\s,]|$)`)
 	ncclWarnOp  = regexp.MustCompile(`NCCL WARN (?:socketStartConnect|socketPollConnect|socketProgress|socketFinalizeAccept|socketConnect|socketAccept|Net : Connect to|Connect to|Call to connect|Socket recv failed|\[Proxy Service \d+\] Failed to execute operation Connect|\[Service thread\] Error encountered progressing operation=Connect)`)
+	ncclPeerAt  = regexp.MustCompile(`(?:from|to|peer) (\S+?<\d+>)`)
 	ncclRetry   = regexp.MustCompile(`NCCL INFO socketPollConnect: connect returned (.*?), retrying`)
+	// ncclSockWarn: a socket-level NCCL warning (any release's wording, with or without the
+	// NCCL tag of 2.x before WARN): the connection between two ranks failed.
+	ncclSockWarn = regexp.MustCompile(`(?:NCCL WARN|socket\.(?:h|cc):\d+ WARN) .*?(?:Connection closed by remote peer|Connection refused|Connection reset|Connection timed out|Broken pipe|No route to host|Network is unreachable|Call to (?:connect|recv|send)\b|Socket creation failed)`)
+	ncclFailure  = regexp.MustCompile(`NCCL (?:failure|Check failed)\b.*'?(?:unhandled system error|internal error|remote process exited|unhandled cuda error)`)
 
 	glooNoAddr = regexp.MustCompile(`Unable to find address for: (\S+)`)
 	glooNoIf   = regexp.MustCompile(`Unable to find interface for: \[?([^\]\s]+)`)
@@ -164,6 +169,11 @@ var (
 	hfURL      = regexp.MustCompile(`(?:for url:? |Unauthorized for url: )(https://huggingface\.co/\S+?)\.?(?:\s|$)`)
 	gpuAtIP    = regexp.MustCompile(`current_ip='([^']+)'`)
 	tpExceeds  = regexp.MustCompile(`Tensor parallel size \((\d+)\) exceeds available GPUs \((\d+)\)`)
+	noConfFmt  = regexp.MustCompile(`No supported config format found in (\S+)`)
+	cantConfig = regexp.MustCompile(`Can't load config for '([^']*)'`)
+
+	rayExec    = regexp.MustCompile(`(?:exec: \\?"ray\\?": executable file not found|^"ray": executable file not found|(?:^|[\s:])ray: (?:command )?not found)`)
+	rayVersion = regexp.MustCompile(`started with:\s*Ray: (\S+)\s+Python: (\S+)\s+This process on node (\S+) was started with:\s*Ray: (\S+)\s+Python: (\S+)`)
 )
 
 // Classify returns what a line means for the deploy, or nil for an ordinary line. A line of
@@ -191,7 +201,7 @@ const maxClassify = 8 << 10
 
 // rules run in order; the first finding wins.
 var rules = []func(ctx) *Finding{
-	placement, duplicateAddress, driverAttach, gcs, c10d, nccl, gloo, memory,
+	placement, duplicateAddress, driverAttach, imageRay, versionMismatch, gcs, c10d, nccl, gloo, memory,
 	kvCache, layout, model, gpus, engine,
 }
 
@@ -203,8 +213,41 @@ const (
 	fixGloo       = "set GLOO_SOCKET_IFNAME on every node to that node's own interface on the planned subnet (one exact name per node)"
 	fixDriver     = "run `vllm serve` inside the Ray head's container (docker exec) with VLLM_HOST_IP equal to the head's --node-ip-address; a driver outside that container cannot reach the raylet's session sockets"
 	fixIncomplete = "compare the model's files on every node with the head's and copy what is missing (tpdeploy does before Ray starts with model.host_dir or a Hugging Face name: ModelIncomplete; model.sync: from-head copies them)"
+	fixGCS        = "RAY_ADDRESS (and ray start --address on the workers) must name the head's planned address and GCS port, reachable from every node; check the head's Ray is running"
 	fixModel      = "mount the model at the spec's path on every node (or serve a Hugging Face id with HF_TOKEN set on every node's container)"
+	fixRayImage   = "use --distributed-executor-backend mp (vLLM's own multi-node mode needs no Ray), or an image with Ray added (FROM vllm/vllm-openai:<tag> then RUN pip install ray, the same image on every node), or vLLM ≤ 0.17.1, whose images still ship Ray"
+	fixVersions   = "run the same image on every node: the same image ID, not only the same tag (pull it anew or pin it by digest), so Ray and Python match the head's"
+	fixNoGPU      = "give that node's container its GPUs (--gpus all or the device request, the NVIDIA container runtime) and check nvidia-smi inside it; with Ray, check --num-gpus and that CUDA_VISIBLE_DEVICES is not empty"
 )
+
+// imageRay reads the three ways an image without Ray shows: the container engine cannot
+// start a `ray` entrypoint, a shell finds no ray command, or vLLM cannot import ray for the
+// Ray executor.
+func imageRay(c ctx) *Finding {
+	t := c.t
+	switch {
+	case rayExec.MatchString(payload(t)):
+		return c.find(ImageLacksRay, "the image on "+c.onNode()+" has no ray command (stock vllm/vllm-openai images ship without Ray since v0.18.0)", fixRayImage, true)
+	case strings.Contains(t, "Failed to import Ray"):
+		if strings.Contains(t, "For distributed inference") || strings.Contains(t, "For multi-node inference") {
+			return c.find(ImageLacksRay, "the image's Python has no ray module: the Ray executor cannot start there", fixRayImage, false)
+		}
+		return c.find(ImageLacksRay, "vLLM cannot import Ray for --distributed-executor-backend ray: the image has no Ray (stock vllm/vllm-openai images since v0.18.0)", fixRayImage, true)
+	}
+	return nil
+}
+
+func versionMismatch(c ctx) *Finding {
+	t := c.t
+	if !strings.Contains(t, "Version mismatch: The cluster was started with") {
+		return nil
+	}
+	diag := "a Ray process joined a cluster started with another Ray or Python version: the nodes run different images"
+	if m := rayVersion.FindStringSubmatch(t); m != nil {
+		diag = "the Ray cluster runs Ray " + m[1] + " / Python " + m[2] + " but the process on " + m[3] + " runs Ray " + m[4] + " / Python " + m[5] + ": the nodes run different images"
+	}
+	return c.find(VersionMismatch, diag, fixVersions, true)
+}
 
 func placement(c ctx) *Finding {
 	t := c.t
@@ -312,11 +355,15 @@ func driverAttach(c ctx) *Finding {
 
 func gcs(c ctx) *Finding {
 	t := c.t
+	if strings.Contains(t, "Failed to send request to gcs") {
+		return c.find(GCSUnreachable, "Ray cannot reach the GCS (its gRPC requests fail)", fixGCS, true)
+	}
 	if !strings.Contains(t, "GCS") {
 		return nil
 	}
-	if !(strings.Contains(t, "Unable to connect to GCS at") || strings.Contains(t, "Failed to connect to GCS") ||
-		strings.Contains(t, "Failed to get cluster ID from GCS") || strings.Contains(t, "reconnect to GCS server")) {
+	if !(strings.Contains(t, "Unable to connect to GCS") || strings.Contains(t, "Failed to connect to GCS") ||
+		strings.Contains(t, "Failed to get cluster ID from GCS") || strings.Contains(t, "reconnect to GCS server") ||
+		strings.Contains(t, "waiting for GCS to become available")) {
 		return nil
 	}
 	diag := "Ray cannot reach the GCS"
@@ -330,8 +377,10 @@ func gcs(c ctx) *Finding {
 		diag = "Ray lost the GCS (last address " + m[1] + ")"
 	} else if strings.Contains(t, "cluster ID") {
 		diag = "Ray timed out waiting for the GCS (no cluster ID)"
+	} else if strings.Contains(t, "waiting for GCS to become available") {
+		diag = "Ray timed out waiting for the GCS to become available"
 	}
-	return c.find(GCSUnreachable, diag, "RAY_ADDRESS (and ray start --address on the workers) must name the head's planned address and GCS port, reachable from every node; check the head's Ray is running", true)
+	return c.find(GCSUnreachable, diag, fixGCS, true)
 }
 
 func c10d(c ctx) *Finding {
@@ -384,7 +433,8 @@ func c10d(c ctx) *Finding {
 
 func nccl(c ctx) *Finding {
 	t := c.t
-	if !strings.Contains(t, "NCCL") && !strings.Contains(t, "nccl") && !strings.Contains(t, "Bootstrap : no socket interface") && !strings.Contains(t, "Duplicate GPU") {
+	if !strings.Contains(t, "NCCL") && !strings.Contains(t, "nccl") && !strings.Contains(t, "Bootstrap : no socket interface") && !strings.Contains(t, "Duplicate GPU") &&
+		!strings.Contains(t, "socket.h:") && !strings.Contains(t, "socket.cc:") {
 		return nil
 	}
 	switch {
@@ -418,10 +468,27 @@ func nccl(c ctx) *Finding {
 	if m := ncclRetry.FindStringSubmatch(t); m != nil {
 		return c.find(NCCLError, "NCCL retries connecting to a peer ("+m[1]+")", fixNCCL, false)
 	}
+	if ncclSockWarn.MatchString(t) {
+		peer := ""
+		if m := ncclConnect.FindStringSubmatch(t); m != nil {
+			peer = " " + m[1]
+		} else if m := ncclPeerAt.FindStringSubmatch(t); m != nil {
+			peer = " " + m[1]
+		}
+		diag := "an NCCL socket to a peer" + peer + " failed on " + c.onNode()
+		if strings.Contains(t, "closed by remote peer") {
+			diag = "the NCCL peer" + peer + " closed its connection: that rank failed first (see its node's lines), or the network between the nodes cut it"
+		}
+		return c.find(NCCLError, diag+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
+	}
+	if strings.Contains(t, "NCCL WARN NET/IB : Got completion from peer") {
+		return c.find(NCCLError, "an RDMA transfer to an NCCL peer failed (IB completion error): "+clip(strings.TrimSpace(payload(t)), 160),
+			"check the RDMA link between the nodes (ibstat, cables, the same RoCE GID and MTU on both ends), or set NCCL_IB_DISABLE=1 to fall back to sockets", true)
+	}
 	low := strings.ToLower(t)
 	if !(strings.Contains(t, "NCCL error") || strings.Contains(t, "ncclInternalError") || strings.Contains(t, "ncclRemoteError") ||
 		strings.Contains(t, "ncclSystemError") || strings.Contains(t, "ncclInvalidUsage") || strings.Contains(t, "ncclUnhandledCudaError") ||
-		strings.Contains(t, "ncclNetSocketListen") || strings.Contains(t, "NCCL WARN Net : Connect to")) {
+		strings.Contains(t, "ncclNetSocketListen") || strings.Contains(t, "NCCL WARN Net : Connect to") || ncclFailure.MatchString(t)) {
 		return nil
 	}
 	kind := "NCCL failed"
@@ -607,7 +674,8 @@ func model(c ctx) *Finding {
 		hf = " (" + m[1] + ")"
 	}
 	switch {
-	case strings.Contains(t, "GatedRepoError"), strings.Contains(t, "gated repo"), strings.Contains(t, "is restricted. You must"):
+	case strings.Contains(t, "GatedRepoError"), strings.Contains(t, "gated repo"), strings.Contains(t, "is restricted. You must"),
+		strings.Contains(t, "You must be authenticated to access it"):
 		return c.find(ModelUnavailable, "Hugging Face refuses the gated model"+hf+": the token lacks access",
 			"accept the model's terms on huggingface.co with the account whose token is passed as HF_TOKEN to every node's container, or mount downloaded weights and serve the local path", true)
 	case strings.Contains(t, "RepositoryNotFoundError"), strings.Contains(t, "Repository Not Found for url"):
@@ -615,6 +683,18 @@ func model(c ctx) *Finding {
 			"check the spec's model id; for a private repository pass HF_TOKEN to every node's container; for local weights "+fixModel, true)
 	case (strings.Contains(t, "401 Client Error") || strings.Contains(t, "403 Client Error")) && strings.Contains(t, "huggingface"):
 		return c.find(ModelUnavailable, "Hugging Face rejected the request"+hf+" (401/403: no or wrong token)", "pass a valid HF_TOKEN with access to the model to every node's container, or mount the weights", true)
+	case strings.Contains(t, "404 Client Error") && strings.Contains(t, "huggingface.co"):
+		return c.find(ModelUnavailable, "Hugging Face has no such repository or file"+hf+" (404: a misspelt model id or a path taken for one)",
+			"check the spec's model id; for local weights "+fixModel, true)
+	}
+	if m := noConfFmt.FindStringSubmatch(t); m != nil {
+		return c.find(ModelUnavailable, "vLLM finds no config.json or params.json for "+m[1]+" on "+c.onNode()+" (not mounted there, not a Hugging Face-format checkpoint, or a Hugging Face id it could not fetch)", fixModel, true)
+	}
+	if strings.Contains(t, "Could not detect config format") {
+		return c.find(ModelUnavailable, "vLLM finds no config.json or params.json for the model on "+c.onNode()+" (not mounted there, not a Hugging Face-format checkpoint, or a Hugging Face id it could not fetch)", fixModel, true)
+	}
+	if m := cantConfig.FindStringSubmatch(t); m != nil {
+		return c.find(ModelUnavailable, "transformers cannot load a config for "+m[1]+" on "+c.onNode()+": neither a Hugging Face model id it can fetch nor a directory with config.json", fixModel, true)
 	}
 	if m := noConfig.FindStringSubmatch(t); m != nil && (m[2] == "config.json" || m[2] == "params.json") {
 		return c.find(ModelUnavailable, "the model path "+m[1]+" has no "+m[2]+" on "+c.onNode()+" (not a Hugging Face-format checkpoint, or not mounted there)", fixModel, true)
@@ -637,6 +717,12 @@ func model(c ctx) *Finding {
 
 func gpus(c ctx) *Finding {
 	t := c.t
+	switch {
+	case strings.Contains(t, "No CUDA GPUs are available"), strings.Contains(t, "no CUDA-capable device is detected"):
+		return c.find(NoGPU, "CUDA sees no GPU in the process on "+c.onNode()+" (the container has no GPU, or CUDA_VISIBLE_DEVICES is empty)", fixNoGPU, true)
+	case strings.Contains(t, "Failed to infer device type"):
+		return c.find(NoGPU, "vLLM finds no GPU platform on "+c.onNode()+" (no NVIDIA driver or GPU visible in the container)", fixNoGPU, true)
+	}
 	if strings.Contains(t, "Current node has no GPU available") {
 		diag := "vLLM's driver node offers no GPU to Ray"
 		if m := gpuAtIP.FindStringSubmatch(t); m != nil {

@@ -53,12 +53,21 @@ const (
 	// RayDriverAttach: the Ray driver (`vllm serve`) cannot attach to a raylet of its own
 	// node: it runs outside the Ray node's container or under an address Ray does not know.
 	RayDriverAttach = "RayDriverAttach"
+	// ImageLacksRay: the image has no Ray although the deploy needs it (a `ray` entrypoint,
+	// or --distributed-executor-backend ray): stock vllm/vllm-openai images ship without
+	// Ray since v0.18.0. The preflight reports the same string before any container runs.
+	ImageLacksRay = "ImageLacksRay"
+	// VersionMismatch: a Ray process joined a cluster started with another Ray or Python
+	// version: the nodes run different images.
+	VersionMismatch = "VersionMismatch"
 )
 
 // Line is one output line: the Ray process prefix it carried, if any, and its text.
 type Line struct {
 	// Source is Ray's prefix without parentheses, e.g. "RayWorkerWrapper pid=3173774,
-	// ip=10.254.20.30"; nested prefixes are joined with " / ".
+	// ip=10.254.20.30" (the legacy Ray executor's actor) or "RayWorkerProc pid=2158,
+	// ip=192.168.10.254" (RayExecutorV2's, vLLM ≥ 0.21); nested prefixes are joined with
+	// " / ", e.g. "EngineCore_DP0 pid=1 / RayWorkerProc pid=2, ip=10.0.0.2 / Worker_TP1 pid=2".
 	Source string
 	Text   string
 	// Repeated is N of Ray's "[repeated Nx across cluster]" suffix (removed from Text),

@@ -80,11 +80,37 @@ func TestParse(t *testing.T) {
 		// One space goes with the prefix; a traceback's indentation stays.
 		{"(APIServer pid=151)     sys.exit(main())", "APIServer pid=151", "    sys.exit(main())"},
 		{"(APIServer pid=2960) (Worker_TP0 pid=1)", "APIServer pid=2960 / Worker_TP0 pid=1", ""},
+		// RayExecutorV2 (vLLM ≥ 0.21): the remote actor is RayWorkerProc, nested under the
+		// engine and above the worker's own prefix.
+		{"\x1b[36m(RayWorkerProc pid=2158, ip=192.168.10.254)\x1b[0m double free or corruption (fasttop)", "RayWorkerProc pid=2158, ip=192.168.10.254", "double free or corruption (fasttop)"},
+		{"(EngineCore_DP0 pid=2490) (RayWorkerProc pid=471, ip=10.0.14.41) (Worker_TP1 pid=471) INFO x", "EngineCore_DP0 pid=2490 / RayWorkerProc pid=471, ip=10.0.14.41 / Worker_TP1 pid=471", "INFO x"},
 	} {
 		got := Parse(tc.raw)
 		if got.Source != tc.source || got.Text != tc.text {
 			t.Errorf("Parse(%q) = %+v, want source %q text %q", tc.raw, got, tc.source, tc.text)
 		}
+	}
+}
+
+// TestNodeV2 checks Line.Node for both Ray executors' prefixes: the legacy RayWorkerWrapper
+// and V2's RayWorkerProc, alone or nested; a local line has no node.
+func TestNodeV2(t *testing.T) {
+	for raw, want := range map[string]string{
+		"(RayWorkerWrapper pid=3173774, ip=192.168.200.13) x":                                      "192.168.200.13",
+		"(RayWorkerProc pid=2158, ip=192.168.10.254) x":                                            "192.168.10.254",
+		"(EngineCore_DP0 pid=2301) (RayWorkerProc pid=2981, ip=10.0.0.2) x":                        "10.0.0.2",
+		"(EngineCore_DP0 pid=2490) (RayWorkerProc pid=471, ip=10.0.14.41) (Worker_TP1 pid=471) x":  "10.0.14.41",
+		"(EngineCore pid=676) (RayWorkerProc pid=918) (Worker_TP0 pid=918) x":                      "",
+		"\x1b[36m(EngineCore_DP0 pid=1)\x1b[0m \x1b[36m(RayWorkerProc pid=2, ip=fd00::2)\x1b[0m x": "fd00::2",
+	} {
+		if got := Parse(raw).Node(); got != want {
+			t.Errorf("Node(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	// A V2 remote worker's failure names its node and process.
+	f := Classify(Parse("(EngineCore_DP0 pid=2301) (RayWorkerProc pid=2981, ip=192.168.200.13) WARNING 11-30 00:28:34 [socket.cpp:879] [c10d] The client socket has failed to connect to 10.1.230.180:55053 (errno: 101 - Network is unreachable)."))
+	if f == nil || f.Type != C10dUnreachable || f.Node != "192.168.200.13" || !strings.Contains(f.Diagnosis, "RayWorkerProc pid=2981") {
+		t.Fatalf("V2 remote line: got %+v", f)
 	}
 }
 

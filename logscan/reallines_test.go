@@ -40,6 +40,7 @@ var allTypes = []string{
 	PlacementPending, C10dUnreachable, NCCLNoInterface, NCCLError, GlooLoopback, CUDAOutOfMemory,
 	EngineDead, DuplicateAddress, GCSUnreachable, NoGPU, ModelUnsupported, ModelUnavailable,
 	KVCacheTooSmall, InvalidParallelLayout, GlooNoInterface, ResourcesBusy, RayDriverAttach, ModelIncomplete,
+	ImageLacksRay, VersionMismatch,
 }
 
 func TestRealLines(t *testing.T) {
