@@ -382,7 +382,6 @@ func (d *deployment) askAddressHolds(ctx workflow.Context, np netplan.NodePlan, 
 		contract.ActivityAddressHolds, contract.AddressRequest{Node: np.Name, Interface: np.Interface, Address: np.Address})
 }
 
-
 // removeOnNode registers the compensation that removes role's containers on node. It is
 // registered before the start is attempted, not after it succeeds: a start can create its
 // container and then fail (or time out), and removal by label is a no-op when nothing
