@@ -19,6 +19,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"go.uber.org/zap"
 )
 
 // placementVerdict compares Ray's alive nodes with the plan. It returns nil when every
@@ -376,6 +377,7 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 // line classifies one line of vLLM's output and updates the progress.
 func (w *watch) line(text string) error {
 	line, f := w.scan.Scan(text)
+	f = w.forRelease(f)
 	w.tail = append(w.tail, clipLine(line.Text))
 	if len(w.tail) > 5 {
 		w.tail = w.tail[1:]
@@ -398,6 +400,25 @@ func (w *watch) line(text string) error {
 		w.p.Warnings = append(w.p.Warnings, f.Message())
 	}
 	return nil
+}
+
+// forRelease drops a finding the release's code cannot print (a DuplicateAddress under
+// vLLM's V2 Ray executor, which has no such check, is a line quoted from elsewhere) and
+// gives a waiting placement group the fix its executor calls for.
+func (w *watch) forRelease(f *logscan.Finding) *logscan.Finding {
+	m := w.req.Engine
+	if f == nil || m == nil {
+		return f
+	}
+	if !m.CanPrint(f.Type) {
+		w.a.logger().Info("finding ruled out by the release", zap.String("type", f.Type), zap.String("vllm", m.VLLM),
+			zap.String("executor", m.Executor), zap.String("line", clipLine(f.Line)))
+		return nil
+	}
+	if f.Type == logscan.PlacementPending && !m.PinsDriverNode {
+		f.Fix = m.PendingFix()
+	}
+	return f
 }
 
 // askRay reads Ray's node table when vLLM waits for its placement group or has been

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -235,6 +236,9 @@ type WatchRequest struct {
 	// Headless is a node of vLLM's own multi-node mode that runs no API server: the watch
 	// follows its output and its end, and never reports serving.
 	Headless bool `json:"headless,omitempty"`
+	// Engine is how the image's vLLM release behaves: a line classified as a failure its
+	// code cannot print is not acted on, and fixes follow its executor.
+	Engine *release.Model `json:"engine,omitempty"`
 	// ReportWithin bounds how long one call runs before it returns its progress, so the
 	// workflow's queries stay current without an event per log line.
 	ReportWithin time.Duration `json:"report_within"`

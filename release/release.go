@@ -56,8 +56,10 @@ var (
 	// PrefixCopySince: the legacy Ray executor copies NCCL_* and the other prefixes
 	// (vLLM PR #34383, vllm/ray/ray_env.py get_env_vars_to_copy).
 	PrefixCopySince = Version{0, 17, 0}
-	// RayV2DefaultSince: VLLM_USE_RAY_V2_EXECUTOR_BACKEND defaults to 1 (vLLM PR #41421,
-	// vllm/envs.py); before, only the legacy executor is taken as present.
+	// RayV2Since: RayExecutorV2 exists, opt-in with VLLM_USE_RAY_V2_EXECUTOR_BACKEND=1
+	// (vLLM PR #36836, v0.20.0); RayV2DefaultSince: the switch defaults to 1 (vLLM PR
+	// #41421, vllm/envs.py, v0.21.0).
+	RayV2Since        = Version{0, 20, 0}
 	RayV2DefaultSince = Version{0, 21, 0}
 )
 
@@ -160,7 +162,8 @@ func Decide(l Layout, head Image) (Model, error) {
 		return m, nil
 	}
 	m.RayExecutor = RayLegacy
-	if v.AtLeast(RayV2DefaultSince) && l.HeadEnv[EnvRayV2] != "0" {
+	switch sw := l.HeadEnv[EnvRayV2]; {
+	case v.AtLeast(RayV2DefaultSince) && sw != "0", v.AtLeast(RayV2Since) && sw == "1":
 		m.RayExecutor = RayV2
 	}
 	switch {
