@@ -22,6 +22,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -142,7 +143,12 @@ func printOutcome(w io.Writer, st control.Status) error {
 		r := st.Result
 		fmt.Fprintf(w, "serving: %s\n", r.Endpoint)
 		fmt.Fprintf(w, "  models:  %s/v1/models\n", r.Endpoint)
-		fmt.Fprintf(w, "  subnet:  %s (ray at %s)\n", r.Plan.Subnet, r.Plan.RayAddress)
+		if r.Plan.RayAddress != "" {
+			fmt.Fprintf(w, "  subnet:  %s (ray at %s)\n", r.Plan.Subnet, r.Plan.RayAddress)
+		} else {
+			fmt.Fprintf(w, "  subnet:  %s\n", r.Plan.Subnet)
+		}
+		printEngine(w, "  ", r.Images, r.Engine)
 		for _, warn := range r.Warnings {
 			fmt.Fprintf(w, "  warning: %s\n", warn)
 		}
@@ -227,7 +233,14 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fmt.Fprintf(stdout, "cluster %s: %s (workflow %s run %s)\n", cluster, state, st.WorkflowID, st.RunID)
 	fmt.Fprintf(stdout, "  phase:   %s\n  details: %s\n", st.State.Phase, st.State.Details)
 	if st.State.Plan != nil {
-		fmt.Fprintf(stdout, "  subnet:  %s (ray at %s)\n", st.State.Plan.Subnet, st.State.Plan.RayAddress)
+		ray := ""
+		if st.State.Plan.RayAddress != "" {
+			ray = " (ray at " + st.State.Plan.RayAddress + ")"
+		}
+		fmt.Fprintf(stdout, "  subnet:  %s%s\n", st.State.Plan.Subnet, ray)
+	}
+	if st.Running || st.Result == nil {
+		printEngine(stdout, "  ", st.State.Images, st.State.Engine) // printOutcome shows a result's
 	}
 	for _, ctr := range st.State.Containers {
 		fmt.Fprintf(stdout, "  container %s on %s (%s)\n", ctr.Name, ctr.Node, ctr.Role)
@@ -372,7 +385,37 @@ func firstLine(s string) string {
 	return line
 }
 
+// printEngine shows what the image holds on each node and the executor it decided.
+func printEngine(w io.Writer, indent string, images []release.Image, m *release.Model) {
+	if m != nil {
+		for i, line := range m.Describe() {
+			if i == 0 {
+				fmt.Fprintf(w, "%sengine:  %s\n", indent, line)
+			} else {
+				fmt.Fprintf(w, "%s         %s\n", indent, line)
+			}
+		}
+	}
+	for _, img := range images {
+		cached := ""
+		if img.Cached {
+			cached = " (cached)"
+		}
+		fmt.Fprintf(w, "%simage:   %s: %s, id %s%s\n", indent, img.Node, img.Summary(), shortImageID(img.ID), cached)
+	}
+}
+
+func shortImageID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	return id[:min(12, len(id))]
+}
+
 func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
+	if len(rep.Images) > 0 || rep.Engine != nil {
+		fmt.Fprintf(w, "Image and engine\n")
+		printEngine(w, "  ", rep.Images, rep.Engine)
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "Interfaces\n")
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  NODE\tLINK\tSTATE\tMTU\tSPEED\tADDRESSES\tNOTE\n")
@@ -433,7 +476,11 @@ func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
 	for _, d := range rep.Plan.Decision {
 		fmt.Fprintf(w, "  %s %s\n", d.Subnet, d.Reason)
 	}
-	fmt.Fprintf(w, "\nEnvironment per node (ray head at %s)\n", rep.Plan.RayAddress)
+	if rep.Plan.RayAddress != "" {
+		fmt.Fprintf(w, "\nEnvironment per node (ray head at %s)\n", rep.Plan.RayAddress)
+	} else {
+		fmt.Fprintf(w, "\nEnvironment per node (no Ray)\n")
+	}
 	for _, n := range rep.Plan.Nodes {
 		fmt.Fprintf(w, "  %s (%s, %s on %s, %d GPU):\n", n.Name, n.Role, n.Address, n.Interface, n.GPUs)
 		keys := make([]string, 0, len(n.Env))
