@@ -28,6 +28,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
@@ -412,48 +413,104 @@ func killWorker(t *testing.T, node string) {
 	}
 }
 
-// (g) Both of vLLM's environment behaviours serve with the plan's settings, with different
-// interface names per node (node-a's fast NIC is not named like node-b's): before v0.17
-// the driver copies only VLLM_* to the Ray workers; from v0.17 (vLLM PR #34383) it also
-// copies NCCL_*, overwriting each worker's own. The head's vLLM output shows which.
-func TestDeployServesUnderBothVLLMEnvBehaviours(t *testing.T) {
+// (g) Every modelled release deploys to serving from the same spec, executor auto, with
+// different interface names per node (node-a's fast NIC is not named like node-b's). The
+// image decides: Ray where the image has it (0.11.0 and 0.17.1's legacy executor, 0.22.1
+// with Ray added running V2), vLLM's own multi-node mode on today's stock image without
+// Ray. The head's vLLM output shows the env rule that ran: 0.11.0 copies VLLM_* alone,
+// 0.17.1 also NCCL_* (vLLM PR #34383), V2 copies nothing over a worker's own values.
+func TestEveryModelledReleaseServesWithAuto(t *testing.T) {
 	a, _ := theLab.Iface(context.Background(), "node-a", "fast")
 	b, _ := theLab.Iface(context.Background(), "node-b", "fast")
 	if a == "" || a == b {
 		t.Fatalf("fast interfaces node-a %q, node-b %q: the lab should name them differently", a, b)
 	}
-	for _, tc := range []struct {
-		name, version string
-		copies        bool
-	}{{"e2e-env-old", "0.11.0", false}, {"e2e-env-new", "0.17.0", true}} {
-		t.Run(tc.version, func(t *testing.T) {
-			s := labSpec(t, tc.name)
-			s.Nodes[0].Env = map[string]string{"TPDEPLOY_SIM_VLLM_VERSION": tc.version}
-			deployServing(t, s)
+	want := map[string]struct {
+		executor, ray string
+		copiesNCCL    bool
+	}{
+		"vllm-0.11.0":     {"ray", release.RayLegacy, false},
+		"vllm-0.17.1":     {"ray", release.RayLegacy, true},
+		"vllm-0.22.1":     {"mp", "", false},
+		"vllm-0.22.1-ray": {"ray", release.RayV2, false},
+	}
+	if len(lab.Releases) != len(want) {
+		t.Fatalf("the lab models %d releases, this test knows %d", len(lab.Releases), len(want))
+	}
+	for _, rel := range lab.Releases {
+		w := want[rel.Name]
+		t.Run(rel.Name, func(t *testing.T) {
+			s := labSpec(t, "e2e-rel-"+strings.NewReplacer(".", "", "vllm-", "").Replace(rel.Name))
+			s.Image = rel.Image()
+			s.Executor = "" // auto
+			out, code := runStarter(t, "deploy", "-f", writeSpec(t, s), "--watch")
 			defer teardown(t, s.Name)
+			if code != 0 {
+				t.Fatalf("deploy exit %d:\n%s", code, out)
+			}
+			for _, line := range []string{
+				fmt.Sprintf("engine:  vLLM %s, executor %s (auto: ", rel.VLLM, w.executor),
+				fmt.Sprintf("image:   node-b: vllm %s, ray %s, torch %s", rel.VLLM, orNone(rel.Ray), rel.Torch),
+			} {
+				if !strings.Contains(out, line) {
+					t.Errorf("deploy output lacks %q:\n%s", line, out)
+				}
+			}
 			if err := endpointServes(t, s); err != nil {
 				t.Fatal(err)
 			}
-			out, err := execOut(activities.ContainerName(s.Name, "node-a", activities.RoleRayHead), "cat", "/tmp/tpdeploy/vllm/log")
+			status, _ := runStarter(t, "status", s.Name)
+			if !strings.Contains(status, "executor "+w.executor) || !strings.Contains(status, "vllm "+rel.VLLM) {
+				t.Errorf("status lacks the executor and versions:\n%s", status)
+			}
+			if w.executor == "mp" {
+				for _, c := range containersOf(t, s.Name) {
+					if !strings.HasSuffix(c, "_"+activities.RoleVLLM) {
+						t.Errorf("container %s under mp", c)
+					}
+				}
+				return
+			}
+			log, err := execOut(activities.ContainerName(s.Name, "node-a", activities.RoleRayHead), "cat", "/tmp/tpdeploy/vllm/log")
 			if err != nil {
 				t.Fatal(err)
 			}
-			prefixes := strings.Contains(out, "Env var prefixes to copy: [") && strings.Contains(out, "'NCCL_'")
-			if prefixes != tc.copies {
-				t.Fatalf("vLLM %s: copies NCCL_* %v, want %v:\n%s", tc.version, prefixes, tc.copies, out)
+			prefixes := strings.Contains(log, "Env var prefixes to copy: [") && strings.Contains(log, "'NCCL_'")
+			if prefixes != w.copiesNCCL {
+				t.Fatalf("%s: copies NCCL_* %v, want %v:\n%s", rel.Name, prefixes, w.copiesNCCL, log)
 			}
-			// From v0.17 the plan either gives every node one exact-name list (copied as is)
-			// or stops the copy of NCCL_* (ray_non_carry_over_env_vars.json); either way the
-			// workers keep a value that names their own interface, and the endpoint serves.
-			copied, stopped := false, false
-			for _, l := range strings.Split(out, "\n") {
-				copied = copied || strings.Contains(l, "Copying the following environment variables to workers") && strings.Contains(l, "'NCCL_SOCKET_IFNAME'")
-				stopped = stopped || strings.Contains(l, "RAY_NON_CARRY_OVER_ENV_VARS from config") && strings.Contains(l, "'NCCL_SOCKET_IFNAME'")
+			if w.ray == release.RayV2 && (strings.Contains(log, "Overwriting environment variable") || strings.Contains(log, "Copying the following environment variables")) {
+				t.Fatalf("V2 applies the driver's env with setdefault, yet the log shows the legacy copy:\n%s", log)
 			}
-			if tc.copies && copied == stopped {
-				t.Fatalf("vLLM %s: NCCL_SOCKET_IFNAME copied %v, copy stopped %v; want exactly one:\n%s", tc.version, copied, stopped, out)
-			}
-			t.Logf("vLLM %s: served; NCCL_SOCKET_IFNAME copied %v, copy stopped %v", tc.version, copied, stopped)
+			t.Logf("%s: served with executor %s %s", rel.Name, w.executor, w.ray)
 		})
 	}
+}
+
+func orNone(v string) string {
+	if v == "" {
+		return "none"
+	}
+	return v
+}
+
+// executor: ray on today's stock image (no Ray) fails at the first step, in seconds,
+// before any container starts, naming the node, the image and the ways out.
+func TestRayOnAnImageWithoutRayFailsFirst(t *testing.T) {
+	s := labSpec(t, "e2e-noray")
+	rel, _ := lab.ReleaseNamed("vllm-0.22.1")
+	s.Image, s.Executor = rel.Image(), spec.ExecutorRay
+	f, took := failure(t, deployFor(t, s))
+	if f.Type != release.ErrImageLacksRay {
+		t.Fatalf("failure %s: %s", f.Type, f.Message)
+	}
+	for _, w := range []string{"node-a", rel.Image(), "0.22.1", "executor: mp", "pip install ray", "0.17.1 or earlier"} {
+		if !strings.Contains(f.Message, w) {
+			t.Errorf("message lacks %q: %s", w, f.Message)
+		}
+	}
+	if left := containersOf(t, s.Name); len(left) != 0 {
+		t.Errorf("containers left: %v", left)
+	}
+	t.Logf("%s after %.1fs", f.Type, took.Seconds())
 }
