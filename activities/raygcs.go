@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 )
 
@@ -217,14 +218,14 @@ func (rawProto) Unmarshal(data []byte, v any) error {
 func (rawProto) Name() string { return "proto" }
 
 // registered turns the GCS's nodes into what placement compares with the plan.
-func registered(nodes []gcsNodeInfo) ([]RegisteredNode, error) {
-	out := make([]RegisteredNode, 0, len(nodes))
+func registered(nodes []gcsNodeInfo) ([]contract.RegisteredNode, error) {
+	out := make([]contract.RegisteredNode, 0, len(nodes))
 	for _, n := range nodes {
 		ip, err := netip.ParseAddr(n.Address)
 		if err != nil {
 			return nil, fmt.Errorf("ray GCS: node %s: address %q: %w", n.NodeID, n.Address, err)
 		}
-		out = append(out, RegisteredNode{NodeID: n.NodeID, IP: ip, Alive: n.Alive, GPUs: n.Resources["GPU"], Head: n.Head, DeathMessage: n.DeathMessage})
+		out = append(out, contract.RegisteredNode{NodeID: n.NodeID, IP: ip, Alive: n.Alive, GPUs: n.Resources["GPU"], Head: n.Head, DeathMessage: n.DeathMessage})
 	}
 	return out, nil
 }
@@ -234,7 +235,7 @@ var errNoGCSAddress = errors.New("no Ray GCS address in the plan")
 
 // registeredNodes reads Ray's nodes from the GCS at the plan's Ray address, from the
 // agent's own network namespace.
-func (a *Node) registeredNodes(ctx context.Context, gcsAddr string) ([]RegisteredNode, error) {
+func (a *Node) registeredNodes(ctx context.Context, gcsAddr string) ([]contract.RegisteredNode, error) {
 	if gcsAddr == "" {
 		return nil, errNoGCSAddress
 	}
@@ -255,7 +256,7 @@ func (a *Node) registeredNodes(ctx context.Context, gcsAddr string) ([]Registere
 }
 
 // RayNodesAt reads Ray's node table from the GCS at gcsAddr (host:port) from this process.
-func RayNodesAt(ctx context.Context, gcsAddr string) ([]RegisteredNode, error) {
+func RayNodesAt(ctx context.Context, gcsAddr string) ([]contract.RegisteredNode, error) {
 	nodes, err := rayNodes(ctx, gcsAddr, func(ctx context.Context, addr string) (net.Conn, error) {
 		return (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, "tcp", addr)
 	})
@@ -268,10 +269,10 @@ func RayNodesAt(ctx context.Context, gcsAddr string) ([]RegisteredNode, error) {
 // RayHealth says whether every planned node is alive in Ray under its planned address with
 // the GPUs needed: nil, or what is wrong (a dead node, one under another address, one
 // missing).
-func RayHealth(plan netplan.Plan, needGPUs int, nodes []RegisteredNode) error {
+func RayHealth(plan netplan.Plan, needGPUs int, nodes []contract.RegisteredNode) error {
 	if err := deadPlanned(plan, nodes); err != nil {
 		return err
 	}
-	_, _, err := placementVerdict(PlacementRequest{Plan: plan, NeedGPUs: needGPUs}, nodes)
+	_, _, err := placementVerdict(contract.PlacementRequest{Plan: plan, NeedGPUs: needGPUs}, nodes)
 	return err
 }

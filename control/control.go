@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -52,7 +51,7 @@ func (c Controller) StartDeploy(ctx context.Context, req workflows.DeployRequest
 	id := workflows.DeployWorkflowID(req.Spec.Name)
 	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
-		TaskQueue:                                activities.WorkflowQueue,
+		TaskQueue:                                contract.WorkflowQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
@@ -95,7 +94,7 @@ func (c Controller) Plan(ctx context.Context, s spec.Cluster) (workflows.PlanRep
 	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		// One plan per spec: a plan running for another spec is never joined.
 		ID:                       workflows.PlanWorkflowID(s.Name) + "-" + s.Hash(),
-		TaskQueue:                activities.WorkflowQueue,
+		TaskQueue:                contract.WorkflowQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowExecutionTimeout: 5 * time.Minute,
 		StaticSummary:            "plan " + s.Name,
@@ -312,7 +311,7 @@ func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluste
 	for {
 		run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID:                                       tid,
-			TaskQueue:                                activities.WorkflowQueue,
+			TaskQueue:                                contract.WorkflowQueue,
 			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 			WorkflowExecutionErrorWhenAlreadyStarted: true,
@@ -377,7 +376,7 @@ func Reason(err error) error {
 			return &Failure{Type: app.Type(), Message: app.Message()}
 		}
 		if temporal.IsCanceledError(wee.Unwrap()) {
-			return &Failure{Type: activities.ErrCanceled, Message: "canceled"}
+			return &Failure{Type: contract.ErrCanceled, Message: "canceled"}
 		}
 		return &Failure{Type: "Failed", Message: wee.Unwrap().Error()}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -28,21 +29,21 @@ func PlanLocal(ctx context.Context, s spec.Cluster, netns map[string]string) (wo
 		agents[n.Name] = &activities.Node{Name: n.Name, NetNS: ns}
 	}
 	for _, n := range s.Nodes {
-		p, err := agents[n.Name].ProbeNode(ctx, activities.ProbeRequest{Node: n.Name, SpecGPUs: n.GPUs, DockerHost: n.DockerHost})
+		p, err := agents[n.Name].ProbeNode(ctx, contract.ProbeRequest{Node: n.Name, SpecGPUs: n.GPUs, DockerHost: n.DockerHost})
 		if err != nil {
 			return rep, fmt.Errorf("%s: probe: %w", n.Name, err)
 		}
 		rep.Probes = append(rep.Probes, p)
 	}
 	addrs := netplan.ListenAddrs(s, rep.Probes)
-	listeners := map[string]activities.ListenResult{}
+	listeners := map[string]contract.ListenResult{}
 	defer func() {
 		for node, l := range listeners {
-			_ = agents[node].CloseProbeListeners(context.Background(), activities.CloseRequest{Node: node, Token: l.Token})
+			_ = agents[node].CloseProbeListeners(context.Background(), contract.CloseRequest{Node: node, Token: l.Token})
 		}
 	}()
 	for _, n := range s.Nodes {
-		l, err := agents[n.Name].OpenProbeListeners(ctx, activities.ListenRequest{Node: n.Name, Addrs: addrs[n.Name], TTL: time.Minute})
+		l, err := agents[n.Name].OpenProbeListeners(ctx, contract.ListenRequest{Node: n.Name, Addrs: addrs[n.Name], TTL: time.Minute})
 		if err != nil {
 			return rep, fmt.Errorf("%s: open reachability listeners: %w", n.Name, err)
 		}
@@ -55,7 +56,7 @@ func PlanLocal(ctx context.Context, s spec.Cluster, netns map[string]string) (wo
 				targets = append(targets, listeners[peer.Name].Targets...)
 			}
 		}
-		r, err := agents[n.Name].DialPeers(ctx, activities.DialRequest{Node: n.Name, Targets: targets, Timeout: 2 * time.Second})
+		r, err := agents[n.Name].DialPeers(ctx, contract.DialRequest{Node: n.Name, Targets: targets, Timeout: 2 * time.Second})
 		if err != nil {
 			return rep, fmt.Errorf("%s: dial peers: %w", n.Name, err)
 		}

@@ -272,8 +272,8 @@ func TestWrongRayRegistrationFailsAtPlacement(t *testing.T) {
 	f, _ := failure(t, deployFor(t, s))
 	a := theLab.Nodes[0]
 	want := fmt.Sprintf("node-a registered with Ray as %s, planned %s", a.Ext, a.Fast)
-	if f.Type != activities.ErrPlacementMismatch || !strings.Contains(f.Message, want) {
-		t.Fatalf("failure %s: %s\nwant %s naming %q", f.Type, f.Message, activities.ErrPlacementMismatch, want)
+	if f.Type != contract.ErrPlacementMismatch || !strings.Contains(f.Message, want) {
+		t.Fatalf("failure %s: %s\nwant %s naming %q", f.Type, f.Message, contract.ErrPlacementMismatch, want)
 	}
 	t.Logf("classified %s %.1fs after start (vLLM alone would wait ~42 minutes)", f.Type, time.Since(start).Seconds())
 }
@@ -281,11 +281,11 @@ func TestWrongRayRegistrationFailsAtPlacement(t *testing.T) {
 func waitPhase(t *testing.T, run tclient.WorkflowRun, phase string) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	var last activities.ServingProgress
+	var last contract.ServingProgress
 	for time.Now().Before(deadline) {
 		v, err := tc.QueryWorkflow(context.Background(), run.GetID(), run.GetRunID(), workflows.QueryProgress)
 		if err == nil {
-			var p activities.ServingProgress
+			var p contract.ServingProgress
 			if v.Get(&p) == nil {
 				if p.Phase == phase && p.ShardsLoaded > 0 {
 					return
@@ -353,7 +353,7 @@ func TestFastLinkCutDuringLoading(t *testing.T) {
 	// so the deploy starts over from probing, on the fast subnet only (never moving to the
 	// management network on its own), and fails there naming what node-b lacks.
 	switch {
-	case f.Type == activities.ErrRayNodeDead, f.Type == activities.ErrEngineDead, f.Type == activities.ErrNCCL:
+	case f.Type == contract.ErrRayNodeDead, f.Type == contract.ErrEngineDead, f.Type == contract.ErrNCCL:
 	case f.Type == contract.ErrNoViableSubnet && strings.Contains(f.Message, theLab.Fast.String()+" rejected: node-b has no address in it"):
 	default:
 		t.Fatalf("failure %s: %s; want the lost node classified (RayNodeDead, EngineDead, NCCLError, or NoViableSubnet on %s after starting over)", f.Type, f.Message, theLab.Fast)
@@ -434,7 +434,7 @@ func TestDeployServesUnderBothVLLMEnvBehaviours(t *testing.T) {
 			if err := endpointServes(t, s); err != nil {
 				t.Fatal(err)
 			}
-			out, err := execOut(activities.ContainerName(s.Name, "node-a", activities.RoleRayHead), "cat", "/tmp/tpdeploy/vllm/log")
+			out, err := execOut(contract.ContainerName(s.Name, "node-a", contract.RoleRayHead), "cat", "/tmp/tpdeploy/vllm/log")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -71,7 +71,7 @@ func TestModelMissingShardsRefusedAtPreflight(t *testing.T) {
 	makeModel(t, "node-a", s, 4, 1<<20)
 	makeModel(t, "node-b", s, 4, 1<<20, 2, 4)
 	f, _ := failure(t, deployFor(t, s))
-	if f.Type != activities.ErrModelIncomplete {
+	if f.Type != contract.ErrModelIncomplete {
 		t.Fatalf("failure %s: %s; want ModelIncomplete", f.Type, f.Message)
 	}
 	for _, want := range []string{

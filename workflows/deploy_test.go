@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
@@ -159,27 +159,27 @@ func TestDeployFailures(t *testing.T) {
 		wantRemove []string
 		attempts   int // expected attempts of the failing call
 	}{
-		{"probe non-retryable", "ProbeNode node-b", bad("no netlink"), activities.ErrBadRequest, []string{"node-b: probe: no netlink"}, nil, 1},
-		{"probe exhausted", "ProbeNode node-b", nil, activities.ErrRetriesExhausted, []string{"node-b: probe:", "transient failure 5"}, nil, stepAttempts},
-		{"listen fails", "OpenProbeListeners node-a", bad("address in use"), activities.ErrBadRequest, []string{"node-a: open reachability listeners: address in use"}, nil, 1},
-		{"image missing", "PreflightNode node-b", nonRetryable1(activities.ErrImageMissing, "node-b: image vllm/vllm-openai:v0.17.0 not present"),
-			activities.ErrImageMissing, []string{"image vllm/vllm-openai:v0.17.0 not present"}, nil, 1},
-		{"head fails", "StartRayHead node-a", bad("port 6379 in use"), activities.ErrBadRequest, []string{"node-a: start ray head: port 6379 in use"}, headOnly, 1},
-		{"head exhausted", "StartRayHead node-a", nil, activities.ErrRetriesExhausted, []string{"node-a: start ray head:"}, headOnly, stepAttempts},
-		{"worker fails", "StartRayWorker node-b", nonRetryable1(activities.ErrBadRequest, "Unable to connect to GCS at 192.168.200.12:6379"),
-			activities.ErrBadRequest, []string{"node-b: join ray worker: Unable to connect to GCS"}, rayAll, 1},
-		{"worker exhausted", "StartRayWorker node-b", nil, activities.ErrRetriesExhausted, []string{"node-b: join ray worker"}, rayAll, stepAttempts},
+		{"probe non-retryable", "ProbeNode node-b", bad("no netlink"), contract.ErrBadRequest, []string{"node-b: probe: no netlink"}, nil, 1},
+		{"probe exhausted", "ProbeNode node-b", nil, contract.ErrRetriesExhausted, []string{"node-b: probe:", "transient failure 5"}, nil, stepAttempts},
+		{"listen fails", "OpenProbeListeners node-a", bad("address in use"), contract.ErrBadRequest, []string{"node-a: open reachability listeners: address in use"}, nil, 1},
+		{"image missing", "PreflightNode node-b", nonRetryable1(contract.ErrImageMissing, "node-b: image vllm/vllm-openai:v0.17.0 not present"),
+			contract.ErrImageMissing, []string{"image vllm/vllm-openai:v0.17.0 not present"}, nil, 1},
+		{"head fails", "StartRayHead node-a", bad("port 6379 in use"), contract.ErrBadRequest, []string{"node-a: start ray head: port 6379 in use"}, headOnly, 1},
+		{"head exhausted", "StartRayHead node-a", nil, contract.ErrRetriesExhausted, []string{"node-a: start ray head:"}, headOnly, stepAttempts},
+		{"worker fails", "StartRayWorker node-b", nonRetryable1(contract.ErrBadRequest, "Unable to connect to GCS at 192.168.200.12:6379"),
+			contract.ErrBadRequest, []string{"node-b: join ray worker: Unable to connect to GCS"}, rayAll, 1},
+		{"worker exhausted", "StartRayWorker node-b", nil, contract.ErrRetriesExhausted, []string{"node-b: join ray worker"}, rayAll, stepAttempts},
 		{"placement mismatch", "CheckPlacement node-a",
-			nonRetryable1(activities.ErrPlacementMismatch, "node-a registered with ray as 10.1.230.180, planned 192.168.200.12"),
-			activities.ErrPlacementMismatch, []string{"node-a: check placement: node-a registered with ray as 10.1.230.180, planned 192.168.200.12"}, rayAll, 1},
-		{"placement exhausted", "CheckPlacement node-a", nil, activities.ErrRetriesExhausted, []string{"check placement"}, rayAll, stepAttempts},
-		{"launch fails", "LaunchVLLM node-a", bad("no such image"), activities.ErrBadRequest, []string{"node-a: launch vllm"}, everything, 1},
-		{"launch exhausted", "LaunchVLLM node-a", nil, activities.ErrRetriesExhausted, []string{"node-a: launch vllm"}, everything, stepAttempts},
+			nonRetryable1(contract.ErrPlacementMismatch, "node-a registered with ray as 10.1.230.180, planned 192.168.200.12"),
+			contract.ErrPlacementMismatch, []string{"node-a: check placement: node-a registered with ray as 10.1.230.180, planned 192.168.200.12"}, rayAll, 1},
+		{"placement exhausted", "CheckPlacement node-a", nil, contract.ErrRetriesExhausted, []string{"check placement"}, rayAll, stepAttempts},
+		{"launch fails", "LaunchVLLM node-a", bad("no such image"), contract.ErrBadRequest, []string{"node-a: launch vllm"}, everything, 1},
+		{"launch exhausted", "LaunchVLLM node-a", nil, contract.ErrRetriesExhausted, []string{"node-a: launch vllm"}, everything, stepAttempts},
 		{"c10d unreachable", "WatchServing node-a",
-			nonRetryable1(activities.ErrC10dUnreachable, "The client socket has failed to connect to any network address of (10.1.230.180, 55053)"),
-			activities.ErrC10dUnreachable, []string{"node-a: wait until serving:", "(10.1.230.180, 55053)"}, everything, 1},
-		{"watch exhausted", "WatchServing node-a", nil, activities.ErrRetriesExhausted, []string{"wait until serving"}, everything, 10},
-		{"agent down at probe", "ProbeNode node-b", fakeagents.AgentDown(), activities.ErrNodeAgentDown,
+			nonRetryable1(contract.ErrC10dUnreachable, "The client socket has failed to connect to any network address of (10.1.230.180, 55053)"),
+			contract.ErrC10dUnreachable, []string{"node-a: wait until serving:", "(10.1.230.180, 55053)"}, everything, 1},
+		{"watch exhausted", "WatchServing node-a", nil, contract.ErrRetriesExhausted, []string{"wait until serving"}, everything, 10},
+		{"agent down at probe", "ProbeNode node-b", fakeagents.AgentDown(), contract.ErrNodeAgentDown,
 			[]string{"node-b: probe: node agent is not serving task queue tpdeploy.node.node-b"}, nil, 1},
 		// node-b answered at the probe and stopped: it went down, and its removal is left to
 		// its agent's reconcile when it starts.
@@ -242,7 +242,7 @@ func TestDeployFailures(t *testing.T) {
 	}
 }
 
-func bad(msg string) error { return nonRetryable1(activities.ErrBadRequest, msg) }
+func bad(msg string) error { return nonRetryable1(contract.ErrBadRequest, msg) }
 
 func nonRetryable1(typ, msg string) error {
 	return temporal.NewNonRetryableApplicationError(msg, typ, nil)
@@ -264,7 +264,7 @@ func TestDeployRetriesTransientFailures(t *testing.T) {
 
 func TestCompensationFailureDoesNotMaskOriginal(t *testing.T) {
 	f := fakeagents.New()
-	f.Failures["CheckPlacement node-a"] = nonRetryable1(activities.ErrPlacementMismatch, "node-a registered as 10.1.230.180, planned 192.168.200.12")
+	f.Failures["CheckPlacement node-a"] = nonRetryable1(contract.ErrPlacementMismatch, "node-a registered as 10.1.230.180, planned 192.168.200.12")
 	f.Failures["RemoveContainers node-b"] = bad("docker daemon gone")
 	env := newEnv(t, f)
 	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
@@ -272,7 +272,7 @@ func TestCompensationFailureDoesNotMaskOriginal(t *testing.T) {
 	if !errors.As(env.GetWorkflowError(), &app) {
 		t.Fatalf("want application error, got %v", env.GetWorkflowError())
 	}
-	if app.Type() != activities.ErrPlacementMismatch {
+	if app.Type() != contract.ErrPlacementMismatch {
 		t.Errorf("type = %q: a compensation failure masked the original", app.Type())
 	}
 	for _, w := range []string{"planned 192.168.200.12", "compensation failed", "remove ray-worker on node-b: docker daemon gone"} {
@@ -293,7 +293,7 @@ func TestNoViableSubnetStartsNothing(t *testing.T) {
 	env := newEnv(t, f)
 	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var app *temporal.ApplicationError
-	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != activities.ErrNoViableSubnet {
+	if !errors.As(env.GetWorkflowError(), &app) || app.Type() != contract.ErrNoViableSubnet {
 		t.Fatalf("want NoViableSubnet, got %v", env.GetWorkflowError())
 	}
 	for _, w := range []string{"192.168.200.0/24 rejected: node-b cannot reach node-a", "10.1.230.0/24 rejected: node-b has no address in it", "node-b: enp1s0f1np1 192.168.200.13/24"} {
@@ -330,7 +330,7 @@ func TestImageMismatch(t *testing.T) {
 				return
 			}
 			var app *temporal.ApplicationError
-			if !errors.As(err, &app) || app.Type() != activities.ErrImageMismatch {
+			if !errors.As(err, &app) || app.Type() != contract.ErrImageMismatch {
 				t.Fatalf("want ImageMismatch, got %v", err)
 			}
 			if got := fakeagents.Calls(f, "StartRayHead"); len(got) != 0 {
@@ -512,7 +512,7 @@ func TestDeployStartsOverWhenANodeReboots(t *testing.T) {
 // node's boot ID: a changed one means starting over, not failing.
 func TestDeployStartsOverWhenAFailureFollowsAReboot(t *testing.T) {
 	f := fakeagents.New()
-	f.Failures["WatchServing node-a"] = nonRetryable1(activities.ErrEngineDead, "EngineDeadError")
+	f.Failures["WatchServing node-a"] = nonRetryable1(contract.ErrEngineDead, "EngineDeadError")
 	f.OnCall = func(key string) {
 		if key == "WatchServing node-a" && fakeagents.Attempts(f, "BootID node-b") == 0 {
 			fakeagents.Reboot(f, "node-b", "boot-2")
@@ -542,7 +542,7 @@ func TestDeployStartsOverWhenAFailureFollowsAReboot(t *testing.T) {
 // planned interface: the deploy starts over from probing and serves on the new name.
 func TestDeployStartsOverWhenAnInterfaceCameBackRenamed(t *testing.T) {
 	f := fakeagents.New()
-	f.Failures["WatchServing node-a"] = nonRetryable1(activities.ErrNCCLNoInterface, "NCCL_SOCKET_IFNAME names no interface")
+	f.Failures["WatchServing node-a"] = nonRetryable1(contract.ErrNCCLNoInterface, "NCCL_SOCKET_IFNAME names no interface")
 	watches := 0
 	f.OnCall = func(key string) {
 		if key != "WatchServing node-a" {
@@ -630,7 +630,7 @@ func TestModelIncompleteRefusedBeforeRay(t *testing.T) {
 	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
 	var app *temporal.ApplicationError
 	err := env.GetWorkflowError()
-	if !errors.As(err, &app) || app.Type() != activities.ErrModelIncomplete {
+	if !errors.As(err, &app) || app.Type() != contract.ErrModelIncomplete {
 		t.Fatalf("err = %v, want ModelIncomplete", err)
 	}
 	for _, want := range []string{"node-b lacks model-00002-of-00003.safetensors (head has 4.9 GB)", "node-b lacks model-00003-of-00003.safetensors (head has 1.2 GB)", "model.sync: from-head"} {
@@ -677,7 +677,7 @@ func TestModelSyncFromHead(t *testing.T) {
 // A node that keeps rebooting ends the deploy after MaxRestarts, as NodeRebooted.
 func TestDeployGivesUpAfterItsRestarts(t *testing.T) {
 	f := fakeagents.New()
-	f.Failures["WatchServing node-a"] = nonRetryable1(activities.ErrEngineDead, "EngineDeadError")
+	f.Failures["WatchServing node-a"] = nonRetryable1(contract.ErrEngineDead, "EngineDeadError")
 	f.BootIDs["node-b"] = "boot-again"
 	env := newEnv(t, f)
 	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec(), MaxRestarts: 2})
@@ -722,14 +722,14 @@ func TestMPDeployServes(t *testing.T) {
 func TestMPHeadlessRankFailureEndsTheDeploy(t *testing.T) {
 	f := fakeagents.New()
 	f.BlockWatch = true
-	f.Failures["WatchServing node-b"] = nonRetryable1(activities.ErrC10dUnreachable, "a worker cannot reach the torch c10d rendezvous")
+	f.Failures["WatchServing node-b"] = nonRetryable1(contract.ErrC10dUnreachable, "a worker cannot reach the torch c10d rendezvous")
 	s := fakeagents.SeedSpec()
 	s.Executor = spec.ExecutorMP
 	env := newEnv(t, f)
 	executeDeploy(env, DeployRequest{Spec: s})
 	var app *temporal.ApplicationError
 	err := env.GetWorkflowError()
-	if !errors.As(err, &app) || app.Type() != activities.ErrC10dUnreachable || !strings.Contains(app.Message(), "node-b") {
+	if !errors.As(err, &app) || app.Type() != contract.ErrC10dUnreachable || !strings.Contains(app.Message(), "node-b") {
 		t.Fatalf("err = %v, want C10dUnreachable naming node-b", err)
 	}
 	removals := fakeagents.Calls(f, "RemoveContainers")
@@ -755,7 +755,7 @@ func TestMPMasterPortUnreachableFailsBeforeRanks(t *testing.T) {
 	executeDeploy(env, DeployRequest{Spec: s})
 	var app *temporal.ApplicationError
 	err := env.GetWorkflowError()
-	if !errors.As(err, &app) || app.Type() != activities.ErrC10dUnreachable || !strings.Contains(app.Message(), "node-b cannot reach the master address 192.168.200.12:29501") {
+	if !errors.As(err, &app) || app.Type() != contract.ErrC10dUnreachable || !strings.Contains(app.Message(), "node-b cannot reach the master address 192.168.200.12:29501") {
 		t.Fatalf("err = %v", err)
 	}
 	if got := fakeagents.Calls(f, "StartVLLMRank"); len(got) != 0 {

@@ -7,7 +7,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 )
 
@@ -15,21 +15,21 @@ func TestRedeployDecides(t *testing.T) {
 	s := fakeagents.SeedSpec().WithDefaults()
 	for _, tc := range []struct {
 		name       string
-		check      activities.DeploymentCheck
+		check      contract.DeploymentCheck
 		wantAction string
 		wantReason string
 		deploys    bool
 	}{
-		{"never deployed", activities.DeploymentCheck{}, RedeployDeployed, "never deployed", true},
-		{"unchanged and serving", activities.DeploymentCheck{Exists: true, Closed: "Completed", RunID: "r1", SpecHash: s.Hash(), Healthy: true, Endpoint: "http://x"},
+		{"never deployed", contract.DeploymentCheck{}, RedeployDeployed, "never deployed", true},
+		{"unchanged and serving", contract.DeploymentCheck{Exists: true, Closed: "Completed", RunID: "r1", SpecHash: s.Hash(), Healthy: true, Endpoint: "http://x"},
 			RedeployNoop, "deploy r1 serves spec " + s.Hash(), false},
-		{"spec changed", activities.DeploymentCheck{Exists: true, Closed: "Completed", RunID: "r1", SpecHash: "0ld", Healthy: true},
+		{"spec changed", contract.DeploymentCheck{Exists: true, Closed: "Completed", RunID: "r1", SpecHash: "0ld", Healthy: true},
 			RedeployDeployed, "spec changed (0ld -> " + s.Hash() + ")", true},
-		{"unchanged but not serving", activities.DeploymentCheck{Exists: true, Closed: "Completed", RunID: "r1", SpecHash: s.Hash(), Detail: "GET /health: 503"},
+		{"unchanged but not serving", contract.DeploymentCheck{Exists: true, Closed: "Completed", RunID: "r1", SpecHash: s.Hash(), Detail: "GET /health: 503"},
 			RedeployDeployed, "not serving: GET /health: 503", true},
-		{"last deploy failed", activities.DeploymentCheck{Exists: true, Closed: "Failed", RunID: "r1", SpecHash: s.Hash()},
+		{"last deploy failed", contract.DeploymentCheck{Exists: true, Closed: "Failed", RunID: "r1", SpecHash: s.Hash()},
 			RedeployDeployed, "latest deploy ended Failed", true},
-		{"a deploy is running", activities.DeploymentCheck{Exists: true, Running: true, RunID: "r2"},
+		{"a deploy is running", contract.DeploymentCheck{Exists: true, Running: true, RunID: "r2"},
 			RedeploySkipped, "deploy r2 is running", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,9 +37,9 @@ func TestRedeployDecides(t *testing.T) {
 			env := newEnv(t, f)
 			env.RegisterWorkflow(RedeployCluster)
 			check := tc.check
-			env.RegisterActivityWithOptions(func(ctx context.Context, req activities.CheckDeploymentRequest) (activities.DeploymentCheck, error) {
+			env.RegisterActivityWithOptions(func(ctx context.Context, req contract.CheckDeploymentRequest) (contract.DeploymentCheck, error) {
 				return check, nil
-			}, activity.RegisterOptions{Name: activities.ActivityCheckDeployment})
+			}, activity.RegisterOptions{Name: contract.ActivityCheckDeployment})
 			env.ExecuteWorkflow(RedeployCluster, RedeployRequest{Spec: s, Trigger: "schedule"})
 			if err := env.GetWorkflowError(); err != nil {
 				t.Fatalf("redeploy: %v", err)

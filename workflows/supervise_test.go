@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/netplan"
 )
@@ -29,12 +29,12 @@ func superviseEnv(t *testing.T, f *fakeagents.Agents, healthy func() bool) *test
 	env.RegisterWorkflow(DeployCluster)
 	env.RegisterWorkflow(SuperviseCluster)
 	env.RegisterActivity(f)
-	env.RegisterActivityWithOptions(func(ctx context.Context, req activities.CheckDeploymentRequest) (activities.DeploymentCheck, error) {
+	env.RegisterActivityWithOptions(func(ctx context.Context, req contract.CheckDeploymentRequest) (contract.DeploymentCheck, error) {
 		if healthy() {
-			return activities.DeploymentCheck{Exists: true, Closed: "Completed", Healthy: true, Endpoint: "http://192.168.200.12:8000", Plan: &netplan.Plan{Head: "node-a"}}, nil
+			return contract.DeploymentCheck{Exists: true, Closed: "Completed", Healthy: true, Endpoint: "http://192.168.200.12:8000", Plan: &netplan.Plan{Head: "node-a"}}, nil
 		}
-		return activities.DeploymentCheck{Exists: true, Closed: "Completed", Detail: "GET http://192.168.200.12:8000/health: 503 Service Unavailable"}, nil
-	}, activity.RegisterOptions{Name: activities.ActivityCheckDeployment})
+		return contract.DeploymentCheck{Exists: true, Closed: "Completed", Detail: "GET http://192.168.200.12:8000/health: 503 Service Unavailable"}, nil
+	}, activity.RegisterOptions{Name: contract.ActivityCheckDeployment})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: SuperviseWorkflowID("seed")})
 	env.SetTestTimeout(time.Minute)
 	// These tests are of the periodic checks that runs recorded before the watch replay.
@@ -165,7 +165,7 @@ func TestSuperviseRedeploysWhenARayNodeIsDead(t *testing.T) {
 	env := superviseEnv(t, f, func() bool { return true })
 	var got Supervision
 	env.RegisterDelayedCallback(func() {
-		fakeagents.SetFailure(f, "RayNodesAlive node-a", temporal.NewNonRetryableApplicationError("not registered with Ray yet: node-b", activities.ErrNodeNotRegistered, nil))
+		fakeagents.SetFailure(f, "RayNodesAlive node-a", temporal.NewNonRetryableApplicationError("not registered with Ray yet: node-b", contract.ErrNodeNotRegistered, nil))
 	}, time.Minute)
 	env.RegisterDelayedCallback(func() {
 		got = supervision(t, env)

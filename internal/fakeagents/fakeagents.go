@@ -15,7 +15,6 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -40,7 +39,7 @@ type Agents struct {
 	RefusedDials map[string]int
 	ImageIDs     map[string]string
 	// WatchSteps are the progress reports WatchServing returns, one per call.
-	WatchSteps []activities.ServingProgress
+	WatchSteps []contract.ServingProgress
 	WatchCalls int
 	// BlockWatch makes WatchServing wait for cancellation, heartbeating.
 	BlockWatch bool
@@ -71,7 +70,7 @@ func New() *Agents {
 			"node-a": SeedProbe("node-a", true),
 			"node-b": SeedProbe("node-b", false),
 		},
-		WatchSteps: []activities.ServingProgress{
+		WatchSteps: []contract.ServingProgress{
 			{Phase: "loading", ShardsLoaded: 8, ShardsTotal: 39, Percent: 21},
 			{Phase: "loading", ShardsLoaded: 39, ShardsTotal: 39, Percent: 100},
 			{Phase: "serving", ShardsLoaded: 39, ShardsTotal: 39, Percent: 100, Serving: true},
@@ -168,29 +167,29 @@ func Attempts(f *Agents, key string) int {
 	return f.attempts[key]
 }
 
-func (f *Agents) ProbeNode(ctx context.Context, req activities.ProbeRequest) (netplan.NodeProbe, error) {
+func (f *Agents) ProbeNode(ctx context.Context, req contract.ProbeRequest) (netplan.NodeProbe, error) {
 	if err := f.record(ctx, "ProbeNode", req.Node, ""); err != nil {
 		return netplan.NodeProbe{}, err
 	}
 	p, ok := f.Probes[req.Node]
 	if !ok {
-		return p, temporal.NewNonRetryableApplicationError("unknown node "+req.Node, activities.ErrWrongNode, nil)
+		return p, temporal.NewNonRetryableApplicationError("unknown node "+req.Node, contract.ErrWrongNode, nil)
 	}
 	return p, nil
 }
 
-func (f *Agents) OpenProbeListeners(ctx context.Context, req activities.ListenRequest) (activities.ListenResult, error) {
+func (f *Agents) OpenProbeListeners(ctx context.Context, req contract.ListenRequest) (contract.ListenResult, error) {
 	if err := f.record(ctx, "OpenProbeListeners", req.Node, ""); err != nil {
-		return activities.ListenResult{}, err
+		return contract.ListenResult{}, err
 	}
-	res := activities.ListenResult{Token: "tok-" + req.Node}
+	res := contract.ListenResult{Token: "tok-" + req.Node}
 	for i, a := range req.Addrs {
 		res.Targets = append(res.Targets, netplan.Target{Node: req.Node, Subnet: a.Masked(), Addr: netip.AddrPortFrom(a.Addr(), uint16(40000+i))})
 	}
 	return res, nil
 }
 
-func (f *Agents) DialPeers(ctx context.Context, req activities.DialRequest) ([]netplan.PairResult, error) {
+func (f *Agents) DialPeers(ctx context.Context, req contract.DialRequest) ([]netplan.PairResult, error) {
 	if err := f.record(ctx, "DialPeers", req.Node, ""); err != nil {
 		return nil, err
 	}
@@ -215,59 +214,59 @@ func (f *Agents) DialPeers(ctx context.Context, req activities.DialRequest) ([]n
 	return out, nil
 }
 
-func (f *Agents) CloseProbeListeners(ctx context.Context, req activities.CloseRequest) error {
+func (f *Agents) CloseProbeListeners(ctx context.Context, req contract.CloseRequest) error {
 	return f.record(ctx, "CloseProbeListeners", req.Node, "")
 }
 
-func (f *Agents) PreflightNode(ctx context.Context, req activities.PreflightRequest) (activities.PreflightResult, error) {
+func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightRequest) (contract.PreflightResult, error) {
 	if err := f.record(ctx, "PreflightNode", req.Node, ""); err != nil {
-		return activities.PreflightResult{}, err
+		return contract.PreflightResult{}, err
 	}
 	id := f.ImageIDs[req.Node]
 	if id == "" {
 		id = "sha256:1111111111111111"
 	}
-	return activities.PreflightResult{Node: req.Node, ImageID: id}, nil
+	return contract.PreflightResult{Node: req.Node, ImageID: id}, nil
 }
 
-func (f *Agents) StartRayHead(ctx context.Context, req activities.StartRayRequest) (activities.ContainerRef, error) {
+func (f *Agents) StartRayHead(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
 	if err := f.record(ctx, "StartRayHead", req.Node, req.Plan.Address.String()); err != nil {
-		return activities.ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
-	return activities.ContainerRef{Node: req.Node, Role: activities.RoleRayHead, Name: "tpdeploy-" + req.Deployment.Cluster + "-ray-head", ID: "c-head"}, nil
+	return contract.ContainerRef{Node: req.Node, Role: contract.RoleRayHead, Name: "tpdeploy-" + req.Deployment.Cluster + "-ray-head", ID: "c-head"}, nil
 }
 
-func (f *Agents) StartRayWorker(ctx context.Context, req activities.StartRayRequest) (activities.ContainerRef, error) {
+func (f *Agents) StartRayWorker(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
 	if err := f.record(ctx, "StartRayWorker", req.Node, req.Plan.Address.String()+" -> "+req.RayAddress); err != nil {
-		return activities.ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
-	return activities.ContainerRef{Node: req.Node, Role: activities.RoleRayWorker, Name: "tpdeploy-" + req.Deployment.Cluster + "-ray-worker", ID: "c-" + req.Node}, nil
+	return contract.ContainerRef{Node: req.Node, Role: contract.RoleRayWorker, Name: "tpdeploy-" + req.Deployment.Cluster + "-ray-worker", ID: "c-" + req.Node}, nil
 }
 
-func (f *Agents) CheckPlacement(ctx context.Context, req activities.PlacementRequest) (activities.PlacementReport, error) {
+func (f *Agents) CheckPlacement(ctx context.Context, req contract.PlacementRequest) (contract.PlacementReport, error) {
 	if err := f.record(ctx, "CheckPlacement", req.Node, ""); err != nil {
-		return activities.PlacementReport{}, err
+		return contract.PlacementReport{}, err
 	}
-	return activities.PlacementReport{GPUs: float64(req.NeedGPUs)}, nil
+	return contract.PlacementReport{GPUs: float64(req.NeedGPUs)}, nil
 }
 
-func (f *Agents) LaunchVLLM(ctx context.Context, req activities.LaunchRequest) (activities.ContainerRef, error) {
+func (f *Agents) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (contract.ContainerRef, error) {
 	detail := ""
 	if req.Replace {
 		detail = "replace"
 	}
 	if err := f.record(ctx, "LaunchVLLM", req.Node, detail); err != nil {
-		return activities.ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
-	return activities.ContainerRef{Node: req.Node, Role: activities.RoleVLLM, Name: "tpdeploy-" + req.Deployment.Cluster + "-vllm", ID: "c-vllm"}, nil
+	return contract.ContainerRef{Node: req.Node, Role: contract.RoleVLLM, Name: "tpdeploy-" + req.Deployment.Cluster + "-vllm", ID: "c-vllm"}, nil
 }
 
-func (f *Agents) WatchServing(ctx context.Context, req activities.WatchRequest) (activities.ServingProgress, error) {
+func (f *Agents) WatchServing(ctx context.Context, req contract.WatchRequest) (contract.ServingProgress, error) {
 	if req.Headless {
 		// A headless rank's watch: it fails as a test says ("WatchServing node-b headless"),
 		// else reports that the rank is still up.
 		if err := f.record(ctx, "WatchServing", req.Node, "headless"); err != nil {
-			return activities.ServingProgress{}, err
+			return contract.ServingProgress{}, err
 		}
 		select {
 		case <-ctx.Done():
@@ -277,13 +276,13 @@ func (f *Agents) WatchServing(ctx context.Context, req activities.WatchRequest) 
 		return req.Cursor, nil
 	}
 	if err := f.record(ctx, "WatchServing", req.Node, ""); err != nil {
-		return activities.ServingProgress{}, err
+		return contract.ServingProgress{}, err
 	}
 	for blocked(f) {
 		activity.RecordHeartbeat(ctx, req.Cursor)
 		select {
 		case <-ctx.Done():
-			return activities.ServingProgress{}, ctx.Err()
+			return contract.ServingProgress{}, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -312,11 +311,11 @@ func (f *Agents) StartVLLMRank(ctx context.Context, req contract.RankRequest) (c
 	return contract.ContainerRef{Node: req.Node, Role: contract.RoleVLLM, Name: contract.ContainerName(req.Spec.Name, req.Node, contract.RoleVLLM), ID: "ctr-" + req.Node}, nil
 }
 
-func (f *Agents) RemoveContainers(ctx context.Context, req activities.RemoveRequest) (activities.RemoveResult, error) {
+func (f *Agents) RemoveContainers(ctx context.Context, req contract.RemoveRequest) (contract.RemoveResult, error) {
 	if err := f.record(ctx, "RemoveContainers", req.Node, strings.Join(req.Roles, ",")); err != nil {
-		return activities.RemoveResult{}, err
+		return contract.RemoveResult{}, err
 	}
-	return activities.RemoveResult{Node: req.Node}, nil
+	return contract.RemoveResult{Node: req.Node}, nil
 }
 
 func blocked(f *Agents) bool {
@@ -344,14 +343,14 @@ func SeedSpec() spec.Cluster {
 	}.WithDefaults()
 }
 
-func (f *Agents) RayNodesAlive(ctx context.Context, req activities.PlacementRequest) (activities.PlacementReport, error) {
+func (f *Agents) RayNodesAlive(ctx context.Context, req contract.PlacementRequest) (contract.PlacementReport, error) {
 	if err := f.record(ctx, "RayNodesAlive", req.Node, ""); err != nil {
-		return activities.PlacementReport{}, err
+		return contract.PlacementReport{}, err
 	}
-	return activities.PlacementReport{GPUs: float64(req.NeedGPUs)}, nil
+	return contract.PlacementReport{GPUs: float64(req.NeedGPUs)}, nil
 }
 
-func (f *Agents) BootID(ctx context.Context, req activities.BootIDRequest) (string, error) {
+func (f *Agents) BootID(ctx context.Context, req contract.BootIDRequest) (string, error) {
 	if err := f.record(ctx, "BootID", req.Node, ""); err != nil {
 		return "", err
 	}
