@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -19,77 +17,12 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/logscan"
-	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/raygcs"
+	"github.com/tpdeploy/tpdeploy/readiness"
 )
 
-// placementVerdict compares Ray's alive nodes with the plan. It returns nil when every
-// planned node is alive under its planned address with enough GPUs; a non-retryable
-// error when that can no longer happen by waiting (a node registered under another
-// address, two nodes under one); and wait=true when nodes are still missing.
-func placementVerdict(req contract.PlacementRequest, nodes []contract.RegisteredNode) (report contract.PlacementReport, wait bool, err error) {
-	planned := map[netip.Addr]string{}
-	for _, n := range req.Plan.Nodes {
-		planned[n.Address] = n.Name
-	}
-	seen := map[netip.Addr]int{}
-	var unexpected []contract.RegisteredNode
-	for _, n := range nodes {
-		if !n.Alive {
-			continue
-		}
-		seen[n.IP]++
-		if _, ok := planned[n.IP]; ok {
-			report.Nodes = append(report.Nodes, n)
-			report.GPUs += n.GPUs
-		} else {
-			unexpected = append(unexpected, n)
-		}
-	}
-	for ip, count := range seen {
-		if count > 1 {
-			return report, false, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("%d Ray nodes registered under %s (vLLM refuses duplicate node IPs): give every node its own --node-ip-address", count, ip), contract.ErrDuplicateAddress, nil)
-		}
-	}
-	var missing []string
-	for _, n := range req.Plan.Nodes {
-		if seen[n.Address] == 0 {
-			missing = append(missing, n.Name)
-		}
-	}
-	if len(unexpected) > 0 {
-		var parts []string
-		for _, u := range unexpected {
-			who := "a Ray node"
-			switch {
-			case u.Head:
-				who = req.Plan.Head
-			case len(missing) == 1 && len(unexpected) == 1:
-				who = missing[0]
-			}
-			want := "an address in the plan"
-			if np, ok := req.Plan.Node(who); ok {
-				want = np.Address.String()
-			}
-			parts = append(parts, fmt.Sprintf("%s registered with Ray as %s, planned %s", who, u.IP, want))
-		}
-		return report, false, temporal.NewNonRetryableApplicationError(
-			strings.Join(parts, "; ")+fmt.Sprintf(" (vLLM would pin its placement group to node:<planned address> and wait ~42 minutes; the Ray container must honour --node-ip-address)"),
-			contract.ErrPlacementMismatch, nil)
-	}
-	if len(missing) > 0 {
-		return report, true, fmt.Errorf("not registered with Ray yet: %s", strings.Join(missing, ", "))
-	}
-	if report.GPUs+1e-9 < float64(req.NeedGPUs) {
-		return report, false, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("Ray offers %.0f GPUs on the planned nodes, tensor x pipeline needs %d", report.GPUs, req.NeedGPUs), contract.ErrInsufficientGPUs, nil)
-	}
-	sort.Slice(report.Nodes, func(i, j int) bool { return report.Nodes[i].IP.Less(report.Nodes[j].IP) })
-	return report, false, nil
-}
-
 // CheckPlacement proves, before vLLM starts, that every planned node is alive in Ray under
-// its planned address with enough GPUs, reading Ray's node table from the GCS (raygcs.go).
+// its planned address with enough GPUs, reading Ray's node table from the GCS (package raygcs).
 // A node registered under another address (the seed's failure 1) fails at once instead of
 // after vLLM's 42-minute wait.
 func (a *Node) CheckPlacement(ctx context.Context, req contract.PlacementRequest) (contract.PlacementReport, error) {
@@ -112,7 +45,7 @@ func (a *Node) CheckPlacement(ctx context.Context, req contract.PlacementRequest
 		activity.RecordHeartbeat(ctx, fmt.Sprint(last))
 		nodes, err := a.registeredNodes(ctx, req.Plan.RayAddress)
 		if err == nil {
-			report, wait, verr := placementVerdict(req, nodes)
+			report, wait, verr := raygcs.Verdict(req, nodes)
 			if !wait {
 				return report, verr
 			}
@@ -185,46 +118,14 @@ func (a *Node) RayNodesAlive(ctx context.Context, req contract.PlacementRequest)
 	if err != nil {
 		return contract.PlacementReport{}, temporal.NewApplicationError(err.Error(), contract.ErrRayUnreachable)
 	}
-	if dead := deadPlanned(req.Plan, nodes); dead != nil {
+	if dead := raygcs.DeadPlanned(req.Plan, nodes); dead != nil {
 		return contract.PlacementReport{}, dead
 	}
-	report, wait, err := placementVerdict(req, nodes)
+	report, wait, err := raygcs.Verdict(req, nodes)
 	if wait {
 		return report, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrNodeNotRegistered, nil)
 	}
 	return report, err
-}
-
-// deadPlanned is a RayNodeDead error for planned nodes that Ray has marked dead and that
-// have not come back alive under the same address, or nil.
-func deadPlanned(plan netplan.Plan, nodes []contract.RegisteredNode) error {
-	alive := map[netip.Addr]bool{}
-	for _, n := range nodes {
-		if n.Alive {
-			alive[n.IP] = true
-		}
-	}
-	var parts []string
-	for _, n := range nodes {
-		if n.Alive || alive[n.IP] {
-			continue
-		}
-		for _, np := range plan.Nodes {
-			if np.Address == n.IP {
-				msg := fmt.Sprintf("%s (%s) is DEAD in Ray", np.Name, n.IP)
-				if n.DeathMessage != "" {
-					msg += ": " + n.DeathMessage
-				}
-				if !slices.Contains(parts, msg) {
-					parts = append(parts, msg)
-				}
-			}
-		}
-	}
-	if len(parts) == 0 {
-		return nil
-	}
-	return temporal.NewNonRetryableApplicationError(strings.Join(parts, "; ")+" (the node is down, its Ray container stopped, or the planned link is cut)", contract.ErrRayNodeDead, nil)
 }
 
 func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
@@ -422,7 +323,7 @@ func (w *watch) askRay(ctx context.Context, now time.Time) error {
 		// The GCS not answering is no verdict; vLLM's own output will say more.
 		return nil
 	}
-	if err := deadPlanned(*w.req.Plan, nodes); err != nil {
+	if err := raygcs.DeadPlanned(*w.req.Plan, nodes); err != nil {
 		return err
 	}
 	if w.pending == nil {
@@ -481,40 +382,13 @@ func clipLine(s string) string {
 func (a *Node) serving(ctx context.Context, req contract.WatchRequest) bool {
 	hc := &http.Client{Timeout: 3 * time.Second}
 	fetch := func(ctx context.Context, url string) ([]byte, error) { return a.fetch(ctx, hc, url) }
-	if CheckServing(ctx, fetch, req.Endpoint, req.Spec.Model.ServedName) != nil {
+	if readiness.Check(ctx, fetch, req.Endpoint, req.Spec.Model.ServedName) != nil {
 		return false
 	}
 	if req.Spec.SmokeTest {
 		return a.smokeTest(ctx, req) == nil
 	}
 	return true
-}
-
-// CheckServing is the readiness test every part of tpdeploy uses: GET /health answers 200
-// and GET /v1/models lists the served name. fetch returns a body for a 200 answer only.
-func CheckServing(ctx context.Context, fetch func(ctx context.Context, url string) ([]byte, error), endpoint, served string) error {
-	if _, err := fetch(ctx, endpoint+"/health"); err != nil {
-		return err
-	}
-	body, err := fetch(ctx, endpoint+"/v1/models")
-	if err != nil {
-		return err
-	}
-	var models struct {
-		Data []modelEntry `json:"data"`
-	}
-	if err := json.Unmarshal(body, &models); err != nil {
-		return fmt.Errorf("GET %s/v1/models: %w", endpoint, err)
-	}
-	if !slices.Contains(models.Data, modelEntry{ID: served}) {
-		return fmt.Errorf("GET %s/v1/models does not list %q", endpoint, served)
-	}
-	return nil
-}
-
-// modelEntry is the part of a /v1/models entry the readiness check compares.
-type modelEntry struct {
-	ID string `json:"id"`
 }
 
 func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest) error {

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/readiness"
 )
 
 // Checks are the operations activities the node agents serve on the workflow queue (they
@@ -40,7 +40,7 @@ func (c *Checks) CheckDeployment(ctx context.Context, req contract.CheckDeployme
 	if st.Spec != nil {
 		served = st.Spec.Model.ServedName
 	}
-	if err := activities.CheckServing(ctx, fetchOK, chk.Endpoint, served); err != nil {
+	if err := readiness.Check(ctx, fetchOK, chk.Endpoint, served); err != nil {
 		chk.Detail = err.Error()
 		return chk, nil
 	}
@@ -51,7 +51,7 @@ func (c *Checks) CheckDeployment(ctx context.Context, req contract.CheckDeployme
 // CheckEndpoint is the readiness check from this process: /health 200 and /v1/models
 // listing served.
 func CheckEndpoint(ctx context.Context, endpoint, served string) error {
-	return activities.CheckServing(ctx, fetchOK, endpoint, served)
+	return readiness.Check(ctx, fetchOK, endpoint, served)
 }
 
 // fetchOK GETs url and returns the body of a 200 answer.

@@ -12,8 +12,9 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/raygcs"
+	"github.com/tpdeploy/tpdeploy/readiness"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
@@ -132,14 +133,14 @@ func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := activities.CheckServing(ctx, fetchOK, st.Result.Endpoint, served); err != nil {
+	if err := readiness.Check(ctx, fetchOK, st.Result.Endpoint, served); err != nil {
 		return err.Error(), false
 	}
 	plan := st.Result.Plan
 	if plan.RayAddress == "" {
 		return "serving at " + st.Result.Endpoint, true
 	}
-	nodes, err := activities.RayNodesAt(ctx, plan.RayAddress)
+	nodes, err := raygcs.NodesAt(ctx, plan.RayAddress)
 	if err != nil {
 		// Ray's GCS not answering from here says nothing the endpoint did not.
 		return "serving at " + st.Result.Endpoint + "; ray not checked: " + err.Error(), true
@@ -148,7 +149,7 @@ func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
 	if st.Spec != nil {
 		need = st.Spec.WorldSize()
 	}
-	if err := activities.RayHealth(plan, need, nodes); err != nil {
+	if err := raygcs.Health(plan, need, nodes); err != nil {
 		return "ray: " + err.Error(), false
 	}
 	return fmt.Sprintf("serving at %s; ray: %d nodes alive", st.Result.Endpoint, len(plan.Nodes)), true
