@@ -28,6 +28,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/barrier"
 	"github.com/tpdeploy/tpdeploy/internal/liveness"
+	"github.com/tpdeploy/tpdeploy/internal/registration"
 	"github.com/tpdeploy/tpdeploy/logging"
 	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/policy"
@@ -157,11 +158,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	wf := worker.New(c, contract.WorkflowQueue, workerOpts)
 	workflows.RegisterAll(wf)
-	wf.RegisterActivity(&control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter}})
-
 	nodeWorker := worker.New(c, contract.NodeQueue(*node), workerOpts)
 	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr, Policy: &nodePolicy}
-	nodeWorker.RegisterActivity(agent)
+	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter}})
 
 	if err := wf.Start(); err != nil {
 		return fmt.Errorf("start workflow worker: %w", err)
