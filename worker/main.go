@@ -26,7 +26,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/connect"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
-	"github.com/tpdeploy/tpdeploy/internal/barrier"
 	"github.com/tpdeploy/tpdeploy/internal/liveness"
 	"github.com/tpdeploy/tpdeploy/internal/registration"
 	"github.com/tpdeploy/tpdeploy/logging"
@@ -151,11 +150,7 @@ func run(ctx context.Context, args []string) error {
 	// Heartbeats for steps that do not heartbeat themselves: a dead agent is noticed in
 	// seconds, not at the step's start-to-close timeout.
 	workerOpts.Interceptors = append(workerOpts.Interceptors, &liveness.Interceptor{})
-	if dir := os.Getenv(barrier.EnvDir); dir != "" {
-		// The lab's fault matrix holds steps here; see internal/barrier.
-		workerOpts.Interceptors = append(workerOpts.Interceptors, &barrier.Interceptor{Dir: dir})
-		z.Warn("lab barriers on: activities named by files in the directory are held", zap.String("dir", dir))
-	}
+	workerOpts.Interceptors = append(workerOpts.Interceptors, labHooks(z)...)
 	wf := worker.New(c, contract.WorkflowQueue, workerOpts)
 	workflows.RegisterAll(wf)
 	nodeWorker := worker.New(c, contract.NodeQueue(*node), workerOpts)

@@ -21,9 +21,20 @@ var Agent = []string{
 
 // Forbid fails t when pkg (a `go list` pattern, e.g. "." for the test's own package)
 // depends on any package whose import path is one of forbidden or lies below one.
-func Forbid(t *testing.T, pkg string, forbidden []string) {
+// flags are go list's build flags (e.g. "-tags", "lab").
+func Forbid(t *testing.T, pkg string, forbidden []string, flags ...string) {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}\t{{join .Imports \" \"}}", pkg).Output()
+	for _, dep := range Find(t, pkg, forbidden, flags...) {
+		t.Errorf("%s links %s; that is the node agent's code", pkg, dep)
+	}
+}
+
+// Find is the packages pkg depends on that are one of forbidden or lie below one, each
+// with who imports it.
+func Find(t *testing.T, pkg string, forbidden []string, flags ...string) []string {
+	t.Helper()
+	args := append([]string{"list", "-deps", "-f", "{{.ImportPath}}\t{{join .Imports \" \"}}"}, flags...)
+	out, err := exec.Command("go", append(args, pkg)...).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, ee.Stderr)
@@ -40,11 +51,13 @@ func Forbid(t *testing.T, pkg string, forbidden []string) {
 			importers[imp] = append(importers[imp], path)
 		}
 	}
+	var found []string
 	for _, dep := range deps {
 		for _, bad := range forbidden {
 			if dep == bad || strings.HasPrefix(dep, bad+"/") {
-				t.Errorf("%s links %s (imported by %s); that is the node agent's code", pkg, dep, strings.Join(importers[dep], ", "))
+				found = append(found, dep+" (imported by "+strings.Join(importers[dep], ", ")+")")
 			}
 		}
 	}
+	return found
 }
