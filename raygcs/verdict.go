@@ -65,7 +65,7 @@ func Verdict(req contract.PlacementRequest, nodes []contract.RegisteredNode) (re
 			parts = append(parts, fmt.Sprintf("%s registered with Ray as %s, planned %s", who, u.IP, want))
 		}
 		return report, false, temporal.NewNonRetryableApplicationError(
-			strings.Join(parts, "; ")+fmt.Sprintf(" (vLLM would pin its placement group to node:<planned address> and wait ~42 minutes; the Ray container must honour --node-ip-address)"),
+			strings.Join(parts, "; ")+" (vLLM would pin its placement group to node:<planned address> and wait ~42 minutes; the Ray container must honour --node-ip-address)",
 			contract.ErrPlacementMismatch, nil)
 	}
 	if len(missing) > 0 {

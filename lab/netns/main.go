@@ -29,7 +29,7 @@ func run(args []string) error {
 		return cmdPlan(args[1:], os.Stdout)
 	}
 	if len(args) == 0 || (args[0] != "up" && args[0] != "down") {
-		return errors.New("usage: netns up|down [--prefix P] [--nodes N], netns exec NAME -- COMMAND..., or netns plan -f spec.yaml --map node=NS,...")
+		return errors.New("usage: netns up|down [--prefix P] [--nodes N], netns exec NAME -- COMMAND..., or netns plan -f spec.yaml --map node=NS[,node=NS]")
 	}
 	fs := flag.NewFlagSet("netns "+args[0], flag.ContinueOnError)
 	prefix := fs.String("prefix", "tpd-demo", "namespace name prefix")

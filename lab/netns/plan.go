@@ -49,7 +49,7 @@ func cmdPlan(args []string, stdout io.Writer) error {
 	for _, kv := range strings.Split(*mapping, ",") {
 		node, ns, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || node == "" || ns == "" {
-			return fmt.Errorf("--map %q: want node=netns,...", *mapping)
+			return fmt.Errorf("--map %q: want node=netns[,node=netns]", *mapping)
 		}
 		spaces[node] = ns
 	}
