@@ -1,11 +1,15 @@
-# tpdeploy — see README.md. `make demo` runs the main job, `make test` runs every test.
+# tpdeploy — see README.md. `make demo` runs the main job, `make test` runs every test,
+# `make check` the fast ones (no Docker, no Temporal server).
 SHELL := /bin/bash
 GO ?= go
 TEMPORAL_VERSION := v1.5.1
+STATICCHECK_VERSION := v0.8.2
+WORKFLOWCHECK_VERSION := v0.6.0
+MODULE := github.com/tpdeploy/tpdeploy
 BIN := $(CURDIR)/bin
 DATA := $(CURDIR)/.tpdeploy-data
 
-.PHONY: build test lint deps dev demo demo-down bench faults fuzz clean lab-images lab-up lab-down
+.PHONY: build test check lint deps dev demo demo-down bench faults fuzz clean lab-images lab-up lab-down
 
 build:
 	$(GO) build -o $(BIN)/ ./worker ./starter ./lab/netns ./lab/labctl
@@ -23,12 +27,36 @@ deps:
 	  { apt-get update -qq && apt-get install -y -qq iproute2 curl chromium busybox-static; }
 	@docker version --format '{{.Server.Version}}' >/dev/null || { echo "the Docker engine is not running"; exit 1; }
 
-lint:
+# The linters, pinned and built into bin/ once (a version in the path, so a bump rebuilds).
+STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+WORKFLOWCHECK := $(BIN)/workflowcheck-$(WORKFLOWCHECK_VERSION)/workflowcheck
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+$(WORKFLOWCHECK):
+	GOBIN=$(dir $@) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+# Packages whose tests need the Docker engine, network namespaces (root) or the Temporal
+# dev server. `make check` runs every other package's tests, so a new package is checked
+# unless it is added here.
+SERVICE_PKGS := activities connect control e2e internal/liveness lab lab/faultproxy worker
+SERVICE_PKG_PATHS := $(addprefix $(MODULE)/,$(SERVICE_PKGS))
+
+lint: $(STATICCHECK) $(WORKFLOWCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags lab ./worker
+	$(STATICCHECK) ./...
+	$(WORKFLOWCHECK) -config workflowcheck.yaml ./workflows/...
 
-test: deps lint $(BIN)/temporal
-	$(GO) test -count=1 -timeout 45m ./...
+# Fast and without Docker or a Temporal server: the linters, then with -race the tests of
+# every package not in SERVICE_PKGS (pure packages, the workflows' testsuite and replay
+# tests, the dependency and registration checks).
+check: lint
+	$(GO) test -count=1 -race -timeout 10m $$($(GO) list ./... | grep -v -x -F $(addprefix -e ,$(SERVICE_PKG_PATHS)))
+
+# Everything: check, then the tests that need Docker, namespaces and the dev server.
+test: deps check $(BIN)/temporal
+	$(GO) test -count=1 -timeout 45m $(SERVICE_PKG_PATHS)
 
 # The whole fault matrix (every step × every fault, about an hour here); it rewrites the
 # table in README.md. `make test` runs one cell per fault.

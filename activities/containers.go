@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -131,13 +132,13 @@ func containerEnv(np netplan.NodePlan, node spec.Node, extra map[string]string) 
 
 // roleSpec is what every container of a role shares: name, image, labels, the HF cache
 // and model.host_dir, read-only at model.path.
-func roleSpec(c spec.Cluster, d Deployment, node, role string, o ContainerOptions) containerSpec {
+func roleSpec(c spec.Cluster, d contract.Deployment, node, role string, o ContainerOptions) containerSpec {
 	binds := []string{o.HostPath(c.HFCache) + ":" + hfCacheMount}
 	if c.Model.HostDir != "" {
 		binds = append(binds, o.HostPath(c.Model.HostDir)+":"+c.Model.Path+":ro")
 	}
 	return containerSpec{
-		Name: ContainerName(c.Name, node, role), Image: c.Image,
+		Name: contract.ContainerName(c.Name, node, role), Image: c.Image,
 		Labels:  map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node},
 		Binds:   binds,
 		Options: o,
@@ -160,22 +161,22 @@ func rayGPUArgs(np netplan.NodePlan, n spec.Node) []string {
 }
 
 // rayHeadSpec: `ray start --head --node-ip-address=IP --port=P --block`.
-func rayHeadSpec(req StartRayRequest, o ContainerOptions) containerSpec {
+func rayHeadSpec(req contract.StartRayRequest, o ContainerOptions) containerSpec {
 	n, _ := req.Spec.Node(req.Node)
 	cmd := []string{"start", "--head", "--node-ip-address=" + req.Plan.Address.String(),
 		"--port=" + strconv.Itoa(req.Spec.Ports.Ray), "--dashboard-port=" + strconv.Itoa(req.Spec.Ports.Dashboard)}
 	cmd = append(append(cmd, rayGPUArgs(req.Plan, n)...), "--block")
-	s := roleSpec(req.Spec, req.Deployment, req.Node, RoleRayHead, o)
+	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleRayHead, o)
 	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, nil)
 	return s
 }
 
 // rayWorkerSpec: `ray start --address=HEAD:P --node-ip-address=IP --block`.
-func rayWorkerSpec(req StartRayRequest, o ContainerOptions) containerSpec {
+func rayWorkerSpec(req contract.StartRayRequest, o ContainerOptions) containerSpec {
 	n, _ := req.Spec.Node(req.Node)
 	cmd := []string{"start", "--address=" + req.RayAddress, "--node-ip-address=" + req.Plan.Address.String()}
 	cmd = append(append(cmd, rayGPUArgs(req.Plan, n)...), "--block")
-	s := roleSpec(req.Spec, req.Deployment, req.Node, RoleRayWorker, o)
+	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleRayWorker, o)
 	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, nil)
 	return s
 }
@@ -239,7 +240,7 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 // ensureContainer creates and starts s, or adopts the container of the same name: one
 // with the same spec hash is reused (and started if it is stopped — a crash between
 // create and start leaves exactly that), one with another hash is replaced.
-func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (ContainerRef, error) {
+func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (contract.ContainerRef, error) {
 	err := a.allowed(func(p policy.Policy) error {
 		errs := []error{p.CheckImage(s.Image)}
 		for _, b := range s.Binds {
@@ -249,13 +250,13 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 		return errors.Join(errs...)
 	})
 	if err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
 	eng, addr, err := a.engine(host)
 	if err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
-	ref := ContainerRef{Node: a.Name, Role: s.Labels[LabelRole], Name: s.Name}
+	ref := contract.ContainerRef{Node: a.Name, Role: s.Labels[LabelRole], Name: s.Name}
 	want := s.hash()
 	for attempt := 0; ; attempt++ {
 		got, err := eng.ContainerInspect(ctx, s.Name, client.ContainerInspectOptions{})
@@ -263,7 +264,7 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 		case cerrdefs.IsNotFound(err):
 			opts, err := s.createOptions()
 			if err != nil {
-				return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("container %s: %v", s.Name, err), ErrBadRequest, nil)
+				return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("container %s: %v", s.Name, err), contract.ErrBadRequest, nil)
 			}
 			created, err := eng.ContainerCreate(ctx, opts)
 			if cerrdefs.IsConflict(err) && attempt < 3 {
@@ -285,7 +286,7 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 			if got.Container.Config != nil && got.Container.Config.Labels[LabelCluster] != "" {
 				owner = "cluster " + got.Container.Config.Labels[LabelCluster]
 			}
-			return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and belongs to %s: remove or rename it", s.Name, owner), ErrBadRequest, nil)
+			return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and belongs to %s: remove or rename it", s.Name, owner), contract.ErrBadRequest, nil)
 		case !replace && got.Container.Config.Labels[LabelSpecHash] == want:
 			ref.ID, ref.Adopted = got.Container.ID, true
 			if got.Container.State != nil && got.Container.State.Running {
@@ -308,7 +309,7 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 
 func imageMissing(image string) error {
 	return temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("image %s not present (tpdeploy never pulls: load or pull it on the node first)", image), ErrImageMissing, nil)
+		fmt.Sprintf("image %s not present (tpdeploy never pulls: load or pull it on the node first)", image), contract.ErrImageMissing, nil)
 }
 
 // removeContainer stops a container gracefully, then removes it; gone already is fine.

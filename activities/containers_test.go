@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/logscan"
@@ -117,9 +118,9 @@ func testNode(name string) *Node {
 	return &Node{Name: name, Containers: ContainerOptions{Network: "none", StopTimeout: 2 * time.Second}}
 }
 
-func headRequest(c spec.Cluster, deployment string, env map[string]string) StartRayRequest {
-	return StartRayRequest{
-		Node: "node-a", Deployment: Deployment{Cluster: c.Name, ID: deployment}, Spec: c,
+func headRequest(c spec.Cluster, deployment string, env map[string]string) contract.StartRayRequest {
+	return contract.StartRayRequest{
+		Node: "node-a", Deployment: contract.Deployment{Cluster: c.Name, ID: deployment}, Spec: c,
 		Plan: netplan.NodePlan{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1"), Env: env},
 	}
 }
@@ -144,12 +145,12 @@ func TestStartCreatesAdoptsAndReplaces(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	if first.Adopted || first.Name != ContainerName(c.Name, "node-a", RoleRayHead) || !running(t, eng, first.ID) {
+	if first.Adopted || first.Name != contract.ContainerName(c.Name, "node-a", contract.RoleRayHead) || !running(t, eng, first.ID) {
 		t.Fatalf("first start = %+v", first)
 	}
 	info, _ := eng.ContainerInspect(ctx, first.ID, client.ContainerInspectOptions{})
 	cfg := info.Container.Config
-	for k, want := range map[string]string{LabelCluster: c.Name, LabelDeployment: "run-1", LabelRole: RoleRayHead, LabelNode: "node-a"} {
+	for k, want := range map[string]string{LabelCluster: c.Name, LabelDeployment: "run-1", LabelRole: contract.RoleRayHead, LabelNode: "node-a"} {
 		if cfg.Labels[k] != want {
 			t.Errorf("label %s = %q, want %q", k, cfg.Labels[k], want)
 		}
@@ -226,39 +227,39 @@ func TestRemoveContainersByLabels(t *testing.T) {
 	if _, err := a.StartRayHead(ctx, headRequest(c, "run-1", nil)); err != nil {
 		t.Fatal(err)
 	}
-	workerReq := StartRayRequest{Node: "node-b", Deployment: Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, RayAddress: "127.0.0.1:6379",
+	workerReq := contract.StartRayRequest{Node: "node-b", Deployment: contract.Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, RayAddress: "127.0.0.1:6379",
 		Plan: netplan.NodePlan{Name: "node-b", Address: netip.MustParseAddr("127.0.0.1")}}
 	if _, err := b.StartRayWorker(ctx, workerReq); err != nil {
 		t.Fatal(err)
 	}
 	// Both nodes share this engine, as lab nodes do: node-a's teardown must leave node-b's.
-	res, err := a.RemoveContainers(ctx, RemoveRequest{Node: "node-a", Cluster: c.Name})
+	res, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Removed) != 1 || res.Removed[0] != ContainerName(c.Name, "node-a", RoleRayHead) {
+	if len(res.Removed) != 1 || res.Removed[0] != contract.ContainerName(c.Name, "node-a", contract.RoleRayHead) {
 		t.Fatalf("removed %v", res.Removed)
 	}
 	if left := containersOf(t, eng, c.Name); len(left) != 1 || !strings.Contains(left[0], "node-b") {
 		t.Fatalf("left %v, want node-b's worker only", left)
 	}
-	again, err := a.RemoveContainers(ctx, RemoveRequest{Node: "node-a", Cluster: c.Name})
+	again, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name})
 	if err != nil || len(again.Removed) != 0 {
 		t.Fatalf("second removal = %+v, %v; want nothing, no error", again, err)
 	}
-	if _, err := b.RemoveContainers(ctx, RemoveRequest{Node: "node-b", Cluster: c.Name, Roles: []string{RoleVLLM}}); err != nil {
+	if _, err := b.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: c.Name, Roles: []string{contract.RoleVLLM}}); err != nil {
 		t.Fatal(err)
 	}
 	if left := containersOf(t, eng, c.Name); len(left) != 1 {
 		t.Fatalf("a vllm-only removal removed the worker: left %v", left)
 	}
-	if res, err := b.RemoveContainers(ctx, RemoveRequest{Node: "node-b", Cluster: c.Name}); err != nil || len(res.Removed) != 1 {
+	if res, err := b.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: c.Name}); err != nil || len(res.Removed) != 1 {
 		t.Fatalf("node-b teardown = %+v, %v", res, err)
 	}
 	if left := containersOf(t, eng, c.Name); len(left) != 0 {
 		t.Fatalf("left %v after teardown of both nodes", left)
 	}
-	if res, err := b.RemoveContainers(ctx, RemoveRequest{Node: "node-b", Cluster: "tpdtest-never-deployed"}); err != nil || len(res.Removed) != 0 {
+	if res, err := b.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: "tpdtest-never-deployed"}); err != nil || len(res.Removed) != 0 {
 		t.Fatalf("unknown deployment = %+v, %v; want a no-op", res, err)
 	}
 }
@@ -276,13 +277,13 @@ func TestPreflightImage(t *testing.T) {
 	engineForTest(t)
 	ctx := context.Background()
 	b := testNode("node-b")
-	res, err := b.PreflightNode(ctx, PreflightRequest{Node: "node-b", Image: lab.SimImage})
+	res, err := b.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: lab.SimImage})
 	if err != nil || !strings.HasPrefix(res.ImageID, "sha256:") {
 		t.Fatalf("present image = %+v, %v", res, err)
 	}
-	_, err = b.PreflightNode(ctx, PreflightRequest{Node: "node-b", Image: "vllm/vllm-openai:v0.17.0-tpdtest-absent"})
+	_, err = b.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: "vllm/vllm-openai:v0.17.0-tpdtest-absent"})
 	app := appError(t, err)
-	if app.Type() != ErrImageMissing || !app.NonRetryable() || !strings.Contains(app.Message(), "image vllm/vllm-openai:v0.17.0-tpdtest-absent not present") {
+	if app.Type() != contract.ErrImageMissing || !app.NonRetryable() || !strings.Contains(app.Message(), "image vllm/vllm-openai:v0.17.0-tpdtest-absent not present") {
 		t.Fatalf("missing image: type %s non-retryable %v: %s", app.Type(), app.NonRetryable(), app.Message())
 	}
 }
@@ -291,9 +292,9 @@ func TestUnreachableEngineIsRetryableAndNamed(t *testing.T) {
 	ctx := context.Background()
 	b := testNode("node-b")
 	for _, host := range []string{"unix://" + filepath.Join(t.TempDir(), "docker.sock"), "tcp://127.0.0.1:1"} {
-		_, err := b.PreflightNode(ctx, PreflightRequest{Node: "node-b", DockerHost: host, Image: lab.SimImage})
+		_, err := b.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", DockerHost: host, Image: lab.SimImage})
 		app := appError(t, err)
-		if app.Type() != ErrDockerUnreachable || app.NonRetryable() || !strings.Contains(app.Message(), host) {
+		if app.Type() != contract.ErrDockerUnreachable || app.NonRetryable() || !strings.Contains(app.Message(), host) {
 			t.Errorf("%s: type %s non-retryable %v: %s", host, app.Type(), app.NonRetryable(), app.Message())
 		}
 	}
@@ -386,13 +387,13 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 	}
 	plan := netplan.Plan{Head: "node-a", RayAddress: env["RAY_ADDRESS"], Nodes: []netplan.NodePlan{
 		{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1"), Env: env}}}
-	launch := LaunchRequest{Node: "node-a", Deployment: Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, Plan: plan}
+	launch := contract.LaunchRequest{Node: "node-a", Deployment: contract.Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, Plan: plan}
 	ref, err := a.LaunchVLLM(ctx, launch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	head := ContainerName(c.Name, "node-a", RoleRayHead)
-	if ref.Name != head || ref.Role != RoleVLLM || ref.PID == 0 || ref.Adopted {
+	head := contract.ContainerName(c.Name, "node-a", contract.RoleRayHead)
+	if ref.Name != head || ref.Role != contract.RoleVLLM || ref.PID == 0 || ref.Adopted {
 		t.Fatalf("launch = %+v, want a new vllm process in %s", ref, head)
 	}
 	again, err := a.LaunchVLLM(ctx, launch)
@@ -402,20 +403,20 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 	if names := containersOf(t, eng, c.Name); len(names) != 1 {
 		t.Fatalf("containers %v: vllm must not get a container of its own", names)
 	}
-	watch := WatchRequest{Node: "node-a", Container: ref, Spec: c, Endpoint: fmt.Sprintf("http://127.0.0.1:%d", c.Ports.VLLM),
+	watch := contract.WatchRequest{Node: "node-a", Container: ref, Spec: c, Endpoint: fmt.Sprintf("http://127.0.0.1:%d", c.Ports.VLLM),
 		ReportWithin: 500 * time.Millisecond, Plan: &plan}
 	var suite testsuite.WorkflowTestSuite
 	aenv := suite.NewTestActivityEnvironment()
 	aenv.RegisterActivity(a)
-	watchOnce := func() (ServingProgress, error) {
-		var p ServingProgress
+	watchOnce := func() (contract.ServingProgress, error) {
+		var p contract.ServingProgress
 		v, err := aenv.ExecuteActivity(a.WatchServing, watch)
 		if err == nil {
 			err = v.Get(&p)
 		}
 		return p, err
 	}
-	var p ServingProgress
+	var p contract.ServingProgress
 	calls := 0
 	for !p.Serving {
 		if calls++; calls > 60 {
@@ -429,7 +430,7 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 	if p.ShardsTotal != 4 || p.ShardsLoaded != 4 || p.Offset == 0 {
 		t.Errorf("progress at serving = %+v", p)
 	}
-	res, err := a.RemoveContainers(ctx, RemoveRequest{Node: "node-a", Cluster: c.Name, Roles: []string{RoleVLLM}})
+	res, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name, Roles: []string{contract.RoleVLLM}})
 	if err != nil || len(res.Removed) != 1 || res.Removed[0] != "vllm in "+head {
 		t.Fatalf("vllm-only removal = %+v, %v", res, err)
 	}
@@ -445,7 +446,7 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 		}
 	}
 	app := appError(t, err)
-	if app.Type() != ErrVLLMExited || !strings.Contains(app.Message(), "exited with code") {
+	if app.Type() != contract.ErrVLLMExited || !strings.Contains(app.Message(), "exited with code") {
 		t.Fatalf("watch after the stop: type %s: %s", app.Type(), app.Message())
 	}
 	relaunched, err := a.LaunchVLLM(ctx, launch)
@@ -481,7 +482,7 @@ func TestPlacementNotProvenSaysWhatRaySees(t *testing.T) {
 		{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1")},
 		{Name: "node-b", Role: spec.RoleWorker, Address: netip.MustParseAddr("127.0.0.2")},
 	}}
-	req := PlacementRequest{Node: "node-a", Plan: plan, NeedGPUs: 2, RayHead: ContainerName(c.Name, "node-a", RoleRayHead)}
+	req := contract.PlacementRequest{Node: "node-a", Plan: plan, NeedGPUs: 2, RayHead: contract.ContainerName(c.Name, "node-a", contract.RoleRayHead)}
 	// A one-activity workflow gives the activity the step's StartToClose deadline.
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
@@ -495,7 +496,7 @@ func TestPlacementNotProvenSaysWhatRaySees(t *testing.T) {
 	start := time.Now()
 	env.ExecuteWorkflow("placement")
 	app := appError(t, env.GetWorkflowError())
-	if app.Type() != ErrNodeNotRegistered || !app.NonRetryable() {
+	if app.Type() != contract.ErrNodeNotRegistered || !app.NonRetryable() {
 		t.Fatalf("type %s non-retryable %v: %s", app.Type(), app.NonRetryable(), app.Message())
 	}
 	for _, want := range []string{"not registered with Ray yet: node-b", "ray status: 1 active nodes, 0/1 GPUs"} {
@@ -530,7 +531,7 @@ func TestPolicyRefusesWhatTheOperatorDidNotAllow(t *testing.T) {
 		want []string
 	}{
 		{"preflight checks the whole spec", func() error {
-			_, err := a.PreflightNode(ctx, PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
+			_, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
 			return err
 		}, []string{"node-a: ", `image "evil/miner:1"`, "allowed_images", "--allow-image", "host path", "/etc", "allowed_mounts"}},
 		{"a container with a mount outside the policy", func() error {
@@ -540,19 +541,19 @@ func TestPolicyRefusesWhatTheOperatorDidNotAllow(t *testing.T) {
 			return err
 		}, []string{"host path", "/etc", "allowed_mounts"}},
 		{"an engine other than the local socket", func() error {
-			_, err := a.RemoveContainers(ctx, RemoveRequest{Node: "node-a", DockerHost: "tcp://10.9.9.9:2375", Cluster: c.Name})
+			_, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", DockerHost: "tcp://10.9.9.9:2375", Cluster: c.Name})
 			return err
 		}, []string{"docker_host", "tcp://10.9.9.9:2375", "allowed_docker_hosts"}},
 		{"a privileged port", func() error {
 			low := c
 			low.Ports.VLLM = 80
-			_, err := a.LaunchVLLM(ctx, LaunchRequest{Node: "node-a", Spec: low})
+			_, err := a.LaunchVLLM(ctx, contract.LaunchRequest{Node: "node-a", Spec: low})
 			return err
 		}, []string{"port", "80", "allowed_ports"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := appError(t, tc.call())
-			if app.Type() != ErrPolicyDenied || !app.NonRetryable() {
+			if app.Type() != contract.ErrPolicyDenied || !app.NonRetryable() {
 				t.Fatalf("type %s non-retryable %v: %s", app.Type(), app.NonRetryable(), app.Message())
 			}
 			for _, w := range tc.want {
@@ -571,7 +572,7 @@ func TestNeverReplacesAnotherClustersContainer(t *testing.T) {
 	c := testCluster(t)
 	a := testNode("node-a")
 	other, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name:       ContainerName(c.Name, "node-a", RoleRayHead),
+		Name:       contract.ContainerName(c.Name, "node-a", contract.RoleRayHead),
 		Config:     &container.Config{Image: chatterImage, Labels: map[string]string{LabelCluster: c.Name + "-other"}},
 		HostConfig: &container.HostConfig{NetworkMode: "none"},
 	})
@@ -581,13 +582,13 @@ func TestNeverReplacesAnotherClustersContainer(t *testing.T) {
 	t.Cleanup(func() { _, _ = eng.ContainerRemove(ctx, other.ID, client.ContainerRemoveOptions{Force: true}) })
 	_, err = a.StartRayHead(ctx, headRequest(c, "run-1", nil))
 	app := appError(t, err)
-	if app.Type() != ErrBadRequest || !strings.Contains(app.Message(), "belongs to cluster "+c.Name+"-other") {
+	if app.Type() != contract.ErrBadRequest || !strings.Contains(app.Message(), "belongs to cluster "+c.Name+"-other") {
 		t.Fatalf("type %s: %s", app.Type(), app.Message())
 	}
 	if _, err := eng.ContainerInspect(ctx, other.ID, client.ContainerInspectOptions{}); err != nil {
 		t.Fatalf("the other cluster's container is gone: %v", err)
 	}
-	if ContainerName("x-node", "a", RoleRayHead) == ContainerName("x", "node-a", RoleRayHead) {
+	if contract.ContainerName("x-node", "a", contract.RoleRayHead) == contract.ContainerName("x", "node-a", contract.RoleRayHead) {
 		t.Error("two clusters share a container name")
 	}
 }
@@ -610,14 +611,14 @@ func TestPreflightRefusesABusyHeadPort(t *testing.T) {
 	c.Ports.Ray = other.Addr().(*net.TCPAddr).Port
 	a := testNode("node-a")
 	a.Containers.Network = "host"
-	_, err = a.PreflightNode(ctx, PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
+	_, err = a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
 	app := appError(t, err)
 	want := fmt.Sprintf("port %d (ports.ray) already in use on node-a", c.Ports.Ray)
-	if app.Type() != ErrResourcesBusy || !app.NonRetryable() || !strings.Contains(app.Message(), want) {
-		t.Fatalf("busy port: type %s non-retryable %v: %s\nwant %s containing %q", app.Type(), app.NonRetryable(), app.Message(), ErrResourcesBusy, want)
+	if app.Type() != contract.ErrResourcesBusy || !app.NonRetryable() || !strings.Contains(app.Message(), want) {
+		t.Fatalf("busy port: type %s non-retryable %v: %s\nwant %s containing %q", app.Type(), app.NonRetryable(), app.Message(), contract.ErrResourcesBusy, want)
 	}
 	other.Close()
-	if _, err := a.PreflightNode(ctx, PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
+	if _, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
 		t.Fatalf("freed port: %v", err)
 	}
 	env := map[string]string{"VLLM_HOST_IP": "127.0.0.1", "RAY_ADDRESS": fmt.Sprintf("127.0.0.1:%d", c.Ports.Ray)}
@@ -634,7 +635,7 @@ func TestPreflightRefusesABusyHeadPort(t *testing.T) {
 			t.Fatalf("the head does not listen on its Ray port: %v", err)
 		}
 	}
-	if _, err := a.PreflightNode(ctx, PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
+	if _, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
 		t.Fatalf("port held by the cluster's own head: %v", err)
 	}
 }

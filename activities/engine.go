@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 )
@@ -69,11 +70,11 @@ func (e *engines) engine(host string) (containerEngine, string, error) {
 	}
 	opts, err := engineOptions(host)
 	if err != nil {
-		return nil, host, temporal.NewNonRetryableApplicationError(fmt.Sprintf("docker host %q: %v", host, err), ErrBadRequest, nil)
+		return nil, host, temporal.NewNonRetryableApplicationError(fmt.Sprintf("docker host %q: %v", host, err), contract.ErrBadRequest, nil)
 	}
 	c, err := client.New(opts...)
 	if err != nil {
-		return nil, host, temporal.NewNonRetryableApplicationError(fmt.Sprintf("docker host %q: %v", host, err), ErrBadRequest, nil)
+		return nil, host, temporal.NewNonRetryableApplicationError(fmt.Sprintf("docker host %q: %v", host, err), contract.ErrBadRequest, nil)
 	}
 	if e.clients == nil {
 		e.clients = map[string]*client.Client{}
@@ -122,12 +123,12 @@ func engineError(host, doing string, err error) error {
 		return nil
 	}
 	if client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded) || cerrdefs.IsUnavailable(err) {
-		return temporal.NewApplicationError(fmt.Sprintf("docker engine at %s unreachable (%s): %v", host, doing, err), ErrDockerUnreachable)
+		return temporal.NewApplicationError(fmt.Sprintf("docker engine at %s unreachable (%s): %v", host, doing, err), contract.ErrDockerUnreachable)
 	}
 	if cerrdefs.IsInvalidArgument(err) {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", doing, err), ErrDocker, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", doing, err), contract.ErrDocker, nil)
 	}
-	return temporal.NewApplicationError(fmt.Sprintf("%s: %v", doing, err), ErrDocker)
+	return temporal.NewApplicationError(fmt.Sprintf("%s: %v", doing, err), contract.ErrDocker)
 }
 
 // engineInfo asks the node's Docker engine for its version, to report in the probe whether

@@ -64,7 +64,7 @@ func rankSpec(req contract.RankRequest, o ContainerOptions, secrets map[string]s
 	env := containerEnv(np, n, extra)
 	keys := append([]string(nil), env...)
 	sort.Strings(keys)
-	s := roleSpec(req.Spec, req.Deployment, req.Node, RoleVLLM, o)
+	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleVLLM, o)
 	s.Entrypoint = []string{"/bin/sh", "-c", vllmRankEntrypoint, "sh", launchHash(argv, keys, nil)}
 	s.Cmd, s.Env = argv, env
 	return s, nil
@@ -72,26 +72,26 @@ func rankSpec(req contract.RankRequest, o ContainerOptions, secrets map[string]s
 
 // StartVLLMRank creates (or adopts) the node's vLLM container for its rank. A container
 // adopted with the same spec whose vLLM has ended is replaced: it would never join again.
-func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (ContainerRef, error) {
+func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (contract.ContainerRef, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
 	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
-		return ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), ErrBadRequest, nil)
+		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
 	secrets, err := secretEnv(req.Spec.Secrets)
 	if err != nil {
-		return ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	n, _ := req.Spec.Node(req.Node)
 	if req.Rank == 0 {
 		if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.VLLM, req.Spec.Ports.MasterPort()) }); err != nil {
-			return ContainerRef{}, err
+			return contract.ContainerRef{}, err
 		}
 	}
 	s, err := rankSpec(req, a.containerOptions(), secrets)
 	if err != nil {
-		return ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	ref, err := a.ensureContainer(ctx, n.DockerHost, s, req.Replace)
 	if err != nil || !ref.Adopted {
@@ -124,11 +124,11 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 	n, _ := req.Spec.Node(req.Node)
 	secrets, err := secretEnv(req.Spec.Secrets)
 	if err != nil {
-		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	s, err := rankSpec(req, a.containerOptions(), secrets)
 	if err != nil {
-		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	eng, addr, err := a.engine(n.DockerHost)
 	if err != nil {
@@ -141,7 +141,7 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 		return contract.MasterCheck{}, engineError(addr, "inspect "+s.Name, err)
 	default:
 		if info.Container.Config == nil || info.Container.Config.Labels[LabelCluster] != req.Spec.Name {
-			return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and does not belong to cluster %s: remove or rename it", s.Name, req.Spec.Name), ErrBadRequest, nil)
+			return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and does not belong to cluster %s: remove or rename it", s.Name, req.Spec.Name), contract.ErrBadRequest, nil)
 		}
 		running := info.Container.State != nil && info.Container.State.Running
 		if !req.Replace && running && info.Container.Config.Labels[LabelSpecHash] == s.hash() {
@@ -159,7 +159,7 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 	res, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: req.Node, Addrs: []netip.Prefix{prefix}, Port: req.Spec.Ports.MasterPort()})
 	if err != nil {
 		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the master port %d on %s cannot be opened (something else holds it?): %v",
-			req.Spec.Ports.MasterPort(), np.Address, err), ErrBadRequest, nil)
+			req.Spec.Ports.MasterPort(), np.Address, err), contract.ErrBadRequest, nil)
 	}
 	return contract.MasterCheck{Listen: res}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/labnet"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -68,11 +69,11 @@ func findLink(p netplan.NodeProbe, name string) (netplan.Link, bool) {
 func TestProbeSeedTopology(t *testing.T) {
 	_, agents := seedLab(t, 2)
 	ctx := context.Background()
-	a, err := agents[0].ProbeNode(ctx, ProbeRequest{Node: "node-a", SpecGPUs: 1})
+	a, err := agents[0].ProbeNode(ctx, contract.ProbeRequest{Node: "node-a", SpecGPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := agents[1].ProbeNode(ctx, ProbeRequest{Node: "node-b", SpecGPUs: 1})
+	b, err := agents[1].ProbeNode(ctx, contract.ProbeRequest{Node: "node-b", SpecGPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +107,9 @@ func TestProbeSeedTopology(t *testing.T) {
 func reach(t testing.TB, agents []*Node, addrs map[string][]netip.Prefix) []netplan.PairResult {
 	t.Helper()
 	ctx := context.Background()
-	listeners := make([]ListenResult, len(agents))
+	listeners := make([]contract.ListenResult, len(agents))
 	for i, a := range agents {
-		r, err := a.OpenProbeListeners(ctx, ListenRequest{Node: a.Name, Addrs: addrs[a.Name], TTL: time.Minute})
+		r, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: a.Name, Addrs: addrs[a.Name], TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +126,7 @@ func reach(t testing.TB, agents []*Node, addrs map[string][]netip.Prefix) []netp
 			}
 		}
 		wg.Go(func() {
-			res, err := a.DialPeers(ctx, DialRequest{Node: a.Name, Targets: targets, Timeout: time.Second})
+			res, err := a.DialPeers(ctx, contract.DialRequest{Node: a.Name, Targets: targets, Timeout: time.Second})
 			if err != nil {
 				t.Error(err)
 				return
@@ -137,7 +138,7 @@ func reach(t testing.TB, agents []*Node, addrs map[string][]netip.Prefix) []netp
 	}
 	wg.Wait()
 	for i, a := range agents {
-		if err := a.CloseProbeListeners(ctx, CloseRequest{Node: a.Name, Token: listeners[i].Token}); err != nil {
+		if err := a.CloseProbeListeners(ctx, contract.CloseRequest{Node: a.Name, Token: listeners[i].Token}); err != nil {
 			t.Fatal(err)
 		}
 		if a.openSets() != 0 {
@@ -153,7 +154,7 @@ func probeAll(t testing.TB, agents []*Node) []netplan.NodeProbe {
 	var wg sync.WaitGroup
 	for i, a := range agents {
 		wg.Go(func() {
-			p, err := a.ProbeNode(context.Background(), ProbeRequest{Node: a.Name, SpecGPUs: 1})
+			p, err := a.ProbeNode(context.Background(), contract.ProbeRequest{Node: a.Name, SpecGPUs: 1})
 			if err != nil {
 				t.Error(err)
 			}
@@ -208,12 +209,12 @@ func TestSeedPlanChoosesSharedFastSubnet(t *testing.T) {
 func TestWorkerCannotReachHeadExternalAddress(t *testing.T) {
 	topo, agents := seedLab(t, 2)
 	ctx := context.Background()
-	l, err := agents[0].OpenProbeListeners(ctx, ListenRequest{Node: "node-a", Addrs: []netip.Prefix{topo.Nodes[0].ExtAddr, topo.Nodes[0].FastAddr}, TTL: time.Minute})
+	l, err := agents[0].OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{topo.Nodes[0].ExtAddr, topo.Nodes[0].FastAddr}, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer agents[0].CloseProbeListeners(ctx, CloseRequest{Node: "node-a", Token: l.Token})
-	res, err := agents[1].DialPeers(ctx, DialRequest{Node: "node-b", Targets: l.Targets, Timeout: time.Second})
+	defer agents[0].CloseProbeListeners(ctx, contract.CloseRequest{Node: "node-a", Token: l.Token})
+	res, err := agents[1].DialPeers(ctx, contract.DialRequest{Node: "node-b", Targets: l.Targets, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestListenersCloseAndExpire(t *testing.T) {
 	topo, agents := seedLab(t, 2)
 	ctx := context.Background()
 	a := agents[0]
-	l, err := a.OpenProbeListeners(ctx, ListenRequest{Node: "node-a", Addrs: []netip.Prefix{topo.Nodes[0].FastAddr}, TTL: 300 * time.Millisecond})
+	l, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{topo.Nodes[0].FastAddr}, TTL: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestListenersCloseAndExpire(t *testing.T) {
 	if a.openSets() != 0 {
 		t.Fatal("listeners outlived their TTL")
 	}
-	res, err := agents[1].DialPeers(ctx, DialRequest{Node: "node-b", Targets: l.Targets, Timeout: time.Second})
+	res, err := agents[1].DialPeers(ctx, contract.DialRequest{Node: "node-b", Targets: l.Targets, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func TestListenersCloseAndExpire(t *testing.T) {
 		t.Errorf("dial after expiry: %+v, want connection refused", res[0])
 	}
 	// Closing an expired token is not an error.
-	if err := a.CloseProbeListeners(ctx, CloseRequest{Node: "node-a", Token: l.Token}); err != nil {
+	if err := a.CloseProbeListeners(ctx, contract.CloseRequest{Node: "node-a", Token: l.Token}); err != nil {
 		t.Error(err)
 	}
 }
@@ -271,7 +272,7 @@ func TestCutNodeIsRejectedWithReason(t *testing.T) {
 
 func TestTaskForAnotherNodeIsRefused(t *testing.T) {
 	a := &Node{Name: "node-a"}
-	_, err := a.ProbeNode(context.Background(), ProbeRequest{Node: "node-b"})
+	_, err := a.ProbeNode(context.Background(), contract.ProbeRequest{Node: "node-b"})
 	if err == nil || !strings.Contains(err.Error(), `task for node "node-b" reached the agent of node "node-a"`) {
 		t.Errorf("err = %v", err)
 	}

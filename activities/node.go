@@ -59,7 +59,7 @@ type Node struct {
 func (a *Node) checkNode(node string) error {
 	if node != a.Name {
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("task for node %q reached the agent of node %q", node, a.Name), ErrWrongNode, nil)
+			fmt.Sprintf("task for node %q reached the agent of node %q", node, a.Name), contract.ErrWrongNode, nil)
 	}
 	return nil
 }
@@ -104,7 +104,7 @@ func (a *Node) allowed(check func(policy.Policy) error) error {
 		return nil
 	}
 	if err := check(*a.Policy); err != nil {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", a.Name, err), ErrPolicyDenied, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", a.Name, err), contract.ErrPolicyDenied, nil)
 	}
 	return nil
 }
@@ -161,50 +161,50 @@ func (a *Node) containerOptions() ContainerOptions {
 // PreflightNode checks that the node's engine answers and holds the image, and that the
 // head's fixed ports are free (ports.go); it never pulls (a multi-gigabyte pull belongs to
 // the operator, and an implicit one hides a typo).
-func (a *Node) PreflightNode(ctx context.Context, req PreflightRequest) (PreflightResult, error) {
+func (a *Node) PreflightNode(ctx context.Context, req contract.PreflightRequest) (contract.PreflightResult, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return PreflightResult{}, err
+		return contract.PreflightResult{}, err
 	}
 	if req.Spec != nil {
 		if err := a.specAllowed(*req.Spec); err != nil {
-			return PreflightResult{}, err
+			return contract.PreflightResult{}, err
 		}
 	}
 	eng, addr, err := a.engine(req.DockerHost)
 	if err != nil {
-		return PreflightResult{}, err
+		return contract.PreflightResult{}, err
 	}
 	img, err := eng.ImageInspect(ctx, req.Image)
 	if cerrdefs.IsNotFound(err) {
-		return PreflightResult{}, imageMissing(req.Image)
+		return contract.PreflightResult{}, imageMissing(req.Image)
 	}
 	if err != nil {
-		return PreflightResult{}, engineError(addr, "inspect image "+req.Image, err)
+		return contract.PreflightResult{}, engineError(addr, "inspect image "+req.Image, err)
 	}
 	if req.Spec != nil {
 		if err := a.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
-			return PreflightResult{}, err
+			return contract.PreflightResult{}, err
 		}
 	}
-	return PreflightResult{Node: a.Name, ImageID: img.ID}, nil
+	return contract.PreflightResult{Node: a.Name, ImageID: img.ID}, nil
 }
 
 // StartRayHead starts (or adopts) the Ray head container.
-func (a *Node) StartRayHead(ctx context.Context, req StartRayRequest) (ContainerRef, error) {
+func (a *Node) StartRayHead(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.Ray, req.Spec.Ports.Dashboard) }); err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
 	return a.ensureContainer(ctx, n.DockerHost, rayHeadSpec(req, a.containerOptions()), req.Replace)
 }
 
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
-func (a *Node) StartRayWorker(ctx context.Context, req StartRayRequest) (ContainerRef, error) {
+func (a *Node) StartRayWorker(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
 	return a.ensureContainer(ctx, n.DockerHost, rayWorkerSpec(req, a.containerOptions()), req.Replace)
@@ -212,37 +212,37 @@ func (a *Node) StartRayWorker(ctx context.Context, req StartRayRequest) (Contain
 
 // LaunchVLLM starts `vllm serve` inside the Ray head's container (vllmproc.go), or adopts
 // the vLLM already running there: a retried launch never starts a second one.
-func (a *Node) LaunchVLLM(ctx context.Context, req LaunchRequest) (ContainerRef, error) {
+func (a *Node) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (contract.ContainerRef, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
 	secrets, err := secretEnv(req.Spec.Secrets)
 	if err != nil {
-		return ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	n, _ := req.Spec.Node(req.Node)
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.VLLM) }); err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
 	eng, addr, err := a.engine(n.DockerHost)
 	if err != nil {
-		return ContainerRef{}, err
+		return contract.ContainerRef{}, err
 	}
-	head := ContainerName(req.Spec.Name, req.Node, RoleRayHead)
+	head := contract.ContainerName(req.Spec.Name, req.Node, contract.RoleRayHead)
 	info, err := eng.ContainerInspect(ctx, head, client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
-		return ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is not there: vllm runs inside it, so ray must be started first", head), ErrContainerExited, nil)
+		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is not there: vllm runs inside it, so ray must be started first", head), contract.ErrContainerExited, nil)
 	}
 	if err != nil {
-		return ContainerRef{}, engineError(addr, "inspect "+head, err)
+		return contract.ContainerRef{}, engineError(addr, "inspect "+head, err)
 	}
 	if st := info.Container.State; st == nil || !st.Running {
-		return ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is not running: vllm runs inside it", head), ErrContainerExited, nil)
+		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is not running: vllm runs inside it", head), contract.ErrContainerExited, nil)
 	}
 	mu := launchLock(info.Container.ID)
 	mu.Lock()
 	defer mu.Unlock()
-	ref := ContainerRef{Node: a.Name, Role: RoleVLLM, Name: head, ID: info.Container.ID}
+	ref := contract.ContainerRef{Node: a.Name, Role: contract.RoleVLLM, Name: head, ID: info.Container.ID}
 	var env []string
 	for k, v := range secrets {
 		env = append(env, k+"="+v)
@@ -310,7 +310,7 @@ func (a *Node) stopVLLM(ctx context.Context, eng containerEngine, addr, head str
 		return engineError(addr, "stop vllm in "+head, err)
 	}
 	if r.ExitCode != 0 {
-		return temporal.NewApplicationError(fmt.Sprintf("stop vllm in %s: exit %d: %s", head, r.ExitCode, strings.TrimSpace(r.Stderr)), ErrDocker)
+		return temporal.NewApplicationError(fmt.Sprintf("stop vllm in %s: exit %d: %s", head, r.ExitCode, strings.TrimSpace(r.Stderr)), contract.ErrDocker)
 	}
 	return nil
 }
@@ -319,8 +319,8 @@ func (a *Node) stopVLLM(ctx context.Context, eng containerEngine, addr, head str
 // given roles, when set), found by their labels. vLLM goes first, stopped gracefully in
 // the Ray head's container, then the workers, then the head. Nothing to remove is not an
 // error.
-func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveResult, error) {
-	res := RemoveResult{Node: a.Name, Removed: []string{}}
+func (a *Node) RemoveContainers(ctx context.Context, req contract.RemoveRequest) (contract.RemoveResult, error) {
+	res := contract.RemoveResult{Node: a.Name, Removed: []string{}}
 	if err := a.checkNode(req.Node); err != nil {
 		return res, err
 	}
@@ -333,9 +333,9 @@ func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveR
 		return res, engineError(addr, "list containers", err)
 	}
 	wants := func(role string) bool { return len(req.Roles) == 0 || slices.Contains(req.Roles, role) }
-	if wants(RoleVLLM) {
+	if wants(contract.RoleVLLM) {
 		for _, c := range list.Items {
-			if c.Labels[LabelRole] != RoleRayHead || c.State != "running" {
+			if c.Labels[LabelRole] != contract.RoleRayHead || c.State != "running" {
 				continue
 			}
 			name := strings.TrimPrefix(c.Names[0], "/")
@@ -352,7 +352,7 @@ func (a *Node) RemoveContainers(ctx context.Context, req RemoveRequest) (RemoveR
 	}
 	// The workers before the head: the order a hand teardown would use. (A container of
 	// role vllm is one an older tpdeploy ran vLLM in.)
-	order := map[string]int{RoleVLLM: 0, RoleRayWorker: 1, RoleRayHead: 2}
+	order := map[string]int{contract.RoleVLLM: 0, contract.RoleRayWorker: 1, contract.RoleRayHead: 2}
 	sort.SliceStable(list.Items, func(i, j int) bool {
 		return order[list.Items[i].Labels[LabelRole]] < order[list.Items[j].Labels[LabelRole]]
 	})
@@ -421,7 +421,7 @@ func addressHolds(links []netplan.Link, iface string, addr netip.Addr) contract.
 }
 
 // BootID reports the node's boot ID; the supervisor compares it to notice reboots.
-func (a *Node) BootID(ctx context.Context, req BootIDRequest) (string, error) {
+func (a *Node) BootID(ctx context.Context, req contract.BootIDRequest) (string, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return "", err
 	}

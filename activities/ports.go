@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -71,7 +72,7 @@ func (a *Node) checkPortsFree(ctx context.Context, eng containerEngine, addr str
 	}
 	return temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("port %s already in use on %s, and no container of cluster %s runs there: another Ray head, vLLM or service listens on it (ss -ltnp); stop it, or choose another port in the spec",
-			strings.Join(busy, ", "), a.Name, s.Name), ErrResourcesBusy, nil)
+			strings.Join(busy, ", "), a.Name, s.Name), contract.ErrResourcesBusy, nil)
 }
 
 // clusterFilter selects the cluster's containers on this node by their labels.

@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 )
@@ -28,7 +29,7 @@ const probeRetries = 5
 // ProbeNode describes the node: links and addresses (netlink), the default route Ray's
 // auto-detection would follow, link speeds and RDMA devices (sysfs), boot ID, hostname,
 // GPU count.
-func (a *Node) ProbeNode(ctx context.Context, req ProbeRequest) (netplan.NodeProbe, error) {
+func (a *Node) ProbeNode(ctx context.Context, req contract.ProbeRequest) (netplan.NodeProbe, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return netplan.NodeProbe{}, err
 	}

@@ -4,11 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/tpdeploy/tpdeploy/contract"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -92,20 +89,5 @@ func TestEngineInfoFromTheRealEngine(t *testing.T) {
 	}
 	if _, err := engineOptions("npipe:////./pipe/docker_engine"); err == nil || !strings.Contains(err.Error(), "unsupported scheme") {
 		t.Errorf("npipe: %v", err)
-	}
-}
-
-// TestContractNamesTheAgentsActivities: every activity name the workflows use (package
-// contract) is a method of the agent's activities, so a rename cannot leave a workflow
-// calling an activity no agent serves.
-func TestContractNamesTheAgentsActivities(t *testing.T) {
-	for _, name := range []string{contract.ActivityProbeNode, contract.ActivityOpenProbeListeners, contract.ActivityDialPeers,
-		contract.ActivityCloseProbeListeners, contract.ActivityPreflightNode, contract.ActivityStartRayHead,
-		contract.ActivityStartRayWorker, contract.ActivityCheckPlacement, contract.ActivityLaunchVLLM,
-		contract.ActivityWatchServing, contract.ActivityRemoveContainers, contract.ActivityBootID, contract.ActivityRayNodesAlive,
-		contract.ActivityAddressHolds} {
-		if _, ok := reflect.TypeFor[*Node]().MethodByName(name); !ok {
-			t.Errorf("contract names activity %s, which the agent does not have", name)
-		}
 	}
 }

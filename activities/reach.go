@@ -13,6 +13,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 )
 
@@ -52,15 +53,15 @@ func (a *Node) openSets() int {
 
 // OpenProbeListeners opens a TCP listener on an ephemeral port of each candidate address.
 // They accept and close connections until CloseProbeListeners or the TTL, whichever first.
-func (a *Node) OpenProbeListeners(ctx context.Context, req ListenRequest) (ListenResult, error) {
+func (a *Node) OpenProbeListeners(ctx context.Context, req contract.ListenRequest) (contract.ListenResult, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return ListenResult{}, err
+		return contract.ListenResult{}, err
 	}
 	ttl := req.TTL
 	if ttl <= 0 || ttl > maxListenTTL {
 		ttl = maxListenTTL
 	}
-	var res ListenResult
+	var res contract.ListenResult
 	var opened []net.Listener
 	err := a.inNetNS(func() error {
 		for _, addr := range req.Addrs {
@@ -80,11 +81,11 @@ func (a *Node) OpenProbeListeners(ctx context.Context, req ListenRequest) (Liste
 		for _, l := range opened {
 			_ = l.Close()
 		}
-		return ListenResult{}, err
+		return contract.ListenResult{}, err
 	}
 	token, err := newToken()
 	if err != nil {
-		return ListenResult{}, err
+		return contract.ListenResult{}, err
 	}
 	set := &openListeners{listeners: opened}
 	set.timer = time.AfterFunc(ttl, func() { a.closeListeners(token) })
@@ -132,7 +133,7 @@ func (a *Node) closeListeners(token string) bool {
 
 // CloseProbeListeners closes the listeners of a token; an unknown token (already closed,
 // expired, or lost with an agent restart) is not an error.
-func (a *Node) CloseProbeListeners(ctx context.Context, req CloseRequest) error {
+func (a *Node) CloseProbeListeners(ctx context.Context, req contract.CloseRequest) error {
 	if err := a.checkNode(req.Node); err != nil {
 		return err
 	}
@@ -142,7 +143,7 @@ func (a *Node) CloseProbeListeners(ctx context.Context, req CloseRequest) error 
 
 // DialPeers connects to every target from this node's own network namespace and measures
 // the connect time. A failed dial is a result, not an error.
-func (a *Node) DialPeers(ctx context.Context, req DialRequest) ([]netplan.PairResult, error) {
+func (a *Node) DialPeers(ctx context.Context, req contract.DialRequest) ([]netplan.PairResult, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func (a *Node) DialPeers(ctx context.Context, req DialRequest) ([]netplan.PairRe
 	var nsOnce sync.Once
 	for i, t := range req.Targets {
 		if t.Node == a.Name {
-			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("target %s is this node's own", t.Addr), ErrBadRequest, nil)
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("target %s is this node's own", t.Addr), contract.ErrBadRequest, nil)
 		}
 		wg.Add(1)
 		sem <- struct{}{}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -17,84 +15,20 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/logscan"
-	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/raygcs"
+	"github.com/tpdeploy/tpdeploy/readiness"
 	"go.uber.org/zap"
 )
 
-// placementVerdict compares Ray's alive nodes with the plan. It returns nil when every
-// planned node is alive under its planned address with enough GPUs; a non-retryable
-// error when that can no longer happen by waiting (a node registered under another
-// address, two nodes under one); and wait=true when nodes are still missing.
-func placementVerdict(req PlacementRequest, nodes []RegisteredNode) (report PlacementReport, wait bool, err error) {
-	planned := map[netip.Addr]string{}
-	for _, n := range req.Plan.Nodes {
-		planned[n.Address] = n.Name
-	}
-	seen := map[netip.Addr]int{}
-	var unexpected []RegisteredNode
-	for _, n := range nodes {
-		if !n.Alive {
-			continue
-		}
-		seen[n.IP]++
-		if _, ok := planned[n.IP]; ok {
-			report.Nodes = append(report.Nodes, n)
-			report.GPUs += n.GPUs
-		} else {
-			unexpected = append(unexpected, n)
-		}
-	}
-	for ip, count := range seen {
-		if count > 1 {
-			return report, false, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("%d Ray nodes registered under %s (vLLM refuses duplicate node IPs): give every node its own --node-ip-address", count, ip), ErrDuplicateAddress, nil)
-		}
-	}
-	var missing []string
-	for _, n := range req.Plan.Nodes {
-		if seen[n.Address] == 0 {
-			missing = append(missing, n.Name)
-		}
-	}
-	if len(unexpected) > 0 {
-		var parts []string
-		for _, u := range unexpected {
-			who := "a Ray node"
-			switch {
-			case u.Head:
-				who = req.Plan.Head
-			case len(missing) == 1 && len(unexpected) == 1:
-				who = missing[0]
-			}
-			want := "an address in the plan"
-			if np, ok := req.Plan.Node(who); ok {
-				want = np.Address.String()
-			}
-			parts = append(parts, fmt.Sprintf("%s registered with Ray as %s, planned %s", who, u.IP, want))
-		}
-		return report, false, temporal.NewNonRetryableApplicationError(
-			strings.Join(parts, "; ")+fmt.Sprintf(" (vLLM would pin its placement group to node:<planned address> and wait ~42 minutes; the Ray container must honour --node-ip-address)"),
-			ErrPlacementMismatch, nil)
-	}
-	if len(missing) > 0 {
-		return report, true, fmt.Errorf("not registered with Ray yet: %s", strings.Join(missing, ", "))
-	}
-	if report.GPUs+1e-9 < float64(req.NeedGPUs) {
-		return report, false, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("Ray offers %.0f GPUs on the planned nodes, tensor x pipeline needs %d", report.GPUs, req.NeedGPUs), ErrInsufficientGPUs, nil)
-	}
-	sort.Slice(report.Nodes, func(i, j int) bool { return report.Nodes[i].IP.Less(report.Nodes[j].IP) })
-	return report, false, nil
-}
-
 // CheckPlacement proves, before vLLM starts, that every planned node is alive in Ray under
-// its planned address with enough GPUs, reading Ray's node table from the GCS (raygcs.go).
+// its planned address with enough GPUs, reading Ray's node table from the GCS (package raygcs).
 // A node registered under another address (the seed's failure 1) fails at once instead of
 // after vLLM's 42-minute wait.
-func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (PlacementReport, error) {
+func (a *Node) CheckPlacement(ctx context.Context, req contract.PlacementRequest) (contract.PlacementReport, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return PlacementReport{}, err
+		return contract.PlacementReport{}, err
 	}
 	// Give up a little before the step's own timeout, so the operator gets the reason (and
 	// Ray's own view) rather than a bare timeout.
@@ -105,29 +39,29 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 	// A head that died at start (its GCS port taken) leaves the address to whatever else
 	// answers there: judge nothing from a node table that is not this head's.
 	if gone := a.headGone(ctx, req); gone != nil {
-		return PlacementReport{}, gone
+		return contract.PlacementReport{}, gone
 	}
 	var last error
 	for {
 		activity.RecordHeartbeat(ctx, fmt.Sprint(last))
 		nodes, err := a.registeredNodes(ctx, req.Plan.RayAddress)
 		if err == nil {
-			report, wait, verr := placementVerdict(req, nodes)
+			report, wait, verr := raygcs.Verdict(req, nodes)
 			if !wait {
 				return report, verr
 			}
 			err = verr
 		} else if gone := a.headGone(ctx, req); gone != nil {
-			return PlacementReport{}, gone // Ray's GCS will not come back: say so now
+			return contract.PlacementReport{}, gone // Ray's GCS will not come back: say so now
 		}
 		last = err
 		if time.Now().After(deadline) {
-			return PlacementReport{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("placement not proven: %v%s", last, a.rayStatusSummary(ctx, req)), ErrNodeNotRegistered, nil)
+			return contract.PlacementReport{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("placement not proven: %v%s", last, a.rayStatusSummary(ctx, req)), contract.ErrNodeNotRegistered, nil)
 		}
 		select {
 		case <-ctx.Done():
-			return PlacementReport{}, ctx.Err()
+			return contract.PlacementReport{}, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -135,7 +69,7 @@ func (a *Node) CheckPlacement(ctx context.Context, req PlacementRequest) (Placem
 
 // headGone is a ContainerExited error when the head's Ray container is not running (the
 // GCS died with it), nil when it runs or cannot be asked.
-func (a *Node) headGone(ctx context.Context, req PlacementRequest) error {
+func (a *Node) headGone(ctx context.Context, req contract.PlacementRequest) error {
 	if req.RayHead == "" {
 		return nil
 	}
@@ -146,17 +80,17 @@ func (a *Node) headGone(ctx context.Context, req PlacementRequest) error {
 	info, err := eng.ContainerInspect(ctx, req.RayHead, client.ContainerInspectOptions{})
 	switch {
 	case cerrdefs.IsNotFound(err):
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is gone: Ray's GCS went with it", req.RayHead), ErrContainerExited, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is gone: Ray's GCS went with it", req.RayHead), contract.ErrContainerExited, nil)
 	case err != nil || info.Container.State == nil || info.Container.State.Running:
 		return nil
 	}
 	st := info.Container.State
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s exited with code %d%s: Ray's GCS went with it",
-		req.RayHead, st.ExitCode, map[bool]string{true: " (OOM-killed)"}[st.OOMKilled]), ErrContainerExited, nil)
+		req.RayHead, st.ExitCode, map[bool]string{true: " (OOM-killed)"}[st.OOMKilled]), contract.ErrContainerExited, nil)
 }
 
 // rayStatusSummary is Ray's own account for an error message, or "" when it cannot be had.
-func (a *Node) rayStatusSummary(ctx context.Context, req PlacementRequest) string {
+func (a *Node) rayStatusSummary(ctx context.Context, req contract.PlacementRequest) string {
 	if req.RayHead == "" {
 		return ""
 	}
@@ -177,54 +111,22 @@ func (a *Node) rayStatusSummary(ctx context.Context, req PlacementRequest) strin
 // address (the supervisor's Ray check): a node that died or came back under another
 // address is an error naming it. A GCS that does not answer is a retryable error, never
 // by itself a verdict on the cluster.
-func (a *Node) RayNodesAlive(ctx context.Context, req PlacementRequest) (PlacementReport, error) {
+func (a *Node) RayNodesAlive(ctx context.Context, req contract.PlacementRequest) (contract.PlacementReport, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return PlacementReport{}, err
+		return contract.PlacementReport{}, err
 	}
 	nodes, err := a.registeredNodes(ctx, req.Plan.RayAddress)
 	if err != nil {
-		return PlacementReport{}, temporal.NewApplicationError(err.Error(), ErrRayUnreachable)
+		return contract.PlacementReport{}, temporal.NewApplicationError(err.Error(), contract.ErrRayUnreachable)
 	}
-	if dead := deadPlanned(req.Plan, nodes); dead != nil {
-		return PlacementReport{}, dead
+	if dead := raygcs.DeadPlanned(req.Plan, nodes); dead != nil {
+		return contract.PlacementReport{}, dead
 	}
-	report, wait, err := placementVerdict(req, nodes)
+	report, wait, err := raygcs.Verdict(req, nodes)
 	if wait {
-		return report, temporal.NewNonRetryableApplicationError(err.Error(), ErrNodeNotRegistered, nil)
+		return report, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrNodeNotRegistered, nil)
 	}
 	return report, err
-}
-
-// deadPlanned is a RayNodeDead error for planned nodes that Ray has marked dead and that
-// have not come back alive under the same address, or nil.
-func deadPlanned(plan netplan.Plan, nodes []RegisteredNode) error {
-	alive := map[netip.Addr]bool{}
-	for _, n := range nodes {
-		if n.Alive {
-			alive[n.IP] = true
-		}
-	}
-	var parts []string
-	for _, n := range nodes {
-		if n.Alive || alive[n.IP] {
-			continue
-		}
-		for _, np := range plan.Nodes {
-			if np.Address == n.IP {
-				msg := fmt.Sprintf("%s (%s) is DEAD in Ray", np.Name, n.IP)
-				if n.DeathMessage != "" {
-					msg += ": " + n.DeathMessage
-				}
-				if !slices.Contains(parts, msg) {
-					parts = append(parts, msg)
-				}
-			}
-		}
-	}
-	if len(parts) == 0 {
-		return nil
-	}
-	return temporal.NewNonRetryableApplicationError(strings.Join(parts, "; ")+" (the node is down, its Ray container stopped, or the planned link is cut)", ErrRayNodeDead, nil)
 }
 
 func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
@@ -253,13 +155,13 @@ func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, 
 // Ray, or ReportWithin passes (then it returns the progress so far, and the workflow calls
 // again from there). It heartbeats its progress; a retried attempt (the agent restarted)
 // resumes from the last heartbeat.
-func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgress, error) {
+func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (contract.ServingProgress, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return ServingProgress{}, err
+		return contract.ServingProgress{}, err
 	}
 	p := req.Cursor
 	if activity.HasHeartbeatDetails(ctx) {
-		var hb ServingProgress
+		var hb contract.ServingProgress
 		if activity.GetHeartbeatDetails(ctx, &hb) == nil && hb.Offset >= p.Offset {
 			p = hb
 		}
@@ -303,11 +205,11 @@ func (a *Node) WatchServing(ctx context.Context, req WatchRequest) (ServingProgr
 // watch is one WatchServing call's state.
 type watch struct {
 	a    *Node
-	req  WatchRequest
+	req  contract.WatchRequest
 	eng  containerEngine
 	addr string
 	out  vllmOutput
-	p    ServingProgress
+	p    contract.ServingProgress
 	scan logscan.Scanner
 	tail []string
 	// lastNew is when the last output arrived; lastRayCheck when Ray was last asked.
@@ -357,7 +259,7 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 			what = "was never started in this container (it was recreated?)"
 		}
 		return false, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("vllm in %s %s; last lines: %s", w.req.Container.Name, what, strings.Join(w.tail, " | ")), ErrVLLMExited, nil)
+			fmt.Sprintf("vllm in %s %s; last lines: %s", w.req.Container.Name, what, strings.Join(w.tail, " | ")), contract.ErrVLLMExited, nil)
 	}
 	// Readiness: at once when vLLM says its server is up, else every second. A headless
 	// node serves nothing itself: its vLLM only has to stay up.
@@ -442,7 +344,7 @@ func (w *watch) askRay(ctx context.Context, now time.Time) error {
 		// The GCS not answering is no verdict; vLLM's own output will say more.
 		return nil
 	}
-	if err := deadPlanned(*w.req.Plan, nodes); err != nil {
+	if err := raygcs.DeadPlanned(*w.req.Plan, nodes); err != nil {
 		return err
 	}
 	if w.pending == nil {
@@ -459,7 +361,7 @@ func (w *watch) askRay(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	if f.Type == logscan.ResourcesBusy {
-		f.Diagnosis += w.a.rayStatusSummary(ctx, PlacementRequest{DockerHost: w.req.Spec.Head().DockerHost, RayHead: w.req.Container.Name})
+		f.Diagnosis += w.a.rayStatusSummary(ctx, contract.PlacementRequest{DockerHost: w.req.Spec.Head().DockerHost, RayHead: w.req.Container.Name})
 	}
 	return findingError(f)
 }
@@ -473,18 +375,18 @@ func findingError(f *logscan.Finding) error {
 // own in mp mode) is gone or stopped.
 func (w *watch) containerRunning(ctx context.Context) error {
 	what := "the ray head container " + w.req.Container.Name + ", where vllm runs,"
-	if strings.HasSuffix(w.req.Container.Name, "_"+RoleVLLM) {
+	if strings.HasSuffix(w.req.Container.Name, "_"+contract.RoleVLLM) {
 		what = "vllm's container " + w.req.Container.Name
 	}
 	info, err := w.eng.ContainerInspect(ctx, w.req.Container.Name, client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
-		return temporal.NewNonRetryableApplicationError(what+" is gone", ErrContainerExited, nil)
+		return temporal.NewNonRetryableApplicationError(what+" is gone", contract.ErrContainerExited, nil)
 	}
 	if err != nil {
 		return engineError(w.addr, "inspect "+w.req.Container.Name, err)
 	}
 	if st := info.Container.State; st != nil && !st.Running {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s exited with code %d", what, st.ExitCode), ErrContainerExited, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s exited with code %d", what, st.ExitCode), contract.ErrContainerExited, nil)
 	}
 	return nil
 }
@@ -498,10 +400,10 @@ func clipLine(s string) string {
 
 // serving is vLLM's readiness: /health answers 200, /v1/models lists the served model,
 // and, when the spec asks for a smoke test, one completion answers.
-func (a *Node) serving(ctx context.Context, req WatchRequest) bool {
+func (a *Node) serving(ctx context.Context, req contract.WatchRequest) bool {
 	hc := &http.Client{Timeout: 3 * time.Second}
 	fetch := func(ctx context.Context, url string) ([]byte, error) { return a.fetch(ctx, hc, url) }
-	if CheckServing(ctx, fetch, req.Endpoint, req.Spec.Model.ServedName) != nil {
+	if readiness.Check(ctx, fetch, req.Endpoint, req.Spec.Model.ServedName) != nil {
 		return false
 	}
 	if req.Spec.SmokeTest {
@@ -510,34 +412,7 @@ func (a *Node) serving(ctx context.Context, req WatchRequest) bool {
 	return true
 }
 
-// CheckServing is the readiness test every part of tpdeploy uses: GET /health answers 200
-// and GET /v1/models lists the served name. fetch returns a body for a 200 answer only.
-func CheckServing(ctx context.Context, fetch func(ctx context.Context, url string) ([]byte, error), endpoint, served string) error {
-	if _, err := fetch(ctx, endpoint+"/health"); err != nil {
-		return err
-	}
-	body, err := fetch(ctx, endpoint+"/v1/models")
-	if err != nil {
-		return err
-	}
-	var models struct {
-		Data []modelEntry `json:"data"`
-	}
-	if err := json.Unmarshal(body, &models); err != nil {
-		return fmt.Errorf("GET %s/v1/models: %w", endpoint, err)
-	}
-	if !slices.Contains(models.Data, modelEntry{ID: served}) {
-		return fmt.Errorf("GET %s/v1/models does not list %q", endpoint, served)
-	}
-	return nil
-}
-
-// modelEntry is the part of a /v1/models entry the readiness check compares.
-type modelEntry struct {
-	ID string `json:"id"`
-}
-
-func (a *Node) smokeTest(ctx context.Context, req WatchRequest) error {
+func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest) error {
 	return a.inNetNS(func() error {
 		b, _ := json.Marshal(map[string]any{"model": req.Spec.Model.ServedName, "prompt": "tpdeploy smoke test", "max_tokens": 4})
 		r, err := http.NewRequestWithContext(ctx, http.MethodPost, req.Endpoint+"/v1/completions", strings.NewReader(string(b)))

@@ -33,27 +33,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
-// The model-weight activities' requests, results and error types are the contract's.
-type (
-	ModelManifestRequest      = contract.ModelManifestRequest
-	OpenModelServerRequest    = contract.OpenModelServerRequest
-	ModelServer               = contract.ModelServer
-	CloseModelServerRequest   = contract.CloseModelServerRequest
-	SyncModelRequest          = contract.SyncModelRequest
-	SyncProgress              = contract.SyncProgress
-	SyncResult                = contract.SyncResult
-	RemovePartialModelRequest = contract.RemovePartialModelRequest
-	RemovePartialModelResult  = contract.RemovePartialModelResult
-)
-
-const (
-	ErrModelIncomplete = contract.ErrModelIncomplete
-	ErrModelCorrupt    = contract.ErrModelCorrupt
-	ErrModelServerGone = contract.ErrModelServerGone
-	ModelLayoutDir     = contract.ModelLayoutDir
-	ModelLayoutHF      = contract.ModelLayoutHF
-)
-
 const (
 	// defaultModelServeTTL and maxModelServeTTL bound how long a model server stays open
 	// without a request in flight when its close never arrives.
@@ -72,12 +51,12 @@ const (
 // ModelManifest describes the model this node holds: a Hugging Face snapshot in its cache,
 // or model.host_dir. Missing files are in the manifest, not errors; the workflow compares
 // manifests (weights.Compare) and fails the preflight with ModelIncomplete.
-func (a *Node) ModelManifest(ctx context.Context, req ModelManifestRequest) (weights.Manifest, error) {
+func (a *Node) ModelManifest(ctx context.Context, req contract.ModelManifestRequest) (weights.Manifest, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return weights.Manifest{}, err
 	}
 	if req.Dir == "" && (req.HFCache == "" || req.Repo == "") {
-		return weights.Manifest{}, temporal.NewNonRetryableApplicationError("a model manifest needs a directory, or a Hugging Face cache and repository", ErrBadRequest, nil)
+		return weights.Manifest{}, temporal.NewNonRetryableApplicationError("a model manifest needs a directory, or a Hugging Face cache and repository", contract.ErrBadRequest, nil)
 	}
 	type scanned struct {
 		m   weights.Manifest
@@ -106,7 +85,7 @@ func (a *Node) ModelManifest(ctx context.Context, req ModelManifestRequest) (wei
 				source = req.Dir
 			}
 			if errors.Is(s.err, weights.ErrInvalid) {
-				return s.m, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model %s: %v", source, s.err), ErrModelCorrupt, nil)
+				return s.m, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model %s: %v", source, s.err), contract.ErrModelCorrupt, nil)
 			}
 			if s.err != nil {
 				return s.m, fmt.Errorf("scan model %s: %w", source, s.err)
@@ -145,24 +124,24 @@ type modelServer struct {
 // OpenModelServer starts an HTTP server on an ephemeral port of Addr, in the node's network
 // namespace, serving the listed files under Root (GET /<name>, with Range, bearer token).
 // It closes on CloseModelServer, or by itself after TTL without a request in flight.
-func (a *Node) OpenModelServer(ctx context.Context, req OpenModelServerRequest) (ModelServer, error) {
+func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
 	if err := a.checkNode(req.Node); err != nil {
-		return ModelServer{}, err
+		return contract.ModelServer{}, err
 	}
 	if !req.Addr.IsValid() {
-		return ModelServer{}, temporal.NewNonRetryableApplicationError("a model server needs the node's address", ErrBadRequest, nil)
+		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError("a model server needs the node's address", contract.ErrBadRequest, nil)
 	}
 	files := map[string]bool{}
 	for _, f := range req.Files {
 		if !fs.ValidPath(f) || f == "." {
-			return ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model file %q is not a path inside the model's directory", f), ErrBadRequest, nil)
+			return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model file %q is not a path inside the model's directory", f), contract.ErrBadRequest, nil)
 		}
 		files[f] = true
 	}
 	nodeRoot := req.Root
 	req.Root = a.hostPath(req.Root)
 	if fi, err := os.Stat(req.Root); err != nil || !fi.IsDir() {
-		return ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", nodeRoot), ErrModelIncomplete, nil)
+		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", nodeRoot), contract.ErrModelIncomplete, nil)
 	}
 	ttl := req.TTL
 	if ttl <= 0 {
@@ -176,12 +155,12 @@ func (a *Node) OpenModelServer(ctx context.Context, req OpenModelServerRequest) 
 		return err
 	})
 	if err != nil {
-		return ModelServer{}, fmt.Errorf("model server on %s: %w", req.Addr, err)
+		return contract.ModelServer{}, fmt.Errorf("model server on %s: %w", req.Addr, err)
 	}
 	token, err := newToken()
 	if err != nil {
 		_ = l.Close()
-		return ModelServer{}, err
+		return contract.ModelServer{}, err
 	}
 	s := &modelServer{node: a.Name, token: token, root: req.Root, files: files, ttl: ttl, last: time.Now(), log: a.logger()}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
@@ -195,12 +174,12 @@ func (a *Node) OpenModelServer(ctx context.Context, req OpenModelServerRequest) 
 	ap := l.Addr().(*net.TCPAddr).AddrPort()
 	addr := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	a.logger().Info("model server open", zap.Stringer("addr", addr), zap.String("root", req.Root), zap.Int("files", len(files)), zap.Duration("ttl", ttl))
-	return ModelServer{Addr: addr, Token: token}, nil
+	return contract.ModelServer{Addr: addr, Token: token}, nil
 }
 
 // CloseModelServer closes the server of a token; an unknown token (already closed,
 // expired, or lost with an agent restart) is not an error.
-func (a *Node) CloseModelServer(ctx context.Context, req CloseModelServerRequest) error {
+func (a *Node) CloseModelServer(ctx context.Context, req contract.CloseModelServerRequest) error {
 	if err := a.checkNode(req.Node); err != nil {
 		return err
 	}
@@ -319,19 +298,19 @@ func (c countingWriter) ReadFrom(r io.Reader) (int64, error) {
 // not fetch again what arrived), verified by size and hash (the resumed part included),
 // and renamed into place. Progress heartbeats every second; a retried attempt trusts the
 // files on disk, not the heartbeat. Nothing in Files: nothing is done.
-func (a *Node) SyncModel(ctx context.Context, req SyncModelRequest) (SyncResult, error) {
-	res := SyncResult{Copied: []string{}}
+func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (contract.SyncResult, error) {
+	res := contract.SyncResult{Copied: []string{}}
 	if err := a.checkNode(req.Node); err != nil {
 		return res, err
 	}
 	if err := checkSyncRequest(req); err != nil {
-		return res, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadRequest, nil)
+		return res, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	req.Root = a.hostPath(req.Root)
 	if len(req.Files) == 0 {
 		return res, nil
 	}
-	var prev SyncProgress
+	var prev contract.SyncProgress
 	if activity.HasHeartbeatDetails(ctx) {
 		_ = activity.GetHeartbeatDetails(ctx, &prev)
 	}
@@ -429,7 +408,7 @@ func (a *Node) SyncModel(ctx context.Context, req SyncModelRequest) (SyncResult,
 		a.logger().Warn("model sync stopped", zap.Int64("received", res.Bytes), zap.Strings("copied", res.Copied), zap.Error(err))
 		return res, err
 	}
-	if req.Layout == ModelLayoutHF && req.Ref != "" {
+	if req.Layout == contract.ModelLayoutHF && req.Ref != "" {
 		if err := writeHFRef(req.Root, req.Ref); err != nil {
 			return res, err
 		}
@@ -439,7 +418,7 @@ func (a *Node) SyncModel(ctx context.Context, req SyncModelRequest) (SyncResult,
 	return res, nil
 }
 
-func checkSyncRequest(req SyncModelRequest) error {
+func checkSyncRequest(req contract.SyncModelRequest) error {
 	if !req.From.IsValid() || req.Token == "" {
 		return errors.New("a model sync needs the model server's address and token")
 	}
@@ -447,8 +426,8 @@ func checkSyncRequest(req SyncModelRequest) error {
 		return errors.New("a model sync needs a destination directory")
 	}
 	switch req.Layout {
-	case "", ModelLayoutDir:
-	case ModelLayoutHF:
+	case "", contract.ModelLayoutDir:
+	case contract.ModelLayoutHF:
 		if !weights.IsGitSHA1(filepath.Base(req.Root)) || filepath.Base(filepath.Dir(req.Root)) != "snapshots" {
 			return fmt.Errorf("%s is not a Hugging Face snapshot directory (…/snapshots/<commit>)", req.Root)
 		}
@@ -469,7 +448,7 @@ func checkSyncRequest(req SyncModelRequest) error {
 // syncer is one SyncModel call's state, shared by its copying goroutines.
 type syncer struct {
 	a          *Node
-	req        SyncModelRequest
+	req        contract.SyncModelRequest
 	client     *http.Client
 	prevCopied map[string]bool
 	total      int64
@@ -483,8 +462,8 @@ type syncer struct {
 	copied  []string
 }
 
-func (s *syncer) progress(start time.Time) SyncProgress {
-	p := SyncProgress{Node: s.a.Name, Total: s.total, Received: s.received.Load()}
+func (s *syncer) progress(start time.Time) contract.SyncProgress {
+	p := contract.SyncProgress{Node: s.a.Name, Total: s.total, Received: s.received.Load()}
 	p.Done = p.Received + s.reused.Load() + s.found.Load()
 	if secs := time.Since(start).Seconds(); secs > 0 {
 		p.MBps = float64(p.Received) / secs / 1e6
@@ -542,7 +521,7 @@ func (s *syncer) placed(name string) {
 func (s *syncer) paths(f weights.File) (dest, partial, blobs string) {
 	dest = filepath.Join(s.req.Root, filepath.FromSlash(f.Name))
 	partial = dest + weights.PartialSuffix
-	if s.req.Layout == ModelLayoutHF {
+	if s.req.Layout == contract.ModelLayoutHF {
 		blobs = filepath.Join(filepath.Dir(filepath.Dir(s.req.Root)), "blobs")
 	}
 	return dest, partial, blobs
@@ -700,7 +679,7 @@ func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (str
 	if wantSHA256 == "" && weights.IsSHA256(f.Blob) {
 		wantSHA256 = f.Blob
 	}
-	dg := newDigest(f, wantSHA256, s.req.Layout == ModelLayoutHF && blobName(f) == "")
+	dg := newDigest(f, wantSHA256, s.req.Layout == contract.ModelLayoutHF && blobName(f) == "")
 	if have > 0 {
 		// Seed the hashes with what an earlier attempt wrote: the whole file is verified.
 		if _, err := io.Copy(dg, io.NewSectionReader(file, 0, have)); err != nil {
@@ -725,7 +704,7 @@ func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (str
 	corrupt := func(what string) error {
 		_ = file.Close()
 		_ = os.Remove(partial)
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: %s; the partial copy was removed", f.Name, s.req.From, what), ErrModelCorrupt, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: %s; the partial copy was removed", f.Name, s.req.From, what), contract.ErrModelCorrupt, nil)
 	}
 	if have != f.Size {
 		return "", corrupt(fmt.Sprintf("%d bytes arrived, the head's manifest says %d", have, f.Size))
@@ -765,7 +744,7 @@ func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, ha
 			return context.Cause(ctx)
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: no model server at %s (closed, expired, or its agent restarted)", f.Name, s.req.From), ErrModelServerGone, err)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: no model server at %s (closed, expired, or its agent restarted)", f.Name, s.req.From), contract.ErrModelServerGone, err)
 		}
 		return fmt.Errorf("copy %s from %s: %w", f.Name, s.req.From, err)
 	}
@@ -792,16 +771,16 @@ func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, ha
 			}
 		}
 	case http.StatusNotFound:
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the source lacks %s: %s", f.Name, body()), ErrModelIncomplete, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the source lacks %s: %s", f.Name, body()), contract.ErrModelIncomplete, nil)
 	case http.StatusRequestedRangeNotSatisfiable:
 		_ = file.Close()
 		_ = os.Remove(partial)
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: the source holds less than the %d bytes already copied, the head's manifest says %d; the partial copy was removed",
-			f.Name, s.req.From, *have, f.Size), ErrModelCorrupt, nil)
+			f.Name, s.req.From, *have, f.Size), contract.ErrModelCorrupt, nil)
 	case http.StatusUnauthorized:
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: the model server at %s does not know this token (closed, expired, or its agent restarted)", f.Name, s.req.From), ErrModelServerGone, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: the model server at %s does not know this token (closed, expired, or its agent restarted)", f.Name, s.req.From), contract.ErrModelServerGone, nil)
 	case http.StatusForbidden:
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: %s", f.Name, body()), ErrBadRequest, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("copy %s: %s", f.Name, body()), contract.ErrBadRequest, nil)
 	default:
 		return fmt.Errorf("copy %s from %s: %s: %s", f.Name, s.req.From, resp.Status, body())
 	}
@@ -882,13 +861,13 @@ func writeHFRef(snapshot, ref string) error {
 // RemovePartialModel removes the *.tpdeploy-partial files (and half-made snapshot links)
 // under Root, and nothing else: complete files, verified and renamed into place, stay.
 // A Root that is not there is not an error.
-func (a *Node) RemovePartialModel(ctx context.Context, req RemovePartialModelRequest) (RemovePartialModelResult, error) {
-	res := RemovePartialModelResult{Removed: []string{}}
+func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartialModelRequest) (contract.RemovePartialModelResult, error) {
+	res := contract.RemovePartialModelResult{Removed: []string{}}
 	if err := a.checkNode(req.Node); err != nil {
 		return res, err
 	}
 	if req.Root == "" {
-		return res, temporal.NewNonRetryableApplicationError("no directory to clean", ErrBadRequest, nil)
+		return res, temporal.NewNonRetryableApplicationError("no directory to clean", contract.ErrBadRequest, nil)
 	}
 	req.Root = a.hostPath(req.Root)
 	err := filepath.WalkDir(req.Root, func(p string, d fs.DirEntry, err error) error {

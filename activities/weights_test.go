@@ -28,6 +28,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
@@ -122,7 +123,7 @@ type agent struct {
 	node *Node
 	env  *testsuite.TestActivityEnvironment
 	mu   sync.Mutex
-	hb   []SyncProgress
+	hb   []contract.SyncProgress
 }
 
 func newAgent(t *testing.T, name string, bg context.Context) *agent {
@@ -134,7 +135,7 @@ func newAgent(t *testing.T, name string, bg context.Context) *agent {
 		g.env.SetWorkerOptions(worker.Options{BackgroundActivityContext: bg})
 	}
 	g.env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
-		var p SyncProgress
+		var p contract.SyncProgress
 		if d.Get(&p) == nil {
 			g.mu.Lock()
 			g.hb = append(g.hb, p)
@@ -153,7 +154,7 @@ func run[T any](g *agent, fn any, req any) (T, error) {
 	return out, err
 }
 
-func (g *agent) manifest(t *testing.T, req ModelManifestRequest) weights.Manifest {
+func (g *agent) manifest(t *testing.T, req contract.ModelManifestRequest) weights.Manifest {
 	t.Helper()
 	req.Node = g.node.Name
 	m, err := run[weights.Manifest](g, g.node.ModelManifest, req)
@@ -163,14 +164,14 @@ func (g *agent) manifest(t *testing.T, req ModelManifestRequest) weights.Manifes
 	return m
 }
 
-func (g *agent) sync(req SyncModelRequest) (SyncResult, error) {
+func (g *agent) sync(req contract.SyncModelRequest) (contract.SyncResult, error) {
 	req.Node = g.node.Name
-	return run[SyncResult](g, g.node.SyncModel, req)
+	return run[contract.SyncResult](g, g.node.SyncModel, req)
 }
 
-func (g *agent) open(t *testing.T, root string, files []string, ttl time.Duration) ModelServer {
+func (g *agent) open(t *testing.T, root string, files []string, ttl time.Duration) contract.ModelServer {
 	t.Helper()
-	srv, err := run[ModelServer](g, g.node.OpenModelServer, OpenModelServerRequest{Node: g.node.Name, Addr: loopback, Root: root, Files: files, TTL: ttl})
+	srv, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: g.node.Name, Addr: loopback, Root: root, Files: files, TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func (g *agent) open(t *testing.T, root string, files []string, ttl time.Duratio
 	return srv
 }
 
-func served(t *testing.T, srv ModelServer) int64 {
+func served(t *testing.T, srv contract.ModelServer) int64 {
 	t.Helper()
 	s := openModelServer(srv.Token)
 	if s == nil {
@@ -200,21 +201,21 @@ func TestModelManifestActivity(t *testing.T) {
 	cache := t.TempDir()
 	writeHFCache(t, cache, tinyModelFiles(4, 1000))
 	a := newAgent(t, "node-a", nil)
-	m := a.manifest(t, ModelManifestRequest{HFCache: cache, Repo: modelRepo})
+	m := a.manifest(t, contract.ModelManifestRequest{HFCache: cache, Repo: modelRepo})
 	if len(m.Files) != 7 || m.Revision != modelCommit || m.Dir != weights.HFSnapshotDir(cache, modelRepo, modelCommit) || len(m.Missing) != 0 {
 		t.Fatalf("manifest = %+v", m)
 	}
-	if d := a.manifest(t, ModelManifestRequest{Dir: filepath.Join(cache, "nowhere")}); d.Absent == "" {
+	if d := a.manifest(t, contract.ModelManifestRequest{Dir: filepath.Join(cache, "nowhere")}); d.Absent == "" {
 		t.Errorf("a directory that is not there: %+v", d)
 	}
-	_, err := run[weights.Manifest](a, a.node.ModelManifest, ModelManifestRequest{Node: "node-b", HFCache: cache, Repo: modelRepo})
-	if app := modelAppError(t, err); app.Type() != ErrWrongNode {
+	_, err := run[weights.Manifest](a, a.node.ModelManifest, contract.ModelManifestRequest{Node: "node-b", HFCache: cache, Repo: modelRepo})
+	if app := modelAppError(t, err); app.Type() != contract.ErrWrongNode {
 		t.Errorf("task for another node: %v", err)
 	}
 	writeModelFile(t, filepath.Join(cache, "bad", "config.json"), []byte("{}"))
 	writeModelFile(t, filepath.Join(cache, "bad", "model.safetensors.index.json"), []byte("{"))
-	_, err = run[weights.Manifest](a, a.node.ModelManifest, ModelManifestRequest{Node: "node-a", Dir: filepath.Join(cache, "bad")})
-	if app := modelAppError(t, err); app.Type() != ErrModelCorrupt || !app.NonRetryable() {
+	_, err = run[weights.Manifest](a, a.node.ModelManifest, contract.ModelManifestRequest{Node: "node-a", Dir: filepath.Join(cache, "bad")})
+	if app := modelAppError(t, err); app.Type() != contract.ErrModelCorrupt || !app.NonRetryable() {
 		t.Errorf("unreadable index: %v", err)
 	}
 }
@@ -227,8 +228,8 @@ func TestSyncModelNothingMissingCopiesNothing(t *testing.T) {
 	writeHFCache(t, headCache, files)
 	writeHFCache(t, nodeCache, files)
 	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
-	head := a.manifest(t, ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
-	node := b.manifest(t, ModelManifestRequest{HFCache: nodeCache, Repo: modelRepo})
+	head := a.manifest(t, contract.ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
+	node := b.manifest(t, contract.ModelManifestRequest{HFCache: nodeCache, Repo: modelRepo})
 	if ps := weights.Compare(head, "node-b", node); len(ps) != 0 {
 		t.Fatalf("problems: %v", ps)
 	}
@@ -237,14 +238,14 @@ func TestSyncModelNothingMissingCopiesNothing(t *testing.T) {
 		t.Fatalf("lacking = %v", weights.Names(lacking))
 	}
 	srv := a.open(t, head.Dir, weights.Names(head.Files), 0)
-	res, err := b.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
-		Layout: ModelLayoutHF, Ref: "main", Files: lacking})
+	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
+		Layout: contract.ModelLayoutHF, Ref: "main", Files: lacking})
 	if err != nil || res.Bytes != 0 || len(res.Copied) != 0 {
 		t.Fatalf("sync of nothing = %+v, %v", res, err)
 	}
 	// Every file, all there already: found, not sent.
-	res, err = b.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
-		Layout: ModelLayoutHF, Ref: "main", Files: head.Files})
+	res, err = b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
+		Layout: contract.ModelLayoutHF, Ref: "main", Files: head.Files})
 	if err != nil || res.Bytes != 0 || len(res.Copied) != len(head.Files) || served(t, srv) != 0 {
 		t.Fatalf("sync of what is there = %+v, %v; served %d bytes", res, err, served(t, srv))
 	}
@@ -260,8 +261,8 @@ func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 	writeHFCache(t, headCache, files)
 	writeHFCache(t, bCache, withoutFiles(files, shard2, shard4))
 	a, b, c := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil), newAgent(t, "node-c", nil)
-	head := a.manifest(t, ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
-	nodeB := b.manifest(t, ModelManifestRequest{HFCache: bCache, Repo: modelRepo})
+	head := a.manifest(t, contract.ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
+	nodeB := b.manifest(t, contract.ModelManifestRequest{HFCache: bCache, Repo: modelRepo})
 	want := []string{
 		"node-b lacks model-00002-of-00004.safetensors (head has 300.0 kB)",
 		"node-b lacks model-00004-of-00004.safetensors (head has 300.0 kB)",
@@ -276,15 +277,15 @@ func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 	srv := a.open(t, head.Dir, weights.Names(head.Files), time.Minute)
 
 	lacking := weights.Lacking(head, nodeB)
-	res, err := b.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(bCache, modelRepo, head.Revision),
-		Layout: ModelLayoutHF, Ref: "main", Files: lacking})
+	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(bCache, modelRepo, head.Revision),
+		Layout: contract.ModelLayoutHF, Ref: "main", Files: lacking})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(res.Copied, []string{shard2, shard4}) || res.Bytes != 600_000 || served(t, srv) != 600_000 {
 		t.Fatalf("sync = %+v; served %d", res, served(t, srv))
 	}
-	if after := b.manifest(t, ModelManifestRequest{HFCache: bCache, Repo: modelRepo, Checksums: true}); len(weights.Compare(head, "node-b", after)) != 0 || len(weights.Check("node-b", after)) != 0 {
+	if after := b.manifest(t, contract.ModelManifestRequest{HFCache: bCache, Repo: modelRepo, Checksums: true}); len(weights.Compare(head, "node-b", after)) != 0 || len(weights.Check("node-b", after)) != 0 {
 		t.Fatalf("node-b after the copy: %v %v", weights.Compare(head, "node-b", after), weights.Check("node-b", after))
 	}
 	link := filepath.Join(weights.HFSnapshotDir(bCache, modelRepo, modelCommit), shard2)
@@ -300,16 +301,16 @@ func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 	}
 
 	// node-c has no copy of the model at all.
-	nodeC := c.manifest(t, ModelManifestRequest{HFCache: cCache, Repo: modelRepo})
+	nodeC := c.manifest(t, contract.ModelManifestRequest{HFCache: cCache, Repo: modelRepo})
 	if ps := weights.Compare(head, "node-c", nodeC); len(ps) != 1 || !strings.Contains(ps[0].Message, "node-c lacks the model: no hub/models--Org--Tiny") {
 		t.Fatalf("node-c: %v", ps)
 	}
-	res, err = c.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(cCache, modelRepo, head.Revision),
-		Layout: ModelLayoutHF, Ref: "main", Files: weights.Lacking(head, nodeC), Parallel: 2})
+	res, err = c.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(cCache, modelRepo, head.Revision),
+		Layout: contract.ModelLayoutHF, Ref: "main", Files: weights.Lacking(head, nodeC), Parallel: 2})
 	if err != nil || len(res.Copied) != 7 {
 		t.Fatalf("sync of the whole model = %+v, %v", res, err)
 	}
-	if after := c.manifest(t, ModelManifestRequest{HFCache: cCache, Repo: modelRepo}); len(weights.Compare(head, "node-c", after)) != 0 {
+	if after := c.manifest(t, contract.ModelManifestRequest{HFCache: cCache, Repo: modelRepo}); len(weights.Compare(head, "node-c", after)) != 0 {
 		t.Fatalf("node-c after the copy: %v", weights.Compare(head, "node-c", after))
 	}
 	if ref, _ := os.ReadFile(filepath.Join(weights.HFRepoDir(cCache, modelRepo), "refs", "main")); string(ref) != modelCommit {
@@ -326,7 +327,7 @@ func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
 	files := []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"model.safetensors", randomBytes(7, size)}}
 	writeModelDir(t, headDir, files)
 	a := newAgent(t, "node-a", nil)
-	head := a.manifest(t, ModelManifestRequest{Dir: headDir, Checksums: true})
+	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir, Checksums: true})
 	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute)
 
 	// A link that delivers cut bytes of a response, then nothing.
@@ -360,7 +361,7 @@ func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
 		}
 	}()
 	shard, _ := head.File("model.safetensors")
-	req := SyncModelRequest{From: via, Token: srv.Token, Root: nodeDir, Files: []weights.File{shard}}
+	req := contract.SyncModelRequest{From: via, Token: srv.Token, Root: nodeDir, Files: []weights.File{shard}}
 	if _, err := first.sync(req); err == nil {
 		t.Fatal("the interrupted copy succeeded")
 	}
@@ -407,14 +408,14 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 			files := tinyModelFiles(2, 200_000)
 			a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
 			var head weights.Manifest
-			req := SyncModelRequest{Root: filepath.Join(nodeRoot, "model")}
+			req := contract.SyncModelRequest{Root: filepath.Join(nodeRoot, "model")}
 			if hf {
 				writeHFCache(t, headRoot, files)
-				head = a.manifest(t, ModelManifestRequest{HFCache: headRoot, Repo: modelRepo})
-				req.Root, req.Layout = weights.HFSnapshotDir(nodeRoot, modelRepo, head.Revision), ModelLayoutHF
+				head = a.manifest(t, contract.ModelManifestRequest{HFCache: headRoot, Repo: modelRepo})
+				req.Root, req.Layout = weights.HFSnapshotDir(nodeRoot, modelRepo, head.Revision), contract.ModelLayoutHF
 			} else {
 				writeModelDir(t, filepath.Join(headRoot, "model"), files)
-				head = a.manifest(t, ModelManifestRequest{Dir: filepath.Join(headRoot, "model"), Checksums: true})
+				head = a.manifest(t, contract.ModelManifestRequest{Dir: filepath.Join(headRoot, "model"), Checksums: true})
 			}
 			shard := files[2].name
 			f, _ := head.File(shard)
@@ -423,7 +424,7 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 			req.From, req.Token, req.Files = srv.Addr, srv.Token, []weights.File{f}
 			_, err := b.sync(req)
 			app := modelAppError(t, err)
-			if app.Type() != ErrModelCorrupt || !app.NonRetryable() || !strings.Contains(app.Message(), "the partial copy was removed") {
+			if app.Type() != contract.ErrModelCorrupt || !app.NonRetryable() || !strings.Contains(app.Message(), "the partial copy was removed") {
 				t.Fatalf("type %s: %s", app.Type(), app.Message())
 			}
 			for _, p := range []string{filepath.Join(req.Root, shard+weights.PartialSuffix), filepath.Join(req.Root, shard)} {
@@ -437,7 +438,7 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 			lost, _ := head.File(files[3].name)
 			req.Files = []weights.File{lost}
 			_, err = b.sync(req)
-			if app := modelAppError(t, err); app.Type() != ErrModelIncomplete || !app.NonRetryable() || !strings.Contains(app.Message(), "the source lacks "+lost.Name) {
+			if app := modelAppError(t, err); app.Type() != contract.ErrModelIncomplete || !app.NonRetryable() || !strings.Contains(app.Message(), "the source lacks "+lost.Name) {
 				t.Fatalf("type %s: %s", app.Type(), app.Message())
 			}
 		})
@@ -489,15 +490,15 @@ func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
 		t.Fatal("the model server's port still accepts connections")
 	}
 	other := a.open(t, dir, []string{"config.json"}, time.Hour)
-	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil || openModelServer(other.Token) != nil {
+	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil || openModelServer(other.Token) != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil {
+	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil {
 		t.Errorf("closing a closed server: %v", err)
 	}
 	b := newAgent(t, "node-b", nil)
-	_, err := b.sync(SyncModelRequest{From: other.Addr, Token: other.Token, Root: t.TempDir(), Files: []weights.File{{Name: "config.json", Size: 22}}})
-	if app := modelAppError(t, err); app.Type() != ErrModelServerGone {
+	_, err := b.sync(contract.SyncModelRequest{From: other.Addr, Token: other.Token, Root: t.TempDir(), Files: []weights.File{{Name: "config.json", Size: 22}}})
+	if app := modelAppError(t, err); app.Type() != contract.ErrModelServerGone {
 		t.Errorf("copy from a closed server: %s: %s", app.Type(), app.Message())
 	}
 }
@@ -508,7 +509,7 @@ func TestRemovePartialModel(t *testing.T) {
 		writeModelFile(t, filepath.Join(root, n), []byte("x"))
 	}
 	a := newAgent(t, "node-b", nil)
-	res, err := run[RemovePartialModelResult](a, a.node.RemovePartialModel, RemovePartialModelRequest{Node: "node-b", Root: root})
+	res, err := run[contract.RemovePartialModelResult](a, a.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: root})
 	want := []string{"config.json" + linkSuffix, "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix}
 	if err != nil || !slices.Equal(res.Removed, want) {
 		t.Fatalf("removed %q, %v; want %q", res.Removed, err, want)
@@ -516,7 +517,7 @@ func TestRemovePartialModel(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "model.safetensors")); err != nil {
 		t.Errorf("a complete file was removed: %v", err)
 	}
-	if _, err := run[RemovePartialModelResult](a, a.node.RemovePartialModel, RemovePartialModelRequest{Node: "node-b", Root: filepath.Join(root, "nowhere")}); err != nil {
+	if _, err := run[contract.RemovePartialModelResult](a, a.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: filepath.Join(root, "nowhere")}); err != nil {
 		t.Errorf("a directory that is not there: %v", err)
 	}
 }
@@ -535,7 +536,7 @@ func TestSyncModelThroughputOnLoopback(t *testing.T) {
 	f := weights.File{Name: "model.safetensors", Size: 200_000_000, SHA256: hex.EncodeToString(sum[:])}
 	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
 	srv := a.open(t, headDir, []string{f.Name}, time.Minute)
-	res, err := b.sync(SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: nodeDir, Files: []weights.File{f}})
+	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: nodeDir, Files: []weights.File{f}})
 	if err != nil || res.Bytes != f.Size {
 		t.Fatalf("sync = %+v, %v", res, err)
 	}

@@ -24,7 +24,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/codec"
 	"github.com/tpdeploy/tpdeploy/connect"
 	"github.com/tpdeploy/tpdeploy/contract"
@@ -78,13 +77,13 @@ func TestHistoryHoldsOnlyCiphertext(t *testing.T) {
 	}
 	fakeagents.SetFailure(agents, "StartRayWorker "+failing.Nodes[1].Name,
 		temporal.NewNonRetryableApplicationError("ray start refused on "+failing.Nodes[1].Name+" for "+failing.Image, "ContainerExited", nil))
-	startWorker(t, keyed, activities.WorkflowQueue, func(w worker.Worker) {
+	startWorker(t, keyed, contract.WorkflowQueue, func(w worker.Worker) {
 		w.RegisterWorkflow(workflows.DeployCluster)
 		w.RegisterActivity(&control.Checks{Controller: control.Controller{Client: keyed}})
 	})
 	for _, s := range []spec.Cluster{ok, failing} {
 		for _, n := range s.Nodes {
-			startWorker(t, keyed, activities.NodeQueue(n.Name), func(w worker.Worker) { w.RegisterActivity(agents) })
+			startWorker(t, keyed, contract.NodeQueue(n.Name), func(w worker.Worker) { w.RegisterActivity(agents) })
 		}
 	}
 

@@ -7,25 +7,26 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/readiness"
 )
 
 // Checks are the operations activities the node agents serve on the workflow queue (they
 // need a Temporal client, which the agents have). Registered as a struct, its method names
-// are the activity names (activities.ActivityCheckDeployment).
+// are the activity names (contract.ActivityCheckDeployment).
 type Checks struct {
 	Controller Controller
 }
 
 // CheckDeployment reports the cluster's latest deploy and, when it completed, whether its
 // endpoint serves the model: /health answers 200 and /v1/models lists the served name.
-func (c *Checks) CheckDeployment(ctx context.Context, req activities.CheckDeploymentRequest) (activities.DeploymentCheck, error) {
+func (c *Checks) CheckDeployment(ctx context.Context, req contract.CheckDeploymentRequest) (contract.DeploymentCheck, error) {
 	st, err := c.Controller.latest(ctx, req.Cluster)
 	if err != nil {
 		// Never deployed is an answer, not a failure.
-		return activities.DeploymentCheck{Detail: err.Error()}, nil
+		return contract.DeploymentCheck{Detail: err.Error()}, nil
 	}
-	chk := activities.DeploymentCheck{Exists: true, Running: st.Running, RunID: st.RunID, Closed: st.Closed}
+	chk := contract.DeploymentCheck{Exists: true, Running: st.Running, RunID: st.RunID, Closed: st.Closed}
 	if st.Spec != nil {
 		chk.SpecHash = st.Spec.Hash()
 	}
@@ -39,7 +40,7 @@ func (c *Checks) CheckDeployment(ctx context.Context, req activities.CheckDeploy
 	if st.Spec != nil {
 		served = st.Spec.Model.ServedName
 	}
-	if err := activities.CheckServing(ctx, fetchOK, chk.Endpoint, served); err != nil {
+	if err := readiness.Check(ctx, fetchOK, chk.Endpoint, served); err != nil {
 		chk.Detail = err.Error()
 		return chk, nil
 	}
@@ -50,7 +51,7 @@ func (c *Checks) CheckDeployment(ctx context.Context, req activities.CheckDeploy
 // CheckEndpoint is the readiness check from this process: /health 200 and /v1/models
 // listing served.
 func CheckEndpoint(ctx context.Context, endpoint, served string) error {
-	return activities.CheckServing(ctx, fetchOK, endpoint, served)
+	return readiness.Check(ctx, fetchOK, endpoint, served)
 }
 
 // fetchOK GETs url and returns the body of a 200 answer.

@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -44,7 +43,7 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	// A supervisor that waits on its watch (the fake endpoint never answers; it would take
 	// 1000 checks to call that an incident), hears node b reboot and recovers.
 	s, f := cluster(t, "hist-a", "a", "b")
-	sup, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.SuperviseWorkflowID(s.Name), TaskQueue: activities.WorkflowQueue},
+	sup, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.SuperviseWorkflowID(s.Name), TaskQueue: contract.WorkflowQueue},
 		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: s, Unhealthy: 1000, CheckEvery: spec.Duration(time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +103,7 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 
 	// A deploy that fails at launch and compensates.
 	fs, ff := cluster(t, "hist-f", "a", "b")
-	fakeagents.SetFailure(ff, "LaunchVLLM "+fs.Nodes[0].Name, temporal.NewNonRetryableApplicationError("no such image", activities.ErrBadRequest, nil))
+	fakeagents.SetFailure(ff, "LaunchVLLM "+fs.Nodes[0].Name, temporal.NewNonRetryableApplicationError("no such image", contract.ErrBadRequest, nil))
 	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: fs, Trigger: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +128,7 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 
 	// A schedule's trigger for a cluster never deployed: it deploys as a child.
 	x, _ := cluster(t, "hist-x", "a", "b")
-	trig, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.RedeployWorkflowID(x.Name), TaskQueue: activities.WorkflowQueue},
+	trig, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.RedeployWorkflowID(x.Name), TaskQueue: contract.WorkflowQueue},
 		workflows.RedeployCluster, workflows.RedeployRequest{Spec: x, Trigger: "schedule"})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/devserver"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
@@ -61,7 +60,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer temporalClient.Close()
-	w := worker.New(temporalClient, activities.WorkflowQueue, worker.Options{})
+	w := worker.New(temporalClient, contract.WorkflowQueue, worker.Options{})
 	// Every workflow type, as agents register them: workers of one queue must agree.
 	workflows.RegisterAll(w)
 	// The operations activities every agent serves on the workflow queue.
@@ -92,7 +91,7 @@ func cluster(t *testing.T, name string, agents ...string) (spec.Cluster, *fakeag
 	})
 	for _, suffix := range agents {
 		node := name + "-" + suffix
-		w := worker.New(temporalClient, activities.NodeQueue(node), worker.Options{})
+		w := worker.New(temporalClient, contract.NodeQueue(node), worker.Options{})
 		w.RegisterActivity(f)
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
@@ -271,7 +270,7 @@ func TestMissingNodeAgentFailsFastNamingTheNode(t *testing.T) {
 	}
 	err = Reason(run.Get(ctx, nil))
 	var failure *Failure
-	if !errors.As(err, &failure) || failure.Type != activities.ErrNodeAgentDown {
+	if !errors.As(err, &failure) || failure.Type != contract.ErrNodeAgentDown {
 		t.Fatalf("want NodeAgentUnreachable, got %v", err)
 	}
 	if !strings.Contains(failure.Message, "it-down-b: probe: node agent is not serving task queue tpdeploy.node.it-down-b") {

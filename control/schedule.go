@@ -13,7 +13,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/searchattr"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -48,7 +47,7 @@ func redeployAction(s spec.Cluster) *client.ScheduleWorkflowAction {
 		ID:                    contract.RedeployWorkflowID(s.Name),
 		Workflow:              workflows.RedeployCluster,
 		Args:                  []any{workflows.RedeployRequest{Spec: s, Trigger: "schedule"}},
-		TaskQueue:             activities.WorkflowQueue,
+		TaskQueue:             contract.WorkflowQueue,
 		WorkflowRunTimeout:    s.Timeouts.Serving.D() + 15*time.Minute,
 		TypedSearchAttributes: temporal.NewSearchAttributes(searchattr.ClusterName.ValueSet(s.Name)),
 	}

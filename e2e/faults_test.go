@@ -22,7 +22,6 @@ import (
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/barrier"
@@ -90,8 +89,8 @@ var faults = []fault{
 	{Name: "Ray killed", inject: func(t *testing.T, c *cell) string {
 		// node-b's Ray worker, or the head before there is one, through the engine's API.
 		for _, name := range []string{
-			activities.ContainerName(c.spec.Name, "node-b", activities.RoleRayWorker),
-			activities.ContainerName(c.spec.Name, "node-a", activities.RoleRayHead),
+			contract.ContainerName(c.spec.Name, "node-b", contract.RoleRayWorker),
+			contract.ContainerName(c.spec.Name, "node-a", contract.RoleRayHead),
 		} {
 			if _, err := eng.ContainerKill(context.Background(), name, client.ContainerKillOptions{Signal: "KILL"}); err == nil {
 				return ""
@@ -100,7 +99,7 @@ var faults = []fault{
 		return "no Ray container yet"
 	}},
 	{Name: "vLLM killed", inject: func(t *testing.T, c *cell) string {
-		head := activities.ContainerName(c.spec.Name, "node-a", activities.RoleRayHead)
+		head := contract.ContainerName(c.spec.Name, "node-a", contract.RoleRayHead)
 		out, err := execOut(head, "cat", "/tmp/tpdeploy/vllm/pid")
 		if err != nil || len(strings.Fields(out)) == 0 {
 			return "no vLLM yet"

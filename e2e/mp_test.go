@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
@@ -26,7 +26,7 @@ func TestMPDeployServes(t *testing.T) {
 		t.Fatalf("containers %v, want one vllm per node", got)
 	}
 	for _, c := range got {
-		if !strings.HasSuffix(c, "_"+activities.RoleVLLM) {
+		if !strings.HasSuffix(c, "_"+contract.RoleVLLM) {
 			t.Errorf("container %s is not a vllm container", c)
 		}
 	}
@@ -94,7 +94,7 @@ func TestMPRankDeathDuringLoadingCaughtOnItsNode(t *testing.T) {
 	slowLoading(&s)
 	run := deployFor(t, s)
 	waitPhase(t, run, "loading")
-	rank := activities.ContainerName(s.Name, "node-b", activities.RoleVLLM)
+	rank := contract.ContainerName(s.Name, "node-b", contract.RoleVLLM)
 	out, err := execOut(rank, "cat", "/tmp/tpdeploy/vllm/pid")
 	if err != nil || len(strings.Fields(out)) == 0 {
 		t.Fatalf("node-b's vllm pid: %q %v", out, err)
@@ -104,7 +104,7 @@ func TestMPRankDeathDuringLoadingCaughtOnItsNode(t *testing.T) {
 		t.Fatalf("kill: %v %s", err, out)
 	}
 	f, _ := failure(t, run)
-	if !strings.Contains(f.Message, "node-b") || (f.Type != activities.ErrVLLMExited && f.Type != activities.ErrContainerExited) {
+	if !strings.Contains(f.Message, "node-b") || (f.Type != contract.ErrVLLMExited && f.Type != contract.ErrContainerExited) {
 		t.Fatalf("failure %s: %s; want node-b's vllm exit", f.Type, f.Message)
 	}
 	t.Logf("%s %.1fs after the kill: %s", f.Type, time.Since(killed).Seconds(), f.Message)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/lab/faultproxy"
@@ -73,7 +72,7 @@ func TestRebootDuringLoadingStartsOver(t *testing.T) {
 func TestRebootWhileJoiningWorker(t *testing.T) {
 	s := labSpec(t, "e2e-reboot-join")
 	proxy := theLab.Proxy("node-b")
-	worker := activities.ContainerName(s.Name, "node-b", activities.RoleRayWorker)
+	worker := contract.ContainerName(s.Name, "node-b", contract.RoleRayWorker)
 	barrier := proxy.Add(faultproxy.Rule{Method: "POST", Path: `^/containers/create$`,
 		Query: map[string]string{"name": worker}, Action: faultproxy.Pause{}, Times: 1})
 	defer proxy.Remove(barrier)
@@ -122,7 +121,7 @@ func TestNodeDownDuringLoading(t *testing.T) {
 		}
 	}()
 	f, took := failure(t, run)
-	if (f.Type != contract.ErrNodeDown && f.Type != activities.ErrRayNodeDead) || !strings.Contains(f.Message, "node-b") {
+	if (f.Type != contract.ErrNodeDown && f.Type != contract.ErrRayNodeDead) || !strings.Contains(f.Message, "node-b") {
 		t.Fatalf("failure %s: %s; want NodeDown or RayNodeDead naming node-b", f.Type, f.Message)
 	}
 	t.Logf("node-b down classified as %s in %.1fs: %s", f.Type, took.Seconds(), f.Message)
@@ -153,7 +152,7 @@ func TestFailedChangedDeployRollsBack(t *testing.T) {
 	bad.Nodes = append(bad.Nodes[:0:0], s.Nodes...)
 	bad.Nodes[0].Env = map[string]string{"TPDEPLOY_SIM_IGNORE_NODE_IP": "1"}
 	f, _ := failure(t, deployFor(t, bad))
-	if f.Type != activities.ErrPlacementMismatch {
+	if f.Type != contract.ErrPlacementMismatch {
 		t.Fatalf("changed deploy failed with %s: %s; want PlacementMismatch", f.Type, f.Message)
 	}
 	defer func() {

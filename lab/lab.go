@@ -40,7 +40,8 @@ const (
 // LabelLab marks every container and network of a lab with its prefix.
 const LabelLab = "tpdeploy.lab"
 
-// BuildImages compiles the simulator, the node init and the worker (static) and builds
+// BuildImages compiles the simulator, the node init and the worker (static; the worker
+// with build tag lab) and builds
 // the lab's images FROM scratch, each only when its inputs changed. temporalBin is the
 // pinned Temporal CLI (bin/temporal); empty skips the Temporal image.
 func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) error {
@@ -51,7 +52,13 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 	defer os.RemoveAll(dir)
 	bins := map[string]string{}
 	for _, pkg := range []string{"./lab/sim", "./lab/nodeinit", "./worker"} {
-		if bins[filepath.Base(pkg)], err = images.GoBinary(ctx, pkg, dir); err != nil {
+		var tags []string
+		if pkg == "./worker" {
+			// The lab's agent is a lab build: only it has the barriers the fault matrix
+			// holds steps at (worker/hooks.go says why a production agent lacks them).
+			tags = []string{"lab"}
+		}
+		if bins[filepath.Base(pkg)], err = images.GoBinary(ctx, pkg, dir, tags...); err != nil {
 			return err
 		}
 	}

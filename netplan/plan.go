@@ -282,14 +282,13 @@ func checkReachable(cand *candidate, matrix []PairResult) {
 
 // score is the ranking key of a viable subnet; see rank for the order.
 type score struct {
-	preferIdx   int // index in prefer_cidrs, or len(prefer_cidrs) when not preferred
-	ifacePrefs  int // nodes whose interface the operator preferred
-	rdma        bool
-	speed       int // slowest member link, Mb/s (0 unknown)
-	mtu         int // smallest member MTU
-	notDefault  bool
-	rtt         time.Duration
-	description string
+	preferIdx  int // index in prefer_cidrs, or len(prefer_cidrs) when not preferred
+	ifacePrefs int // nodes whose interface the operator preferred
+	rdma       bool
+	speed      int // slowest member link, Mb/s (0 unknown)
+	mtu        int // smallest member MTU
+	notDefault bool
+	rtt        time.Duration
 }
 
 func scoreOf(cand candidate, p prefs, probes map[string]NodeProbe) score {

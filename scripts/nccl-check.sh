@@ -28,5 +28,5 @@ nodes:
   - {name: node-a, role: head, gpus: 1}
   - {name: node-b, role: worker, gpus: 1}
 SPEC
-bin/starter plan -f "$work/spec.yaml" --netns "node-a=$prefix-a,node-b=$prefix-b" --json >"$work/plan.json"
+bin/netns plan -f "$work/spec.yaml" --map "node-a=$prefix-a,node-b=$prefix-b" >"$work/plan.json"
 python3 scripts/nccl_check.py --plan "$work/plan.json" --netns "node-a=$prefix-a,node-b=$prefix-b"

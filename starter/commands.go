@@ -322,32 +322,16 @@ func cmdRedeploy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("plan", "plan -f spec.yaml [--json] [--netns node-a=NS,node-b=NS]", stderr)
+	// Planning over network namespaces of this host, without Temporal, was `plan --netns`;
+	// it is `netns plan` (lab/netns) now, because it runs the agent's probe (netlink) in
+	// this process and the operator's CLI links none of the agent's code (deps_test.go).
+	c := newCommand("plan", "plan -f spec.yaml [--json]", stderr)
 	file := c.fs.String("f", "", "cluster spec (YAML or JSON)")
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
-	netns := c.fs.String("netns", "", "plan here, without Temporal, with each node a network namespace of this host (node=netns,...): for labs and checks on one machine")
 	if _, err := c.parse(args); err != nil {
 		return helpOK(err)
 	}
 	var rep workflows.PlanReport
-	if *netns != "" {
-		s, err := readSpec(*file)
-		if err != nil {
-			return err
-		}
-		spaces := map[string]string{}
-		for _, kv := range strings.Split(*netns, ",") {
-			node, ns, ok := strings.Cut(strings.TrimSpace(kv), "=")
-			if !ok || node == "" || ns == "" {
-				return fmt.Errorf("--netns %q: want node=netns,...: %w", *netns, errUsage)
-			}
-			spaces[node] = ns
-		}
-		if rep, err = control.PlanLocal(ctx, s, spaces); err != nil {
-			return err
-		}
-		return reportPlan(stdout, s, rep, *asJSON)
-	}
 	s, ctl, closeFn, err := c.specAndController(*file)
 	if err != nil {
 		return err

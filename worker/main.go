@@ -26,8 +26,8 @@ import (
 	"github.com/tpdeploy/tpdeploy/connect"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
-	"github.com/tpdeploy/tpdeploy/internal/barrier"
 	"github.com/tpdeploy/tpdeploy/internal/liveness"
+	"github.com/tpdeploy/tpdeploy/internal/registration"
 	"github.com/tpdeploy/tpdeploy/logging"
 	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/policy"
@@ -150,30 +150,24 @@ func run(ctx context.Context, args []string) error {
 	// Heartbeats for steps that do not heartbeat themselves: a dead agent is noticed in
 	// seconds, not at the step's start-to-close timeout.
 	workerOpts.Interceptors = append(workerOpts.Interceptors, &liveness.Interceptor{})
-	if dir := os.Getenv(barrier.EnvDir); dir != "" {
-		// The lab's fault matrix holds steps here; see internal/barrier.
-		workerOpts.Interceptors = append(workerOpts.Interceptors, &barrier.Interceptor{Dir: dir})
-		z.Warn("lab barriers on: activities named by files in the directory are held", zap.String("dir", dir))
-	}
-	wf := worker.New(c, activities.WorkflowQueue, workerOpts)
+	workerOpts.Interceptors = append(workerOpts.Interceptors, labHooks(z)...)
+	wf := worker.New(c, contract.WorkflowQueue, workerOpts)
 	workflows.RegisterAll(wf)
-	wf.RegisterActivity(&control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter}})
-
-	nodeWorker := worker.New(c, activities.NodeQueue(*node), workerOpts)
+	nodeWorker := worker.New(c, contract.NodeQueue(*node), workerOpts)
 	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr, Policy: &nodePolicy}
-	nodeWorker.RegisterActivity(agent)
+	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter}})
 
 	if err := wf.Start(); err != nil {
 		return fmt.Errorf("start workflow worker: %w", err)
 	}
 	defer wf.Stop()
 	if err := nodeWorker.Start(); err != nil {
-		return fmt.Errorf("start node worker on %s: %w", activities.NodeQueue(*node), err)
+		return fmt.Errorf("start node worker on %s: %w", contract.NodeQueue(*node), err)
 	}
 	defer nodeWorker.Stop()
 	defer live.Set(false, "shutting down")
-	live.Set(true, "polling "+activities.WorkflowQueue+" and "+activities.NodeQueue(*node))
-	z.Info("node agent serving", zap.String("queue", activities.NodeQueue(*node)))
+	live.Set(true, "polling "+contract.WorkflowQueue+" and "+contract.NodeQueue(*node))
+	z.Info("node agent serving", zap.String("queue", contract.NodeQueue(*node)))
 	go informWorkflows(ctx, c, agent, z)
 	go reconcile(ctx, control.Controller{Client: c, DataConverter: copts.DataConverter}, agent, z)
 	select {
@@ -248,7 +242,7 @@ func containerOptions(network, ipc, gpus, shm, ulimits string) (activities.Conta
 // once at start-up: one that knew another ID learns the node rebooted (a supervisor
 // redeploys, a deploy starts over). Those of clusters without this node ignore it.
 func informWorkflows(ctx context.Context, c client.Client, agent *activities.Node, z *zap.Logger) {
-	boot, err := agent.BootID(ctx, activities.BootIDRequest{Node: agent.Name})
+	boot, err := agent.BootID(ctx, contract.BootIDRequest{Node: agent.Name})
 	if err != nil {
 		z.Warn("boot id unknown; supervisors and deploys not informed", zap.Error(err))
 		return

@@ -1,7 +1,9 @@
 // Package barrier holds chosen activities of a lab node's agent before they run, so a
 // test can inject a fault at an exact step of a deploy (the fault matrix) instead of racing
-// a phase that lasts milliseconds. It is on only when the agent is given a directory
-// (TPDEPLOY_LAB_BARRIER_DIR, set by the lab); a real agent never is.
+// a phase that lasts milliseconds. Only a lab build of the agent has it (`go build -tags
+// lab ./worker`, as lab.BuildImages builds the node image), and it is on only when that
+// agent is given a directory (TPDEPLOY_LAB_BARRIER_DIR, set by the lab). A production
+// agent does not link this package, so no environment can switch it on.
 //
 // A file named after an activity type in that directory holds the activity: the agent
 // writes NAME.reached (holding the attempt number) and waits until NAME is removed, or the

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/deptest"
 )
 
 func TestHoldReachRelease(t *testing.T) {
@@ -44,5 +46,17 @@ func TestHoldReachRelease(t *testing.T) {
 	defer cancel()
 	if err := Wait(ctx, dir, "LaunchVLLM", 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("held past its context: %v", err)
+	}
+}
+
+// TestProductionAgentHasNoBarriers: the agent as built for a node does not link this
+// package; the lab's build (-tags lab) does.
+func TestProductionAgentHasNoBarriers(t *testing.T) {
+	const self = "github.com/tpdeploy/tpdeploy/internal/barrier"
+	for _, dep := range deptest.Find(t, "../../worker", []string{self}) {
+		t.Errorf("the production worker links %s: barriers must be a lab build's only", dep)
+	}
+	if len(deptest.Find(t, "../../worker", []string{self}, "-tags", "lab")) == 0 {
+		t.Errorf("the lab build of the worker (-tags lab) does not link %s: the fault matrix's barriers would be off", self)
 	}
 }

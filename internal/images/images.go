@@ -146,14 +146,18 @@ func sortedKeys(m map[string]string) []string {
 
 // GoBinary compiles a main package of this module into dir as a static binary
 // (CGO_ENABLED=0) with reproducible output, so an unchanged source gives an unchanged
-// image hash.
-func GoBinary(ctx context.Context, pkg, dir string) (string, error) {
+// image hash. tags are build tags (the lab builds its agent with "lab").
+func GoBinary(ctx context.Context, pkg, dir string, tags ...string) (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, pkg)
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.CommandContext(ctx, goTool(), append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -163,6 +167,7 @@ func GoBinary(ctx context.Context, pkg, dir string) (string, error) {
 }
 
 func goTool() string {
+	//lint:ignore SA1019 the lab builds its images with the toolchain that built this binary (go test, go run ./lab/labctl on this machine), which PATH may not name
 	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
 		return p
 	}

@@ -1,6 +1,8 @@
 // Command netns builds or removes the seed topology in network namespaces (see
 // internal/labnet): `netns up --prefix tpd-demo --nodes 2`, `netns down --prefix tpd-demo`,
-// and runs a command in one: `netns exec tpd-demo-a -- python3 ...` (no iproute2 needed).
+// runs a command in one: `netns exec tpd-demo-a -- python3 ...` (no iproute2 needed), and
+// plans a spec over namespaces without Temporal: `netns plan -f spec.yaml --map node-a=NS,...`
+// (plan.go).
 package main
 
 import (
@@ -23,8 +25,11 @@ func run(args []string) error {
 	if len(args) >= 3 && args[0] == "exec" && args[2] == "--" && len(args) > 3 {
 		return labnet.Exec(args[1], args[3:])
 	}
+	if len(args) > 0 && args[0] == "plan" {
+		return cmdPlan(args[1:], os.Stdout)
+	}
 	if len(args) == 0 || (args[0] != "up" && args[0] != "down") {
-		return errors.New("usage: netns up|down [--prefix P] [--nodes N], or netns exec NAME -- COMMAND...")
+		return errors.New("usage: netns up|down [--prefix P] [--nodes N], netns exec NAME -- COMMAND..., or netns plan -f spec.yaml --map node=NS[,node=NS]")
 	}
 	fs := flag.NewFlagSet("netns "+args[0], flag.ContinueOnError)
 	prefix := fs.String("prefix", "tpd-demo", "namespace name prefix")

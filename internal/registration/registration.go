@@ -1,0 +1,20 @@
+// Package registration is where the node agent puts its activities on its two workers: the
+// node's own activities on the node's task queue, the operations activities on the workflow
+// queue. The worker's main calls Agent, and its test derives the registered names from the
+// same call, so the list of what an agent serves is kept nowhere by hand.
+package registration
+
+import (
+	"go.temporal.io/sdk/worker"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/control"
+)
+
+// Agent registers the agent's activities: checks (control.Checks) on workflowQueue, the
+// worker of contract.WorkflowQueue; node (activities.Node) on nodeQueue, the worker of
+// contract.NodeQueue(node.Name). The SDK names each activity after its method.
+func Agent(workflowQueue, nodeQueue worker.ActivityRegistry, node *activities.Node, checks *control.Checks) {
+	workflowQueue.RegisterActivity(checks)
+	nodeQueue.RegisterActivity(node)
+}
