@@ -67,6 +67,7 @@ faults: deps $(BIN)/temporal
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./spec
 	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime 30s ./logscan
+	$(GO) test -run '^$$' -fuzz FuzzParseRead -fuzztime 30s ./release
 
 # The lab alone (see lab/README.md); `docker-compose --profile lab up` needs these images.
 lab-images: $(BIN)/temporal

@@ -24,7 +24,9 @@ func TestTheWatchFollowsTheRelease(t *testing.T) {
 		return &m
 	}
 	legacy, v2 := decide("0.17.1", nil), decide("0.22.1", nil)
-	watchFor := func(m *release.Model) *watch { return &watch{a: &Node{Name: "node-a"}, req: contract.WatchRequest{Engine: m}} }
+	watchFor := func(m *release.Model) *watch {
+		return &watch{a: &Node{Name: "node-a"}, req: contract.WatchRequest{Engine: m}}
+	}
 
 	if f := watchFor(legacy).forRelease(logscan.Classify(logscan.Line{Text: dup})); f == nil || f.Type != logscan.DuplicateAddress {
 		t.Fatalf("legacy executor: duplicate-IP line gave %+v", f)
