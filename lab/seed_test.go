@@ -324,7 +324,7 @@ func TestRayV2PlacesTheSeedsGroupAndFailsOnTheHeadsRayAddress(t *testing.T) {
 	vllm := dockerExec(t, eng, head,
 		[]string{"RAY_ADDRESS=" + a.Fast.String() + ":6379", "VLLM_HOST_IP=" + a.Fast.String(), "TPDEPLOY_SIM_STORE_TIMEOUT=4"},
 		"vllm", "serve", "/models/m", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray")
-	out := waitOut(t, vllm, 30*time.Second,
+	waitOut(t, vllm, 30*time.Second,
 		"Connected to Ray cluster.",
 		"(RayWorkerProc pid=",
 		"distributed_init_method=tcp://"+a.Ext.String()+":",
@@ -333,7 +333,7 @@ func TestRayV2PlacesTheSeedsGroupAndFailsOnTheHeadsRayAddress(t *testing.T) {
 	if code := vllm.exitCode(t, 20*time.Second); code == 0 {
 		t.Error("vllm exited 0 after the rendezvous failed")
 	}
-	out = vllm.String()
+	out := vllm.String()
 	for _, never := range []string{"Waiting for creating a placement group", "'node:", "Every node should have a unique IP", "RayWorkerWrapper", "Copying the following environment variables"} {
 		if strings.Contains(out, never) {
 			t.Errorf("RayExecutorV2 printed %q:\n%s", never, out)
