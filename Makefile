@@ -59,9 +59,9 @@ test: deps check $(BIN)/temporal
 	$(GO) test -count=1 -timeout 45m $(SERVICE_PKG_PATHS)
 
 # The whole fault matrix (every step × every fault, about an hour here); it rewrites the
-# table in README.md. `make test` runs one cell per fault.
+# table in docs/faults.md. `make test` runs one cell per fault.
 faults: deps $(BIN)/temporal
-	TPDEPLOY_FAULTS=all TPDEPLOY_FAULTS_README=1 $(GO) test -count=1 -timeout 150m -run TestFaultMatrix -v ./e2e
+	TPDEPLOY_FAULTS=all TPDEPLOY_FAULTS_WRITE=1 $(GO) test -count=1 -timeout 150m -run TestFaultMatrix -v ./e2e
 
 # Short fuzz runs of the parsers that read outside input.
 fuzz:

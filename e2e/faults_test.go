@@ -35,7 +35,7 @@ import (
 // injected while the step is held at a barrier (internal/barrier: the node's agent holds
 // the step's activity before it runs until the fault is in), then the step goes on and
 // the outcome is recorded. `make faults` runs every cell and writes the table into the
-// README; `make test` runs faultSubset.
+// docs/faults.md; `make test` runs faultSubset.
 
 // faultStep is where a fault is injected: a deploy step held at its activity's barrier on
 // one node, loading (the weights are loading, 15 s of it left), or steady state (serving,
@@ -219,8 +219,8 @@ func TestFaultMatrix(t *testing.T) {
 		t.Error(err)
 	}
 	t.Log("\n" + table)
-	if all && os.Getenv("TPDEPLOY_FAULTS_README") == "1" {
-		if err := replaceBlock(filepath.Join(root, "README.md"), "fault-matrix", table); err != nil {
+	if all && os.Getenv("TPDEPLOY_FAULTS_WRITE") == "1" {
+		if err := replaceBlock(filepath.Join(root, "docs", "faults.md"), "fault-matrix", table); err != nil {
 			t.Error(err)
 		}
 	}
@@ -605,7 +605,7 @@ func execOut(container string, cmd ...string) (string, error) {
 	return out.String(), err
 }
 
-// matrixTable is the README's table: steps down, faults across, each cell the outcome and
+// matrixTable is docs/faults.md's table: steps down, faults across, each cell the outcome and
 // the time from the injection to it; problems listed below.
 func matrixTable(results []cellResult, all bool) string {
 	var b strings.Builder
