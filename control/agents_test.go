@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/tpdeploy/tpdeploy/internal/labnet"
+	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -34,7 +37,17 @@ func TestPlanWithRealAgentsInNamespaces(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = topo.Close() })
 
-	s := spec.Cluster{Name: "it-real", Image: "tpdeploy/sim:dev", Model: spec.Model{Path: "/m"}, Parallel: spec.Parallel{Tensor: 2}}
+	// The plan's first step reads the image on every node: the lab's default release, on
+	// this machine's engine, allowed by each agent's policy as an operator would allow it.
+	eng, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if err := lab.BuildImages(context.Background(), eng, ""); err != nil {
+		t.Fatal(err)
+	}
+	s := spec.Cluster{Name: "it-real", Image: lab.SimImage, Model: spec.Model{Path: "/m"}, Parallel: spec.Parallel{Tensor: 2}}
 	for i, n := range topo.Nodes {
 		role := spec.RoleWorker
 		if i == 0 {
@@ -43,7 +56,7 @@ func TestPlanWithRealAgentsInNamespaces(t *testing.T) {
 		// Unique node names keep these agents' queues apart from other tests'.
 		name := "real-" + n.Name
 		s.Nodes = append(s.Nodes, spec.Node{Name: name, Role: role, GPUs: 1})
-		cmd := exec.Command(bin, "--node", name, "--netns", n.NetNS, "--address", serverAddress, "--log-level", "warn")
+		cmd := exec.Command(bin, "--node", name, "--netns", n.NetNS, "--address", serverAddress, "--log-level", "warn", "--allow-image", lab.SimImage)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -74,6 +87,9 @@ func TestPlanWithRealAgentsInNamespaces(t *testing.T) {
 	}
 	if rep.Plan == nil {
 		t.Fatalf("no plan: %s", rep.Error)
+	}
+	if rep.Engine == nil || rep.Engine.Executor != spec.ExecutorRay || len(rep.Images) != 2 || rep.Images[1].VLLM == "" || !rep.Images[1].HasRay() {
+		t.Errorf("engine %+v, images %+v: want the lab image read on both nodes, Ray picked", rep.Engine, rep.Images)
 	}
 	if rep.Plan.Subnet != labnet.FastNet || rep.Plan.RayAddress != "192.168.77.12:6379" {
 		t.Errorf("plan subnet %s ray %s, want the fast subnet", rep.Plan.Subnet, rep.Plan.RayAddress)

@@ -273,7 +273,7 @@ func TestMissingNodeAgentFailsFastNamingTheNode(t *testing.T) {
 	if !errors.As(err, &failure) || failure.Type != contract.ErrNodeAgentDown {
 		t.Fatalf("want NodeAgentUnreachable, got %v", err)
 	}
-	if !strings.Contains(failure.Message, "it-down-b: probe: node agent is not serving task queue tpdeploy.node.it-down-b") {
+	if !strings.Contains(failure.Message, "it-down-b: read image: node agent is not serving task queue tpdeploy.node.it-down-b") {
 		t.Errorf("message = %s", failure.Message)
 	}
 	// The node_agent timeout is 3s; the failure must come from it, not a step timeout.
