@@ -109,6 +109,12 @@ func (a *Node) allowed(check func(policy.Policy) error) error {
 	return nil
 }
 
+// deny is a refusal of a request outside what any agent does (a bound, a container that
+// is not the cluster's), whatever the policy: non-retryable PolicyDenied, naming the node.
+func (a *Node) deny(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(a.Name+": "+fmt.Sprintf(format, args...), contract.ErrPolicyDenied, nil)
+}
+
 // specAllowed checks everything a spec would make this node do, so that preflight refuses
 // a spec outside the policy before anything starts (each action checks its part again).
 func (a *Node) specAllowed(c spec.Cluster) error {
