@@ -92,12 +92,14 @@ func explainResolve(err error) error {
 }
 
 // open opens rel without following any symlink (writes, and anything the agent trusts).
+// No O_NOFOLLOW: with RESOLVE_NO_SYMLINKS a trailing link fails with ELOOP, while
+// O_PATH|O_NOFOLLOW would hand back a descriptor of the link itself.
 func (c *confined) open(rel string, flags int, mode uint32) (*os.File, error) {
 	rel, err := relPath(rel)
 	if err != nil {
 		return nil, err
 	}
-	return c.openat2(int(c.dir.Fd()), rel, flags|unix.O_NOFOLLOW, mode, resolveStrict)
+	return c.openat2(int(c.dir.Fd()), rel, flags, mode, resolveStrict)
 }
 
 // openRead opens rel for reading, following links only while they stay beneath the root.
@@ -118,7 +120,7 @@ func (c *confined) parent(rel string) (*os.File, string, error) {
 	if rel == "." {
 		return nil, "", fmt.Errorf("the directory itself has no parent here")
 	}
-	d, err := c.openat2(int(c.dir.Fd()), filepath.Dir(rel), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveStrict)
+	d, err := c.openat2(int(c.dir.Fd()), filepath.Dir(rel), unix.O_PATH|unix.O_DIRECTORY, 0, resolveStrict)
 	if err != nil {
 		return nil, "", err
 	}
@@ -143,7 +145,7 @@ func (c *confined) mkdirAll(rel string) error {
 			dir.Close()
 			return &fs.PathError{Op: "mkdir", Path: filepath.Join(c.root, rel), Err: err}
 		}
-		next, err := c.openat2(int(dir.Fd()), comp, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveStrict)
+		next, err := c.openat2(int(dir.Fd()), comp, unix.O_PATH|unix.O_DIRECTORY, 0, resolveStrict)
 		dir.Close()
 		if err != nil {
 			return err
@@ -306,8 +308,16 @@ func (a *Node) beneath(nodePath, what string) (*confined, string, error) {
 		return nil, "", err
 	}
 	c, err := openConfined(a.hostPath(root))
+	if errors.Is(err, fs.ErrNotExist) {
+		// An allowed mount not made yet (a fresh node's cache): the operator's directory,
+		// made as the engine would make a bind mount's source.
+		if err := os.MkdirAll(a.hostPath(root), 0o755); err != nil {
+			return nil, "", fmt.Errorf("%s: allowed mount %s: %w", a.Name, root, err)
+		}
+		c, err = openConfined(a.hostPath(root))
+	}
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("%s: allowed mount %s: %w", a.Name, root, err)
 	}
 	return c, rel, nil
 }

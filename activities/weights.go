@@ -167,9 +167,6 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 		}
 		files[f] = true
 	}
-	if err := a.checkListen([]netip.Addr{req.Addr}, 0); err != nil {
-		return contract.ModelServer{}, err
-	}
 	modelServers.mu.Lock()
 	open := len(modelServers.m)
 	modelServers.mu.Unlock()
@@ -188,6 +185,10 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", req.Root), contract.ErrModelIncomplete, nil)
 	} else {
 		d.Close()
+	}
+	if err := a.checkListen([]netip.Addr{req.Addr}, 0); err != nil {
+		dir.Close()
+		return contract.ModelServer{}, err
 	}
 	ttl := req.TTL
 	if ttl <= 0 {
