@@ -80,7 +80,9 @@ func sleeper(t *testing.T) (*client.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true}) })
+	t.Cleanup(func() {
+		_, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+	})
 	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
