@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
@@ -200,6 +203,11 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 		NetworkMode: container.NetworkMode(s.Options.Network),
 		IpcMode:     container.IpcMode(s.Options.IPC),
 		Binds:       s.Binds,
+		// On the host's network a raw socket sniffs and spoofs the node's traffic; no
+		// process of vLLM's, Ray's or NCCL's needs one. No setuid binary in the image
+		// gains privileges either.
+		CapDrop:     []string{"NET_RAW"},
+		SecurityOpt: []string{"no-new-privileges:true"},
 	}
 	if s.Options.ShmSize > 0 && s.Options.IPC != "host" {
 		hc.ShmSize = s.Options.ShmSize
@@ -242,7 +250,7 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 // create and start leaves exactly that), one with another hash is replaced.
 func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (contract.ContainerRef, error) {
 	err := a.allowed(func(p policy.Policy) error {
-		errs := []error{p.CheckImage(s.Image)}
+		errs := []error{p.CheckImage(s.Image), p.CheckEnv(envNames(s.Env)...)}
 		for _, b := range s.Binds {
 			src, _, _ := strings.Cut(b, ":")
 			errs = append(errs, p.CheckMount(a.nodePath(src))) // the policy names the node's paths
@@ -251,6 +259,12 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 	})
 	if err != nil {
 		return contract.ContainerRef{}, err
+	}
+	for _, b := range s.Binds {
+		src, _, _ := strings.Cut(b, ":")
+		if err := a.bindSource(a.nodePath(src)); err != nil {
+			return contract.ContainerRef{}, err
+		}
 	}
 	eng, addr, err := a.engine(host)
 	if err != nil {
@@ -324,26 +338,150 @@ func (a *Node) removeContainer(ctx context.Context, eng containerEngine, addr, i
 	return nil
 }
 
-// secretEnv resolves the spec's secret references on this node. Values go into the
-// container's environment only, never into a workflow input, result or log.
-func secretEnv(s spec.Secrets) (map[string]string, error) {
+// agentEnv are the variables the agent itself sets from its own secrets, never from a
+// request; the env check does not apply to them.
+var agentEnv = map[string]bool{"HF_TOKEN": true}
+
+// envNames are the names of KEY=VALUE entries the request chose (the node's env and the
+// plan's), for the policy's env check.
+func envNames(env []string) []string {
+	var names []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !agentEnv[k] {
+			names = append(names, k)
+		}
+	}
+	return names
+}
+
+// bindSource makes sure a bind mount's source is a directory beneath an allowed mount
+// with no symlink on the way there (the engine would follow one: an hf_cache that is a
+// link to / would mount the host's root read-write), making it when it is not there (as
+// the engine would, but without following links).
+func (a *Node) bindSource(nodePath string) error {
+	dir, rel, err := a.beneath(nodePath, "host path")
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	if err := dir.mkdirAll(rel); err != nil {
+		if isResolveRefusal(err) {
+			return a.denyPath("host path "+nodePath, err)
+		}
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: host path %s: %v", a.Name, nodePath, err), contract.ErrBadRequest, nil)
+	}
+	return nil
+}
+
+// maxSecretSize bounds a secret file: a token is a few hundred bytes, and /dev/zero or a
+// multi-gigabyte file must not grow the agent's memory.
+const maxSecretSize = 64 << 10
+
+// secretEnv resolves the spec's secret references on this node, within its policy: an
+// agent variable secret_env names, or a regular file under secret_dirs (opened beneath it
+// without following links, at most maxSecretSize). Values go into an exec's environment
+// only, never into a container's configuration, a workflow input, result, log or error.
+func (a *Node) secretEnv(s spec.Secrets) (map[string]string, error) {
 	if s.HFToken == nil {
 		return nil, nil
 	}
-	ref := s.HFToken
-	var v string
-	switch {
-	case ref.Env != "":
-		v = os.Getenv(ref.Env)
-		if v == "" {
-			return nil, fmt.Errorf("secrets.hf_token: agent environment variable %s is empty or unset", ref.Env)
-		}
-	case ref.File != "":
-		b, err := os.ReadFile(ref.File)
-		if err != nil {
-			return nil, fmt.Errorf("secrets.hf_token: %v", err)
-		}
-		v = strings.TrimSpace(string(b))
+	v, err := a.resolveSecret("secrets.hf_token", *s.HFToken)
+	if err != nil {
+		return nil, err
 	}
 	return map[string]string{"HF_TOKEN": v}, nil
+}
+
+func (a *Node) resolveSecret(field string, ref spec.SecretRef) (string, error) {
+	bad := func(format string, args ...any) error {
+		return temporal.NewNonRetryableApplicationError(a.Name+": "+field+": "+fmt.Sprintf(format, args...), contract.ErrBadRequest, nil)
+	}
+	switch {
+	case ref.Env != "":
+		if err := a.allowed(func(p policy.Policy) error { return p.CheckSecretEnv(ref.Env) }); err != nil {
+			return "", err
+		}
+		v := os.Getenv(ref.Env)
+		if v == "" {
+			return "", bad("agent environment variable %s is empty or unset", ref.Env)
+		}
+		return v, nil
+	case ref.File != "":
+		if err := a.allowed(func(p policy.Policy) error { return p.CheckSecretFile(ref.File) }); err != nil {
+			return "", err
+		}
+		b, err := a.readSecretFile(ref.File)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", bad("set env or file")
+}
+
+// readSecretFile reads a secret file beneath its secret directory: no link followed, a
+// regular file only (not /dev/zero, not a FIFO that blocks), at most maxSecretSize. Its
+// errors never hold the content.
+func (a *Node) readSecretFile(file string) ([]byte, error) {
+	dirName, rel := filepath.Dir(file), filepath.Base(file)
+	if a.Policy != nil {
+		d, _ := a.Policy.SecretDir(file)
+		r, err := filepath.Rel(d, filepath.Clean(file))
+		if err != nil {
+			return nil, a.deny("secret file %s: %v", file, err)
+		}
+		dirName, rel = d, r
+	}
+	dir, err := openConfined(dirName)
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", a.Name, file, err), contract.ErrBadRequest, nil)
+	}
+	defer dir.Close()
+	f, err := dir.open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if isResolveRefusal(err) {
+			return nil, a.denyPath("secret file "+file, err)
+		}
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", a.Name, file, err), contract.ErrBadRequest, nil)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", a.Name, file, err), contract.ErrBadRequest, nil)
+	case !fi.Mode().IsRegular():
+		return nil, a.deny("secret file %s is not a regular file (%s)", file, fi.Mode().Type())
+	case fi.Size() > maxSecretSize:
+		return nil, a.deny("secret file %s is %d bytes, more than the %d a secret may be", file, fi.Size(), maxSecretSize)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: read failed", a.Name, file), contract.ErrBadRequest, nil)
+	}
+	if len(b) > maxSecretSize {
+		return nil, a.deny("secret file %s grew past the %d bytes a secret may be", file, maxSecretSize)
+	}
+	return b, nil
+}
+
+// ownContainer refuses a container that is not one of this node's tpdeploy containers of
+// the given cluster ("" for any cluster, the name then being the cluster's own) and role:
+// an exec, a read of vLLM's output or a stop acts only on what the agent itself started,
+// whatever name a request gives.
+func (a *Node) ownContainer(name string, cfg *container.Config, cluster string, roles ...string) error {
+	var l map[string]string
+	if cfg != nil {
+		l = cfg.Labels
+	}
+	c := l[LabelCluster]
+	switch {
+	case c == "" || l[LabelNode] != a.Name || !slices.Contains(roles, l[LabelRole]):
+		return a.deny("container %s is not one of this node's tpdeploy containers (role %s)", name, strings.Join(roles, " or "))
+	case cluster != "" && c != cluster:
+		return a.deny("container %s belongs to cluster %s, not %s", name, c, cluster)
+	case strings.TrimPrefix(name, "/") != contract.ContainerName(c, a.Name, l[LabelRole]):
+		return a.deny("container %s is not named as tpdeploy names cluster %s's %s", name, c, l[LabelRole])
+	}
+	return nil
 }

@@ -79,9 +79,9 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
-	secrets, err := secretEnv(req.Spec.Secrets)
+	secrets, err := a.secretEnv(req.Spec.Secrets)
 	if err != nil {
-		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
+		return contract.ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
 	if req.Rank == 0 {
@@ -122,9 +122,9 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 		return contract.MasterCheck{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
-	secrets, err := secretEnv(req.Spec.Secrets)
+	secrets, err := a.secretEnv(req.Spec.Secrets)
 	if err != nil {
-		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
+		return contract.MasterCheck{}, err
 	}
 	s, err := rankSpec(req, a.containerOptions(), secrets)
 	if err != nil {

@@ -109,6 +109,12 @@ func (a *Node) allowed(check func(policy.Policy) error) error {
 	return nil
 }
 
+// deny is a refusal of a request outside what any agent does (a bound, a container that
+// is not the cluster's), whatever the policy: non-retryable PolicyDenied, naming the node.
+func (a *Node) deny(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(a.Name+": "+fmt.Sprintf(format, args...), contract.ErrPolicyDenied, nil)
+}
+
 // specAllowed checks everything a spec would make this node do, so that preflight refuses
 // a spec outside the policy before anything starts (each action checks its part again).
 func (a *Node) specAllowed(c spec.Cluster) error {
@@ -216,9 +222,9 @@ func (a *Node) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (cont
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	secrets, err := secretEnv(req.Spec.Secrets)
+	secrets, err := a.secretEnv(req.Spec.Secrets)
 	if err != nil {
-		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
+		return contract.ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.VLLM) }); err != nil {
@@ -235,6 +241,9 @@ func (a *Node) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (cont
 	}
 	if err != nil {
 		return contract.ContainerRef{}, engineError(addr, "inspect "+head, err)
+	}
+	if err := a.ownContainer(head, info.Container.Config, req.Spec.Name, contract.RoleRayHead); err != nil {
+		return contract.ContainerRef{}, err
 	}
 	if st := info.Container.State; st == nil || !st.Running {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is not running: vllm runs inside it", head), contract.ErrContainerExited, nil)

@@ -1,14 +1,12 @@
 package activities
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 )
 
@@ -88,14 +86,13 @@ func execRayStatus(ctx context.Context, eng containerEngine, container string) (
 	if err != nil {
 		return rayStatus{}, err
 	}
-	defer att.Close()
-	var out, errOut bytes.Buffer
-	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil {
+	out, errOut, err := readExecOutput(ctx, att)
+	if err != nil {
 		return rayStatus{}, err
 	}
-	s, err := parseRayStatus(out.String())
-	if err != nil && errOut.Len() > 0 {
-		return s, fmt.Errorf("ray status: %s", strings.TrimSpace(errOut.String()))
+	s, err := parseRayStatus(out)
+	if err != nil && errOut != "" {
+		return s, fmt.Errorf("ray status: %s", clipLine(strings.TrimSpace(errOut)))
 	}
 	return s, err
 }

@@ -23,6 +23,15 @@ const maxListenTTL = 5 * time.Minute
 // dialParallelism bounds concurrent dials from one node (16 nodes x a few subnets).
 const dialParallelism = 32
 
+// Bounds on what requests can make an agent hold or do, whoever sends them: open listener
+// sets (one per reachability round or mp master check), listeners in one set (one per
+// candidate address), and targets of one dial request (16 nodes x a few subnets).
+const (
+	maxListenerSets    = 16
+	maxListenersPerSet = 32
+	maxDialTargets     = 512
+)
+
 // listenerSet holds the open reachability listeners of one agent, by token.
 type listenerSet struct {
 	mu   sync.Mutex
@@ -60,6 +69,19 @@ func (a *Node) OpenProbeListeners(ctx context.Context, req contract.ListenReques
 	ttl := req.TTL
 	if ttl <= 0 || ttl > maxListenTTL {
 		ttl = maxListenTTL
+	}
+	if len(req.Addrs) > maxListenersPerSet {
+		return contract.ListenResult{}, a.deny("%d listeners asked for: at most %d per request", len(req.Addrs), maxListenersPerSet)
+	}
+	addrs := make([]netip.Addr, len(req.Addrs))
+	for i, p := range req.Addrs {
+		addrs[i] = p.Addr()
+	}
+	if err := a.checkListen(addrs, req.Port); err != nil {
+		return contract.ListenResult{}, err
+	}
+	if n := a.openSets(); n >= maxListenerSets {
+		return contract.ListenResult{}, a.deny("%d listener sets are open, the most an agent keeps (each closes within %s)", n, maxListenTTL)
 	}
 	var res contract.ListenResult
 	var opened []net.Listener
@@ -150,6 +172,16 @@ func (a *Node) DialPeers(ctx context.Context, req contract.DialRequest) ([]netpl
 	timeout := req.Timeout
 	if timeout <= 0 || timeout > 10*time.Second {
 		timeout = 2 * time.Second
+	}
+	if len(req.Targets) > maxDialTargets {
+		return nil, a.deny("%d targets asked for: at most %d per request", len(req.Targets), maxDialTargets)
+	}
+	aps := make([]netip.AddrPort, len(req.Targets))
+	for i, t := range req.Targets {
+		aps[i] = t.Addr
+	}
+	if err := a.checkDial(aps...); err != nil {
+		return nil, err
 	}
 	results := make([]netplan.PairResult, len(req.Targets))
 	sem := make(chan struct{}, dialParallelism)

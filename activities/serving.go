@@ -36,6 +36,12 @@ func (a *Node) CheckPlacement(ctx context.Context, req contract.PlacementRequest
 	if d := activity.GetInfo(ctx).Deadline; !d.IsZero() {
 		deadline = d.Add(-3 * time.Second)
 	}
+	if err := a.checkDialString(req.Plan.RayAddress); err != nil {
+		return contract.PlacementReport{}, err
+	}
+	if err := a.checkRayHead(ctx, req); err != nil {
+		return contract.PlacementReport{}, err
+	}
 	// A head that died at start (its GCS port taken) leaves the address to whatever else
 	// answers there: judge nothing from a node table that is not this head's.
 	if gone := a.headGone(ctx, req); gone != nil {
@@ -65,6 +71,26 @@ func (a *Node) CheckPlacement(ctx context.Context, req contract.PlacementRequest
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// checkRayHead refuses a RayHead that is not one of this node's Ray head containers
+// (`ray status` is run in it).
+func (a *Node) checkRayHead(ctx context.Context, req contract.PlacementRequest) error {
+	if req.RayHead == "" {
+		return nil
+	}
+	eng, addr, err := a.engine(req.DockerHost)
+	if err != nil {
+		return err
+	}
+	info, err := eng.ContainerInspect(ctx, req.RayHead, client.ContainerInspectOptions{})
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return nil // headGone says so
+	case err != nil:
+		return engineError(addr, "inspect "+req.RayHead, err)
+	}
+	return a.ownContainer(req.RayHead, info.Container.Config, "", contract.RoleRayHead)
 }
 
 // headGone is a ContainerExited error when the head's Ray container is not running (the
@@ -113,6 +139,9 @@ func (a *Node) rayStatusSummary(ctx context.Context, req contract.PlacementReque
 // by itself a verdict on the cluster.
 func (a *Node) RayNodesAlive(ctx context.Context, req contract.PlacementRequest) (contract.PlacementReport, error) {
 	if err := a.checkNode(req.Node); err != nil {
+		return contract.PlacementReport{}, err
+	}
+	if err := a.checkDialString(req.Plan.RayAddress); err != nil {
 		return contract.PlacementReport{}, err
 	}
 	nodes, err := a.registeredNodes(ctx, req.Plan.RayAddress)
@@ -164,6 +193,16 @@ func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 		var hb contract.ServingProgress
 		if activity.GetHeartbeatDetails(ctx, &hb) == nil && hb.Offset >= p.Offset {
 			p = hb
+		}
+	}
+	if !req.Headless {
+		if err := a.checkEndpoint(req.Endpoint); err != nil {
+			return p, err
+		}
+	}
+	if req.Plan != nil && req.Plan.RayAddress != "" {
+		if err := a.checkDialString(req.Plan.RayAddress); err != nil {
+			return p, err
 		}
 	}
 	n, _ := req.Spec.Node(req.Node)
@@ -385,6 +424,9 @@ func (w *watch) containerRunning(ctx context.Context) error {
 	if err != nil {
 		return engineError(w.addr, "inspect "+w.req.Container.Name, err)
 	}
+	if err := w.a.ownContainer(w.req.Container.Name, info.Container.Config, w.req.Spec.Name, contract.RoleRayHead, contract.RoleVLLM); err != nil {
+		return err
+	}
 	if st := info.Container.State; st != nil && !st.Running {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s exited with code %d", what, st.ExitCode), contract.ErrContainerExited, nil)
 	}
@@ -401,7 +443,7 @@ func clipLine(s string) string {
 // serving is vLLM's readiness: /health answers 200, /v1/models lists the served model,
 // and, when the spec asks for a smoke test, one completion answers.
 func (a *Node) serving(ctx context.Context, req contract.WatchRequest) bool {
-	hc := &http.Client{Timeout: 3 * time.Second}
+	hc := &http.Client{Timeout: 3 * time.Second, CheckRedirect: noRedirects}
 	fetch := func(ctx context.Context, url string) ([]byte, error) { return a.fetch(ctx, hc, url) }
 	if readiness.Check(ctx, fetch, req.Endpoint, req.Spec.Model.ServedName) != nil {
 		return false
@@ -412,6 +454,10 @@ func (a *Node) serving(ctx context.Context, req contract.WatchRequest) bool {
 	return true
 }
 
+// noRedirects keeps a health check or smoke test on the endpoint it was given: a
+// redirect is answered as it is (not 200), never followed elsewhere.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
 func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest) error {
 	return a.inNetNS(func() error {
 		b, _ := json.Marshal(map[string]any{"model": req.Spec.Model.ServedName, "prompt": "tpdeploy smoke test", "max_tokens": 4})
@@ -420,7 +466,7 @@ func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest) error {
 			return err
 		}
 		r.Header.Set("Content-Type", "application/json")
-		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(r)
+		resp, err := (&http.Client{Timeout: 30 * time.Second, CheckRedirect: noRedirects}).Do(r)
 		if err != nil {
 			return err
 		}

@@ -156,12 +156,11 @@ func execIn(ctx context.Context, eng containerEngine, container string, cmd, env
 	if err != nil {
 		return execResult{}, err
 	}
-	defer att.Close()
-	var out, errOut bytes.Buffer
-	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil {
+	out, errOut, err := readExecOutput(ctx, att)
+	if err != nil {
 		return execResult{}, err
 	}
-	res := execResult{Stdout: out.String(), Stderr: errOut.String()}
+	res := execResult{Stdout: out, Stderr: errOut}
 	// The output ended: the process is ending; its exit code follows at once.
 	for i := 0; i < 50; i++ {
 		in, err := eng.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
@@ -175,6 +174,46 @@ func execIn(ctx context.Context, eng containerEngine, container string, cmd, env
 		time.Sleep(20 * time.Millisecond)
 	}
 	return res, fmt.Errorf("exec %s: still running after its output ended", cmd[0])
+}
+
+// maxExecOutput bounds what the agent keeps of one exec's stdout and of its stderr: the
+// read script prints at most maxRead bytes, ray status a few kilobytes. A process in the
+// container (which runs whatever the model brings) can print without end; the agent
+// stops reading at the bound and fails the exec.
+const maxExecOutput = maxRead + 64<<10
+
+// errExecOutput is an exec that printed more than maxExecOutput.
+var errExecOutput = fmt.Errorf("exec output over %d bytes: refused", maxExecOutput)
+
+// cappedBuffer keeps at most max bytes and fails the write that would pass them.
+type cappedBuffer struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if c.buf.Len()+len(p) > c.max {
+		n, _ := c.buf.Write(p[:c.max-c.buf.Len()])
+		return n, errExecOutput
+	}
+	return c.buf.Write(p)
+}
+
+// readExecOutput reads an attached exec's stdout and stderr to their end, each at most
+// maxExecOutput, and closes it. The read ends with ctx: closing the connection is what
+// unblocks a read an engine (or a container) never answers.
+func readExecOutput(ctx context.Context, att client.ExecAttachResult) (string, string, error) {
+	defer att.Close()
+	stop := context.AfterFunc(ctx, att.Close)
+	defer stop()
+	out, errOut := &cappedBuffer{max: maxExecOutput}, &cappedBuffer{max: maxExecOutput}
+	if _, err := stdcopy.StdCopy(out, errOut, att.Reader); err != nil {
+		if ctx.Err() != nil {
+			return "", "", fmt.Errorf("exec output: %w", context.Cause(ctx))
+		}
+		return "", "", err
+	}
+	return out.buf.String(), errOut.buf.String(), nil
 }
 
 // execDetached starts cmd in a running container and returns without waiting.

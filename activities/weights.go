@@ -28,9 +28,19 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/weights"
+)
+
+// maxSyncFiles bounds the files of one copy (a model has hundreds at most).
+const maxSyncFiles = 10000
+
+// Flags of open(2) for paths that are only looked at.
+const (
+	unixOPath      = unix.O_PATH
+	unixODirectory = unix.O_DIRECTORY
 )
 
 const (
@@ -46,6 +56,10 @@ const (
 	syncHeartbeatEvery = time.Second
 	// linkSuffix ends the temporary name of a snapshot link before it is renamed in place.
 	linkSuffix = ".tpdeploy-link"
+	// maxModelServers bounds the model servers one agent keeps open (one per copy in
+	// flight); maxModelServeLifetime closes a server however busy it is kept.
+	maxModelServers       = 4
+	maxModelServeLifetime = 12 * time.Hour
 )
 
 // ModelManifest describes the model this node holds: a Hugging Face snapshot in its cache,
@@ -57,6 +71,16 @@ func (a *Node) ModelManifest(ctx context.Context, req contract.ModelManifestRequ
 	}
 	if req.Dir == "" && (req.HFCache == "" || req.Repo == "") {
 		return weights.Manifest{}, temporal.NewNonRetryableApplicationError("a model manifest needs a directory, or a Hugging Face cache and repository", contract.ErrBadRequest, nil)
+	}
+	// Both directories must be beneath an allowed mount, with no symlink on the way
+	// (an hf_cache under the allowed prefix that is a link resolves elsewhere).
+	for _, d := range []struct{ path, what string }{{req.Dir, "model.host_dir"}, {req.HFCache, "hf_cache"}} {
+		if d.path == "" {
+			continue
+		}
+		if err := a.checkModelDir(d.path, d.what); err != nil {
+			return weights.Manifest{}, err
+		}
 	}
 	type scanned struct {
 		m   weights.Manifest
@@ -106,11 +130,16 @@ var modelServers = struct {
 
 // modelServer serves a fixed list of files over HTTP with Range support.
 type modelServer struct {
-	node, token, root string
-	files             map[string]bool
-	ttl               time.Duration
-	srv               *http.Server
-	log               *zap.Logger
+	node, token string
+	// dir is the allowed mount the files are beneath, rel the model's directory in it:
+	// every file is opened by the kernel beneath dir (modelFile).
+	dir      *confined
+	rel      string
+	files    map[string]bool
+	ttl      time.Duration
+	deadline time.Time
+	srv      *http.Server
+	log      *zap.Logger
 	// served counts the bytes of file content written to clients.
 	served atomic.Int64
 
@@ -138,10 +167,28 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 		}
 		files[f] = true
 	}
-	nodeRoot := req.Root
-	req.Root = a.hostPath(req.Root)
-	if fi, err := os.Stat(req.Root); err != nil || !fi.IsDir() {
-		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", nodeRoot), contract.ErrModelIncomplete, nil)
+	modelServers.mu.Lock()
+	open := len(modelServers.m)
+	modelServers.mu.Unlock()
+	if open >= maxModelServers {
+		return contract.ModelServer{}, a.deny("%d model servers are open, the most an agent keeps", open)
+	}
+	dir, rel, err := a.beneath(req.Root, "model directory")
+	if err != nil {
+		return contract.ModelServer{}, err
+	}
+	if d, err := dir.open(rel, unixOPath|unixODirectory, 0); err != nil {
+		dir.Close()
+		if isResolveRefusal(err) {
+			return contract.ModelServer{}, a.denyPath("model directory "+req.Root, err)
+		}
+		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", req.Root), contract.ErrModelIncomplete, nil)
+	} else {
+		d.Close()
+	}
+	if err := a.checkListen([]netip.Addr{req.Addr}, 0); err != nil {
+		dir.Close()
+		return contract.ModelServer{}, err
 	}
 	ttl := req.TTL
 	if ttl <= 0 {
@@ -149,20 +196,23 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	}
 	ttl = min(ttl, maxModelServeTTL)
 	var l net.Listener
-	err := a.inNetNS(func() error {
+	err = a.inNetNS(func() error {
 		var err error
 		l, err = net.Listen("tcp", netip.AddrPortFrom(req.Addr, 0).String())
 		return err
 	})
 	if err != nil {
+		dir.Close()
 		return contract.ModelServer{}, fmt.Errorf("model server on %s: %w", req.Addr, err)
 	}
 	token, err := newToken()
 	if err != nil {
 		_ = l.Close()
+		dir.Close()
 		return contract.ModelServer{}, err
 	}
-	s := &modelServer{node: a.Name, token: token, root: req.Root, files: files, ttl: ttl, last: time.Now(), log: a.logger()}
+	now := time.Now()
+	s := &modelServer{node: a.Name, token: token, dir: dir, rel: rel, files: files, ttl: ttl, last: now, deadline: now.Add(maxModelServeLifetime), log: a.logger()}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	s.mu.Lock() // expire reads the timer
 	s.timer = time.AfterFunc(ttl, s.expire)
@@ -173,7 +223,7 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	go func() { _ = s.srv.Serve(l) }()
 	ap := l.Addr().(*net.TCPAddr).AddrPort()
 	addr := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	a.logger().Info("model server open", zap.Stringer("addr", addr), zap.String("root", req.Root), zap.Int("files", len(files)), zap.Duration("ttl", ttl))
+	a.logger().Info("model server open", zap.Stringer("addr", addr), zap.String("root", filepath.Join(dir.root, rel)), zap.Int("files", len(files)), zap.Duration("ttl", ttl))
 	return contract.ModelServer{Addr: addr, Token: token}, nil
 }
 
@@ -200,6 +250,7 @@ func closeModelServer(token string) bool {
 	s.timer.Stop()
 	s.mu.Unlock()
 	_ = s.srv.Close()
+	_ = s.dir.Close()
 	s.log.Info("model server closed", zap.Int64("served_bytes", s.served.Load()))
 	return true
 }
@@ -218,13 +269,14 @@ func (s *modelServer) expire() {
 		s.mu.Unlock()
 		return
 	}
-	if s.active > 0 {
-		s.timer.Reset(s.ttl)
+	left := time.Until(s.deadline)
+	if s.active > 0 && left > 0 {
+		s.timer.Reset(min(s.ttl, left))
 		s.mu.Unlock()
 		return
 	}
-	if idle := time.Since(s.last); idle < s.ttl {
-		s.timer.Reset(s.ttl - idle)
+	if idle := time.Since(s.last); idle < s.ttl && left > 0 {
+		s.timer.Reset(min(s.ttl-idle, left))
 		s.mu.Unlock()
 		return
 	}
@@ -233,6 +285,12 @@ func (s *modelServer) expire() {
 }
 
 func (s *modelServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Only a request with the token keeps the server open: anyone else who reaches the
+	// address must not hold it past its TTL.
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.token)) != 1 {
+		http.Error(w, "unknown token", http.StatusUnauthorized)
+		return
+	}
 	s.mu.Lock()
 	s.active++
 	s.mu.Unlock()
@@ -242,10 +300,6 @@ func (s *modelServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.last = time.Now()
 		s.mu.Unlock()
 	}()
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.token)) != 1 {
-		http.Error(w, "unknown token", http.StatusUnauthorized)
-		return
-	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(w, "GET only", http.StatusMethodNotAllowed)
 		return
@@ -255,13 +309,20 @@ func (s *modelServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not served here: "+name, http.StatusForbidden)
 		return
 	}
-	f, err := os.Open(filepath.Join(s.root, filepath.FromSlash(name)))
+	// Links are followed only while they stay beneath the allowed mount (a snapshot's
+	// ../../blobs/<hash>); a planted config.json -> /etc/passwd is refused.
+	f, err := s.dir.openRead(filepath.Join(s.rel, filepath.FromSlash(name)))
 	if errors.Is(err, fs.ErrNotExist) {
 		http.Error(w, "no "+name+" on "+s.node, http.StatusNotFound)
 		return
 	}
+	if isResolveRefusal(err) {
+		s.log.Warn("model server refused a file that leads outside its directory", zap.String("file", name), zap.Error(err))
+		http.Error(w, "not served here: "+name+" leads outside the model's directory", http.StatusForbidden)
+		return
+	}
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		http.Error(w, "cannot open "+name+" on "+s.node, http.StatusInternalServerError)
 		return
 	}
 	defer f.Close()
@@ -306,9 +367,27 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 	if err := checkSyncRequest(req); err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
-	req.Root = a.hostPath(req.Root)
+	if len(req.Files) > maxSyncFiles {
+		return res, a.deny("%d files asked for: at most %d per copy", len(req.Files), maxSyncFiles)
+	}
+	// The destination is beneath an allowed mount and every write there refuses links;
+	// the source is a peer in this node's subnets.
+	dir, rel, err := a.beneath(req.Root, "model destination")
+	if err != nil {
+		return res, err
+	}
+	defer dir.Close()
+	if err := a.checkDial(req.From); err != nil {
+		return res, err
+	}
 	if len(req.Files) == 0 {
 		return res, nil
+	}
+	if err := dir.mkdirAll(rel); err != nil {
+		if isResolveRefusal(err) {
+			return res, a.denyPath("model destination "+req.Root, err)
+		}
+		return res, err
 	}
 	var prev contract.SyncProgress
 	if activity.HasHeartbeatDetails(ctx) {
@@ -316,7 +395,7 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s := &syncer{a: a, req: req, prevCopied: map[string]bool{}, current: map[string]bool{}, changed: make(chan struct{}, 1)}
+	s := &syncer{a: a, req: req, dir: dir, rel: rel, prevCopied: map[string]bool{}, current: map[string]bool{}, changed: make(chan struct{}, 1)}
 	for _, n := range prev.Copied {
 		s.prevCopied[n] = true
 	}
@@ -345,7 +424,8 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 		ReadBufferSize:        1 << 20,
 	}
 	defer tr.CloseIdleConnections()
-	s.client = &http.Client{Transport: tr}
+	// A redirect would take the copy to another server than the one the plan named.
+	s.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 	// The first failure ends the others (their errors are its consequences).
 	var failOnce sync.Once
@@ -400,7 +480,7 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 		res.MBps = float64(res.Bytes) / res.Seconds / 1e6
 	}
 	res.Copied = s.copiedNames()
-	err := failed
+	err = failed
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx) // canceled before a copy began
 	}
@@ -409,7 +489,7 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 		return res, err
 	}
 	if req.Layout == contract.ModelLayoutHF && req.Ref != "" {
-		if err := writeHFRef(req.Root, req.Ref); err != nil {
+		if err := writeHFRef(dir, rel, req.Ref); err != nil {
 			return res, err
 		}
 	}
@@ -447,8 +527,12 @@ func checkSyncRequest(req contract.SyncModelRequest) error {
 
 // syncer is one SyncModel call's state, shared by its copying goroutines.
 type syncer struct {
-	a          *Node
-	req        contract.SyncModelRequest
+	a   *Node
+	req contract.SyncModelRequest
+	// dir is the allowed mount the copy writes beneath, rel the destination in it; every
+	// path below is relative to dir and opened without following links.
+	dir        *confined
+	rel        string
 	client     *http.Client
 	prevCopied map[string]bool
 	total      int64
@@ -519,12 +603,20 @@ func (s *syncer) placed(name string) {
 // paths of one file: where it ends up, where its partial copy grows, and (Hugging Face)
 // the blob the destination links to.
 func (s *syncer) paths(f weights.File) (dest, partial, blobs string) {
-	dest = filepath.Join(s.req.Root, filepath.FromSlash(f.Name))
+	dest = filepath.Join(s.rel, filepath.FromSlash(f.Name))
 	partial = dest + weights.PartialSuffix
 	if s.req.Layout == contract.ModelLayoutHF {
-		blobs = filepath.Join(filepath.Dir(filepath.Dir(s.req.Root)), "blobs")
+		blobs = filepath.Join(filepath.Dir(filepath.Dir(s.rel)), "blobs")
 	}
 	return dest, partial, blobs
+}
+
+// refused turns a write the kernel refused (a planted link on the way) into PolicyDenied.
+func (s *syncer) refused(err error) error {
+	if err != nil && isResolveRefusal(err) {
+		return s.a.denyPath("model copy", err)
+	}
+	return err
 }
 
 // blobName is the name a file's blob has in a Hugging Face cache, when known before the
@@ -546,30 +638,30 @@ func (s *syncer) one(ctx context.Context, f weights.File) error {
 	if done, err := s.inPlace(ctx, f, dest, blobs); err != nil || done {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(partial), 0o755); err != nil {
-		return err
+	if err := s.dir.mkdirAll(filepath.Dir(partial)); err != nil {
+		return s.refused(err)
 	}
 	sum, err := s.fetch(ctx, f, partial)
 	if err != nil {
-		return err
+		return s.refused(err)
 	}
 	if blobs == "" {
-		if err := os.Rename(partial, dest); err != nil {
-			return err
+		if err := s.dir.rename(partial, dest); err != nil {
+			return s.refused(err)
 		}
 	} else {
 		blob := blobName(f)
 		if blob == "" {
 			blob = sum
 		}
-		if err := os.MkdirAll(blobs, 0o755); err != nil {
-			return err
+		if err := s.dir.mkdirAll(blobs); err != nil {
+			return s.refused(err)
 		}
-		if err := os.Rename(partial, filepath.Join(blobs, blob)); err != nil {
-			return err
+		if err := s.dir.rename(partial, filepath.Join(blobs, blob)); err != nil {
+			return s.refused(err)
 		}
-		if err := linkBlob(dest, filepath.Join(blobs, blob)); err != nil {
-			return err
+		if err := linkBlob(s.dir, dest, filepath.Join(blobs, blob)); err != nil {
+			return s.refused(err)
 		}
 	}
 	s.placed(f.Name)
@@ -587,26 +679,26 @@ func (s *syncer) inPlace(ctx context.Context, f weights.File, dest, blobs string
 			return false, nil
 		}
 		p := filepath.Join(blobs, blob)
-		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
-			return false, nil
+		if st, err := s.dir.lstat(p); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != f.Size {
+			return false, s.refusedOnly(err)
 		}
-		if target, err := os.Readlink(dest); err != nil || filepath.Base(target) != blob {
-			if err := linkBlob(dest, p); err != nil {
-				return false, err
+		if target, err := s.dir.readlink(dest); err != nil || filepath.Base(target) != blob {
+			if err := linkBlob(s.dir, dest, p); err != nil {
+				return false, s.refused(err)
 			}
 		}
 		s.found.Add(f.Size)
 		s.placed(f.Name)
 		return true, nil
 	}
-	fi, err := os.Stat(dest)
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
-		return false, nil
+	st, err := s.dir.lstat(dest)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != f.Size {
+		return false, s.refusedOnly(err)
 	}
 	if f.SHA256 != "" && !s.prevCopied[f.Name] {
-		sum, err := weights.HashFile(ctx, dest)
+		sum, err := s.hash(ctx, dest)
 		if err != nil {
-			return false, err
+			return false, s.refused(err)
 		}
 		if sum != f.SHA256 {
 			return false, nil
@@ -615,6 +707,39 @@ func (s *syncer) inPlace(ctx context.Context, f weights.File, dest, blobs string
 	s.found.Add(f.Size)
 	s.placed(f.Name)
 	return true, nil
+}
+
+// refusedOnly is a lookup's error when the kernel refused it (a planted link on the
+// way), nil for any other (a file not there is simply not in place).
+func (s *syncer) refusedOnly(err error) error {
+	if err != nil && isResolveRefusal(err) {
+		return s.refused(err)
+	}
+	return nil
+}
+
+// hash is the sha256 of a file beneath the destination, opened without following links.
+func (s *syncer) hash(ctx context.Context, rel string) (string, error) {
+	f, err := s.dir.open(rel, os.O_RDONLY, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		n, err := f.Read(buf)
+		h.Write(buf[:n])
+		if err == io.EOF {
+			return hex.EncodeToString(h.Sum(nil)), nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
 }
 
 // digest hashes a file's content as it arrives, for the checks its manifest allows: its
@@ -662,7 +787,9 @@ func (d *digest) Write(p []byte) (int, error) {
 // and verifies it; it returns the content's sha256 when it was computed. A corrupt copy
 // is removed; a copy interrupted by the network stays for the next attempt.
 func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (string, error) {
-	file, err := os.OpenFile(partial, os.O_RDWR|os.O_CREATE, 0o644)
+	// A partial file that is a link (planted by a container that shares the cache) is
+	// refused by the kernel: the agent never writes through one.
+	file, err := s.dir.open(partial, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return "", err
 	}
@@ -703,7 +830,7 @@ func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (str
 	}
 	corrupt := func(what string) error {
 		_ = file.Close()
-		_ = os.Remove(partial)
+		_ = s.dir.remove(partial)
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: %s; the partial copy was removed", f.Name, s.req.From, what), contract.ErrModelCorrupt, nil)
 	}
 	if have != f.Size {
@@ -774,7 +901,7 @@ func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, ha
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the source lacks %s: %s", f.Name, body()), contract.ErrModelIncomplete, nil)
 	case http.StatusRequestedRangeNotSatisfiable:
 		_ = file.Close()
-		_ = os.Remove(partial)
+		_ = s.dir.remove(partial)
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: the source holds less than the %d bytes already copied, the head's manifest says %d; the partial copy was removed",
 			f.Name, s.req.From, *have, f.Size), contract.ErrModelCorrupt, nil)
 	case http.StatusUnauthorized:
@@ -828,8 +955,8 @@ func contentRangeStart(v string) (int64, bool) {
 
 // linkBlob points a snapshot entry at its blob, relatively as huggingface_hub does
 // (../../blobs/<hash>), replacing whatever was there in one rename.
-func linkBlob(dest, blob string) error {
-	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+func linkBlob(dir *confined, dest, blob string) error {
+	if err := dir.mkdirAll(filepath.Dir(dest)); err != nil {
 		return err
 	}
 	rel, err := filepath.Rel(filepath.Dir(dest), blob)
@@ -837,25 +964,22 @@ func linkBlob(dest, blob string) error {
 		return err
 	}
 	tmp := dest + linkSuffix
-	_ = os.Remove(tmp)
-	if err := os.Symlink(rel, tmp); err != nil {
+	_ = dir.remove(tmp)
+	if err := dir.symlink(rel, tmp); err != nil {
 		return err
 	}
-	return os.Rename(tmp, dest)
+	return dir.rename(tmp, dest)
 }
 
-// writeHFRef makes refs/<ref> of a snapshot's repository name the snapshot's commit.
-func writeHFRef(snapshot, ref string) error {
+// writeHFRef makes refs/<ref> of a snapshot's repository name the snapshot's commit
+// (snapshot relative to dir).
+func writeHFRef(dir *confined, snapshot, ref string) error {
 	repoDir := filepath.Dir(filepath.Dir(snapshot))
 	p := filepath.Join(repoDir, "refs", filepath.FromSlash(ref))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := dir.mkdirAll(filepath.Dir(p)); err != nil {
 		return err
 	}
-	tmp := p + weights.PartialSuffix
-	if err := os.WriteFile(tmp, []byte(filepath.Base(snapshot)), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
+	return dir.writeFile(p, []byte(filepath.Base(snapshot)))
 }
 
 // RemovePartialModel removes the *.tpdeploy-partial files (and half-made snapshot links)
@@ -869,24 +993,31 @@ func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartia
 	if req.Root == "" {
 		return res, temporal.NewNonRetryableApplicationError("no directory to clean", contract.ErrBadRequest, nil)
 	}
-	req.Root = a.hostPath(req.Root)
-	err := filepath.WalkDir(req.Root, func(p string, d fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) {
+	dir, root, err := a.beneath(req.Root, "model directory")
+	if err != nil {
+		return res, err
+	}
+	defer dir.Close()
+	// Walked and removed beneath the allowed mount without following a link: a planted
+	// link is removed itself (it is a partial name), never what it points to.
+	err = dir.walkFiles(root, func(p string, _ fs.FileMode) error {
+		if !strings.HasSuffix(p, weights.PartialSuffix) && !strings.HasSuffix(p, linkSuffix) {
 			return nil
 		}
-		if err != nil {
+		if err := dir.remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		if d.IsDir() || !strings.HasSuffix(p, weights.PartialSuffix) && !strings.HasSuffix(p, linkSuffix) {
-			return nil
-		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		rel, _ := filepath.Rel(req.Root, p)
+		rel, _ := filepath.Rel(root, p)
 		res.Removed = append(res.Removed, filepath.ToSlash(rel))
 		return nil
 	})
+	slices.Sort(res.Removed)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	if err != nil && isResolveRefusal(err) {
+		return res, a.denyPath("model directory "+req.Root, err)
+	}
 	if err != nil {
 		return res, fmt.Errorf("remove partial model files under %s: %w", req.Root, err)
 	}

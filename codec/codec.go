@@ -6,7 +6,13 @@
 // lines starting with # ignored. The first key encrypts; every key decrypts, so keys rotate
 // by putting a new key first and keeping the old ones below it until no history needs them.
 // Each encrypted payload names its key by ID in its metadata (the ID is a fingerprint of the
-// key, not the key). Payloads that are not encrypted pass through Decode unchanged.
+// key, not the key).
+//
+// A payload that is not encrypted is refused by Decode: with a key set, anyone who can
+// write to the namespace but does not hold the key (a foreign workflow, the CLI's
+// `temporal workflow start --input`) cannot hand the agent an argument. Only a codec made
+// with AllowPlaintext (the codec server, which reads histories written before the key was
+// set) passes such payloads through.
 package codec
 
 import (
@@ -43,7 +49,21 @@ const (
 type Codec struct {
 	keys   []key
 	source string // where the keys came from, for error messages
+	// plaintext lets unencrypted payloads through Decode (AllowPlaintext).
+	plaintext bool
 }
+
+// AllowPlaintext returns a copy of c whose Decode passes unencrypted payloads through
+// unchanged, for reading histories written before encryption was turned on (the codec
+// server). Agents and starter never use it: a payload they act on must be encrypted.
+func (c *Codec) AllowPlaintext() *Codec {
+	cp := *c
+	cp.plaintext = true
+	return &cp
+}
+
+// ErrPlaintext is Decode's refusal of an unencrypted payload.
+var ErrPlaintext = errors.New("payload is not encrypted")
 
 type key struct {
 	id   string
@@ -164,12 +184,16 @@ func (c *Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error
 	return out, nil
 }
 
-// Decode decrypts encrypted payloads with the key their metadata names; other payloads
-// are returned as they are.
+// Decode decrypts encrypted payloads with the key their metadata names. Any other payload
+// is refused (ErrPlaintext), unless c was made with AllowPlaintext.
 func (c *Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
 	out := make([]*commonpb.Payload, len(payloads))
 	for i, p := range payloads {
 		if !bytes.Equal(p.GetMetadata()[converter.MetadataEncoding], []byte(Encoding)) {
+			if !c.plaintext {
+				return payloads, fmt.Errorf("decode payload (encoding %q): %w, and %s holds the keys every payload must be encrypted with: refused (a workflow or client without the key wrote it)",
+					p.GetMetadata()[converter.MetadataEncoding], ErrPlaintext, c.source)
+			}
 			out[i] = p
 			continue
 		}

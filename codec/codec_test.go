@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -110,9 +111,29 @@ func TestDecodeRefusesTamperingAndPassesPlainPayloads(t *testing.T) {
 		t.Errorf("short ciphertext: %v", err)
 	}
 	p := plain("written before encryption was turned on")
-	got, err := c.Decode([]*commonpb.Payload{p})
+	got, err := c.AllowPlaintext().Decode([]*commonpb.Payload{p})
 	if err != nil || got[0] != p {
-		t.Errorf("an unencrypted payload must pass through: %v", err)
+		t.Errorf("an unencrypted payload must pass through the codec server's codec: %v", err)
+	}
+}
+
+// Finding 2 of #23: with a key set, an unencrypted payload (a foreign workflow's, the
+// CLI's) is refused, not handed to the agent.
+func TestDecodeRefusesPlaintextWhenAKeyIsSet(t *testing.T) {
+	c := mustNew(t, newKey(t))
+	enc, err := c.Encode([]*commonpb.Payload{plain("ok")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*commonpb.Payload{
+		plain(`{"node":"node-a","root":"/etc","files":["shadow"]}`),
+		{Metadata: map[string][]byte{converter.MetadataEncoding: []byte("json/plain")}, Data: []byte(`{}`)},
+		{}, // no metadata at all
+	} {
+		_, err := c.Decode([]*commonpb.Payload{enc[0], p})
+		if !errors.Is(err, ErrPlaintext) {
+			t.Errorf("plaintext %v decoded: err %v", p.Metadata, err)
+		}
 	}
 }
 

@@ -337,6 +337,8 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			"TPDEPLOY_ULIMITS=",
 			// The lab's images are the simulator's; a real node's policy allows vLLM's.
 			"TPDEPLOY_ALLOW_IMAGES=" + strings.Join(SimImages(), ","),
+			// The simulator's own settings (pacing, faults) are node env like NCCL_DEBUG.
+			"TPDEPLOY_ALLOW_ENV=TPDEPLOY_SIM_*",
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
 			// Every agent exports its metrics on the management network, as on a fleet.
 			"TPDEPLOY_METRICS_ADDR=:" + strconv.Itoa(MetricsPort),

@@ -35,8 +35,12 @@ type proc struct {
 // maxPending bounds how long a held-back engine finding waits for its traceback.
 const maxPending = 400
 
-// maxProcs bounds the per-process states kept (process ids come and go).
-const maxProcs = 512
+// maxProcs bounds the per-process states kept (process ids come and go), maxSourceKey the
+// length of the prefix a state is kept under.
+const (
+	maxProcs     = 512
+	maxSourceKey = 256
+)
 
 // Scan parses one raw output line and returns it with its finding, or nil.
 func (s *Scanner) Scan(raw string) (Line, *Finding) {
@@ -137,6 +141,9 @@ func (s *Scanner) proc(source string) *proc {
 	if s.procs == nil {
 		s.procs = map[string]*proc{}
 	}
+	if len(source) > maxSourceKey {
+		source = source[:maxSourceKey]
+	}
 	pr := s.procs[source]
 	if pr == nil {
 		if len(s.procs) >= maxProcs {
@@ -145,6 +152,15 @@ func (s *Scanner) proc(source string) *proc {
 					delete(s.procs, k)
 				}
 			}
+		}
+		// Output that opens a traceback under a new prefix on every line would keep every
+		// state busy: the table stays bounded anyway, forgetting states at random (a
+		// held-back finding among them is lost, not the agent's memory).
+		for k := range s.procs {
+			if len(s.procs) < maxProcs {
+				break
+			}
+			delete(s.procs, k)
 		}
 		pr = &proc{}
 		s.procs[source] = pr

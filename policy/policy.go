@@ -9,10 +9,21 @@
 //	allowed_mounts: [/root/.cache/huggingface, /models]
 //	allowed_docker_hosts: ["unix:///var/run/docker.sock"]
 //	allowed_ports: ["1024-65535"]
+//	allowed_env: ["NCCL_*", "VLLM_*", "MY_SITE_*"]
+//	secret_dirs: [/etc/tpdeploy/secrets]
+//	secret_env: [HF_TOKEN]
 //
-// Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports) add to
-// the file's lists (or to the defaults). The checks are pure: CheckMount compares the path
-// it is given, so callers pass a path with symlinks already resolved.
+// Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports,
+// --allow-env, --allow-secret-dir, --allow-secret-env) add to the file's lists (or to the
+// defaults). The checks are pure: CheckMount compares the path it is given, so callers
+// pass a path with symlinks already resolved (the agent opens what is below a mount with
+// the kernel refusing symlinks).
+//
+// allowed_mounts are also the only directories the agent itself reads models from, serves
+// them from (model.sync) and writes them to; allowed_env names the variables a spec's
+// node env (and the plan's) may set, and never allows the ones that make a program run
+// code (spec.CodeExecEnv); secrets.*.file must name a file under secret_dirs and
+// secrets.*.env a variable in secret_env.
 package policy
 
 import (
@@ -27,6 +38,8 @@ import (
 
 	"github.com/distribution/reference"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tpdeploy/tpdeploy/spec"
 )
 
 // DefaultFile is where the agent looks for its policy; missing, the defaults apply.
@@ -42,6 +55,19 @@ var (
 	DefaultMounts      = []string{"/root/.cache/huggingface", "/models"}
 	DefaultDockerHosts = []string{DefaultDockerHost}
 	DefaultPorts       = []string{"1024-65535"}
+	// DefaultEnv are the families of variables vLLM, Ray, torch, NCCL, UCX, CUDA and the
+	// Hugging Face libraries read as settings; the code-executing ones among them
+	// (spec.CodeExecEnv) stay refused.
+	DefaultEnv = []string{
+		"VLLM_*", "NCCL_*", "UCX_*", "GLOO_*", "TP_SOCKET_IFNAME", "RAY_*", "HF_*", "HUGGING_FACE_*",
+		"TORCH_*", "TORCHINDUCTOR_*", "PYTORCH_*", "CUDA_*", "NVIDIA_*", "CUBLAS_*", "CUDNN_*", "NVTE_*",
+		"TRITON_*", "OMP_*", "MKL_*", "OPENBLAS_*", "TOKENIZERS_*", "TRANSFORMERS_*", "LMCACHE_*",
+		"PYTHONHASHSEED", "TZ", "LANG", "LC_*",
+	}
+	// DefaultSecretDirs is where secret files may be read from.
+	DefaultSecretDirs = []string{"/etc/tpdeploy/secrets"}
+	// DefaultSecretEnv are the agent variables a secret reference may name.
+	DefaultSecretEnv = []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"}
 )
 
 // Settings and the flags that add to them, as named in error messages.
@@ -50,11 +76,17 @@ const (
 	SettingMounts      = "allowed_mounts"
 	SettingDockerHosts = "allowed_docker_hosts"
 	SettingPorts       = "allowed_ports"
+	SettingEnv         = "allowed_env"
+	SettingSecretDirs  = "secret_dirs"
+	SettingSecretEnv   = "secret_env"
 
 	FlagImage      = "--allow-image"
 	FlagMount      = "--allow-mount"
 	FlagDockerHost = "--allow-docker-host"
 	FlagPorts      = "--allow-ports"
+	FlagEnv        = "--allow-env"
+	FlagSecretDir  = "--allow-secret-dir"
+	FlagSecretEnv  = "--allow-secret-env"
 )
 
 // Policy is what this node allows. Build it with Default, Parse or Load.
@@ -63,6 +95,9 @@ type Policy struct {
 	Mounts      []string // absolute host path prefixes
 	DockerHosts []string // Docker engine addresses, exactly
 	Ports       []string // port ranges, "1024-65535" or "8000"
+	Env         []string // glob patterns of environment variable names
+	SecretDirs  []string // absolute directories secret files may be read from
+	SecretEnv   []string // agent variables secret references may name, exactly
 	// File is the policy file an operator edits to change it (DefaultFile when none was read).
 	File  string
 	ports []portRange
@@ -74,6 +109,9 @@ type Overrides struct {
 	Mounts      []string
 	DockerHosts []string
 	Ports       []string
+	Env         []string
+	SecretDirs  []string
+	SecretEnv   []string
 }
 
 type file struct {
@@ -81,6 +119,9 @@ type file struct {
 	Mounts      *[]string `json:"allowed_mounts"`
 	DockerHosts *[]string `json:"allowed_docker_hosts"`
 	Ports       *[]string `json:"allowed_ports"`
+	Env         *[]string `json:"allowed_env"`
+	SecretDirs  *[]string `json:"secret_dirs"`
+	SecretEnv   *[]string `json:"secret_env"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -129,6 +170,9 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		Mounts:      pick(f.Mounts, DefaultMounts, add.Mounts),
 		DockerHosts: pick(f.DockerHosts, DefaultDockerHosts, add.DockerHosts),
 		Ports:       pick(f.Ports, DefaultPorts, add.Ports),
+		Env:         pick(f.Env, DefaultEnv, add.Env),
+		SecretDirs:  pick(f.SecretDirs, DefaultSecretDirs, add.SecretDirs),
+		SecretEnv:   pick(f.SecretEnv, DefaultSecretEnv, add.SecretEnv),
 		File:        name,
 	}
 	var problems []error
@@ -143,6 +187,23 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 			continue
 		}
 		p.Mounts[i] = filepath.Clean(m)
+	}
+	for i, d := range p.SecretDirs {
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
+			problems = append(problems, fmt.Errorf("%s: %q is not an absolute directory other than /", SettingSecretDirs, d))
+			continue
+		}
+		p.SecretDirs[i] = filepath.Clean(d)
+	}
+	for _, g := range p.Env {
+		if _, err := path.Match(g, ""); err != nil || strings.TrimSpace(g) == "" {
+			problems = append(problems, fmt.Errorf("%s: %q is not a glob pattern", SettingEnv, g))
+		}
+	}
+	for _, e := range p.SecretEnv {
+		if e == "" || strings.ContainsAny(e, "*?[= ") {
+			problems = append(problems, fmt.Errorf("%s: %q is not a variable name", SettingSecretEnv, e))
+		}
 	}
 	for i, h := range p.DockerHosts {
 		norm, err := normalizeDockerHost(h)
@@ -228,6 +289,90 @@ func (p Policy) CheckMount(hostPath string) error {
 		}
 	}
 	return denied
+}
+
+// CheckEnv allows variable names matching allowed_env, never one that makes a program
+// run code (spec.CodeExecEnv, whatever allowed_env says). The error names every refused
+// variable and why.
+func (p Policy) CheckEnv(names ...string) error {
+	var bad []string
+	for _, n := range names {
+		if why, ok := spec.CodeExecEnv(n); ok {
+			bad = append(bad, n+" ("+why+"; never allowed)")
+			continue
+		}
+		if !p.envAllowed(n) {
+			bad = append(bad, n)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	what := "environment variable"
+	if len(bad) > 1 {
+		what = "environment variables"
+	}
+	return &DeniedError{What: what, Value: strings.Join(bad, ", "), Setting: SettingEnv, Allowed: p.Env, File: p.File, Flag: FlagEnv}
+}
+
+func (p Policy) envAllowed(name string) bool {
+	for _, g := range p.Env {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckSecretFile allows a secret file's path (absolute, cleaned; the agent then opens it
+// beneath the directory without following symlinks) under one of secret_dirs.
+func (p Policy) CheckSecretFile(file string) error {
+	if filepath.IsAbs(file) {
+		clean := filepath.Clean(file)
+		for _, d := range p.SecretDirs {
+			if strings.HasPrefix(clean, d+"/") {
+				return nil
+			}
+		}
+	}
+	return &DeniedError{What: "secret file", Value: strconv.Quote(file), Setting: SettingSecretDirs, Allowed: p.SecretDirs, File: p.File, Flag: FlagSecretDir}
+}
+
+// SecretDir is the secret directory a file allowed by CheckSecretFile is under.
+func (p Policy) SecretDir(file string) (string, bool) {
+	clean := filepath.Clean(file)
+	for _, d := range p.SecretDirs {
+		if strings.HasPrefix(clean, d+"/") {
+			return d, true
+		}
+	}
+	return "", false
+}
+
+// CheckSecretEnv allows a secret reference to one of the agent's variables named in
+// secret_env, exactly (TEMPORAL_API_KEY and the like are never there by default).
+func (p Policy) CheckSecretEnv(name string) error {
+	for _, e := range p.SecretEnv {
+		if e == name {
+			return nil
+		}
+	}
+	return &DeniedError{What: "secret variable", Value: strconv.Quote(name), Setting: SettingSecretEnv, Allowed: p.SecretEnv, File: p.File, Flag: FlagSecretEnv}
+}
+
+// MountRoot is the allowed mount a host path is under (the longest), for the agent to open
+// the path beneath it.
+func (p Policy) MountRoot(hostPath string) (string, bool) {
+	if !filepath.IsAbs(hostPath) {
+		return "", false
+	}
+	clean, best := filepath.Clean(hostPath), ""
+	for _, prefix := range p.Mounts {
+		if (clean == prefix || prefix == "/" || strings.HasPrefix(clean, prefix+"/")) && len(prefix) > len(best) {
+			best = prefix
+		}
+	}
+	return best, best != ""
 }
 
 // CheckDockerHost allows one of the listed engine addresses; empty means the local socket.

@@ -193,3 +193,42 @@ func TestLoad(t *testing.T) {
 		}
 	}
 }
+
+// #23 finding 1: env names, secret files and secret variables are checked against the
+// node's own lists; code-executing variables are refused even when allowed_env matches.
+func TestEnvAndSecretChecks(t *testing.T) {
+	p, err := Parse([]byte("allowed_env: [\"NCCL_*\", \"PYTHON*\", \"LD_*\", \"SITE_*\"]\n"), "/etc/tpdeploy/policy.yaml", Overrides{Env: []string{"TPDEPLOY_SIM_*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := range []error{
+		p.CheckEnv("NCCL_DEBUG", "SITE_X", "TPDEPLOY_SIM_SHARDS", "PYTHONHASHSEED"),
+		Default().CheckEnv("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "RAY_ADDRESS", "HF_HUB_OFFLINE"),
+		Default().CheckSecretFile("/etc/tpdeploy/secrets/hf_token"),
+		Default().CheckSecretEnv("HF_TOKEN"),
+	} {
+		if ok != nil {
+			t.Errorf("refused: %v", ok)
+		}
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{p.CheckEnv("LD_PRELOAD"), "LD_PRELOAD (the dynamic linker acts on it"},
+		{p.CheckEnv("PYTHONWARNINGS", "BROWSER"), "environment variables PYTHONWARNINGS (the Python interpreter"},
+		{Default().CheckEnv("FOO"), `environment variable FOO is not allowed by this node's policy (allowed_env: VLLM_*`},
+		{Default().CheckEnv("RAY_RUNTIME_ENV_HOOK"), "RAY_RUNTIME_ENV_HOOK (Ray imports and calls"},
+		{Default().CheckSecretFile("/etc/shadow"), `secret file "/etc/shadow" is not allowed by this node's policy (secret_dirs: /etc/tpdeploy/secrets)`},
+		{Default().CheckSecretFile("/etc/tpdeploy/secrets/../../shadow"), "secret_dirs"},
+		{Default().CheckSecretFile("/etc/tpdeploy/secrets"), "secret_dirs"},
+		{Default().CheckSecretEnv("TEMPORAL_API_KEY"), `secret variable "TEMPORAL_API_KEY" is not allowed by this node's policy (secret_env: HF_TOKEN`},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", tc.err, tc.want)
+		}
+	}
+	if _, err := Parse([]byte("secret_dirs: [/]\n"), "p.yaml", Overrides{}); err == nil {
+		t.Error("secret_dirs: [/] accepted")
+	}
+}

@@ -289,6 +289,8 @@ func (v *validator) nodes(nodes []Node) {
 			switch {
 			case !envKeyRE.MatchString(k):
 				v.add(field, "not a valid environment variable name")
+			case codeExec(k) != "":
+				v.add(field, fmt.Sprintf("node %s: %s makes code run in its containers (%s): refused in every spec; an operator who needs it sets it in the image", n.Name, k, codeExec(k)))
 			case plannedEnv[k] != "":
 				v.add(field, "is set per node from "+plannedEnv[k])
 			case secretEnv[k]:
@@ -304,6 +306,11 @@ func (v *validator) nodes(nodes []Node) {
 	case heads > 1:
 		v.add("nodes", fmt.Sprintf("%d nodes have role head; exactly one must", heads))
 	}
+}
+
+func codeExec(name string) string {
+	why, _ := CodeExecEnv(name)
+	return why
 }
 
 func checkDockerHost(h string) error {

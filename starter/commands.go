@@ -518,7 +518,7 @@ func cmdCodecServer(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("codec server: %w", err)
 	}
-	srv := &http.Server{Handler: codec.NewHTTPHandler(c, strings.Split(*origins, ",")...), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: codec.NewHTTPHandler(c.AllowPlaintext(), strings.Split(*origins, ",")...), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stdout, "codec server on http://%s (encrypting with key %s; UI origins %s)\n", ln.Addr(), c.KeyID(), *origins)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

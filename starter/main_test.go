@@ -69,3 +69,35 @@ func TestHelpExitsZero(t *testing.T) {
 		}
 	}
 }
+
+// #23 finding 1: a node env that makes the containers run code is refused by `starter
+// plan` itself, naming the node and every such variable.
+func TestPlanRefusesCodeExecutingEnv(t *testing.T) {
+	hostile := filepath.Join(t.TempDir(), "hostile.yaml")
+	spec := `name: lab
+image: vllm/vllm-openai:v0.17.0
+model: {path: /models/m}
+parallel: {tensor: 2}
+nodes:
+  - {name: node-a, role: head, gpus: 1, env: {PYTHONWARNINGS: "all:0:antigravity.x:0:0", BROWSER: "sh -c id", NCCL_DEBUG: WARN}}
+  - {name: node-b, role: worker, gpus: 1, env: {LD_PRELOAD: /tmp/x.so, PYTHONHASHSEED: "0"}}
+`
+	if err := os.WriteFile(hostile, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"plan", "-f", hostile, "--address", "127.0.0.1:1"}, &out, &errOut)
+	if err == nil {
+		t.Fatal("plan accepted a spec whose env runs code")
+	}
+	for _, w := range []string{"node node-a: PYTHONWARNINGS makes code run", "node node-a: BROWSER makes code run", "node node-b: LD_PRELOAD makes code run"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q: %v", w, err)
+		}
+	}
+	for _, ok := range []string{"NCCL_DEBUG", "PYTHONHASHSEED"} {
+		if strings.Contains(err.Error(), ok) {
+			t.Errorf("error names the harmless %s: %v", ok, err)
+		}
+	}
+}

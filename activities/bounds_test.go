@@ -1,0 +1,214 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// Issue #23 finding 5: everything the agent reads or keeps for a request is bounded, and
+// each bound is tested at the bound.
+
+func TestSecretFileBounds(t *testing.T) {
+	dir := t.TempDir()
+	pol, err := policy.Parse(nil, "/etc/tpdeploy/policy.yaml", policy.Overrides{SecretDirs: []string{dir, "/dev"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Node{Name: "node-a", Policy: &pol}
+	write := func(name string, n int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Repeat("t", n)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	at := write("at-bound", maxSecretSize)
+	over := write("over-bound", maxSecretSize+1)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/etc/shadow", link); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := a.resolveSecret("secrets.hf_token", spec.SecretRef{File: at}); err != nil || len(v) != maxSecretSize {
+		t.Fatalf("a secret of exactly %d bytes: %d bytes, %v", maxSecretSize, len(v), err)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{over, "more than the 65536"},
+		{"/dev/zero", "not a regular file"},
+		{fifo, "not a regular file"},
+		{link, "symbolic link"},
+	} {
+		start := time.Now()
+		_, err := a.resolveSecret("secrets.hf_token", spec.SecretRef{File: tc.file})
+		app := appError(t, err)
+		if app.Type() != contract.ErrPolicyDenied || !strings.Contains(app.Message(), tc.want) {
+			t.Errorf("%s: %v, want PolicyDenied %q", tc.file, err, tc.want)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s took %s", tc.file, d)
+		}
+	}
+}
+
+// sleeper is a running container of the chatter image (busybox, a shell).
+func sleeper(t *testing.T) (*client.Client, string) {
+	eng := engineForTest(t)
+	ctx := context.Background()
+	created, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{Image: chatterImage}, HostConfig: &container.HostConfig{NetworkMode: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return eng, created.ID
+}
+
+// A process in the container prints a 64 MiB line where the agent expects a status: the
+// agent keeps at most maxExecOutput of it and fails the exec.
+func TestExecOutputIsBounded(t *testing.T) {
+	eng, id := sleeper(t)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := execIn(context.Background(), eng, id, []string{"/bin/sh", "-c", "head -c " + strconv.Itoa(64<<20) + " /dev/zero | tr '\\0' x"}, nil)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, errExecOutput) {
+		t.Fatalf("a 64 MiB line: %v, want %v", err, errExecOutput)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Errorf("reading it allocated %d MiB", grew>>20)
+	}
+	// At the bound exactly, the output is kept whole.
+	r, err := execIn(context.Background(), eng, id, []string{"/bin/sh", "-c", "head -c " + strconv.Itoa(maxExecOutput) + " /dev/zero | tr '\\0' x"}, nil)
+	if err != nil || len(r.Stdout) != maxExecOutput {
+		t.Errorf("output of exactly %d bytes: %d bytes, %v", maxExecOutput, len(r.Stdout), err)
+	}
+}
+
+// An exec whose output never ends (a hung engine, a process that holds its stdout open)
+// is abandoned when the step's context ends, not when the process does.
+func TestHungExecReadEndsWithItsContext(t *testing.T) {
+	eng, id := sleeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := execIn(ctx, eng, id, []string{"/bin/sleep", "45"}, nil)
+	if err == nil {
+		t.Fatal("a hung exec returned no error")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the read ended %s after its context (1 s)", d)
+	}
+}
+
+func TestListenerSetsAreBounded(t *testing.T) {
+	own := ownIPv4(t)
+	pol := policy.Default()
+	a := &Node{Name: "node-a", Policy: &pol}
+	ctx := context.Background()
+	var tokens []string
+	t.Cleanup(func() {
+		for _, tok := range tokens {
+			a.closeListeners(tok)
+		}
+	})
+	for i := 0; i < maxListenerSets; i++ {
+		res, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{own}})
+		if err != nil {
+			t.Fatalf("set %d of %d: %v", i+1, maxListenerSets, err)
+		}
+		tokens = append(tokens, res.Token)
+	}
+	_, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{own}})
+	if app := appError(t, err); app.Type() != contract.ErrPolicyDenied {
+		t.Fatalf("set %d: %v", maxListenerSets+1, err)
+	}
+	many := make([]netip.Prefix, maxListenersPerSet+1)
+	for i := range many {
+		many[i] = own
+	}
+	a.closeListeners(tokens[0])
+	_, err = a.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: many})
+	if app := appError(t, err); app.Type() != contract.ErrPolicyDenied {
+		t.Fatalf("%d listeners in one set: %v", len(many), err)
+	}
+	_, err = a.DialPeers(ctx, contract.DialRequest{Node: "node-a", Targets: make([]netplan.Target, maxDialTargets+1)})
+	if app := appError(t, err); app.Type() != contract.ErrPolicyDenied {
+		t.Fatalf("%d dial targets: %v", maxDialTargets+1, err)
+	}
+}
+
+func TestModelServersAreBoundedAndOnlyTheTokenKeepsThemOpen(t *testing.T) {
+	own := ownIPv4(t).Addr()
+	dir := t.TempDir()
+	writeModelFile(t, filepath.Join(dir, "m", "config.json"), []byte("{}"))
+	g := guardedAgent(t, "node-a", dir)
+	for i := 0; i < maxModelServers; i++ {
+		srv, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
+		if err != nil {
+			t.Fatalf("server %d of %d: %v", i+1, maxModelServers, err)
+		}
+		t.Cleanup(func() { closeModelServer(srv.Token) })
+	}
+	_, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
+	if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied {
+		t.Fatalf("server %d: %v", maxModelServers+1, err)
+	}
+	for tok := range snapshotTokens() {
+		closeModelServer(tok)
+	}
+	// Requests without the token, every 50 ms, do not keep a 300 ms server open.
+	srv, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"),
+		Files: []string{"config.json"}, TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for openModelServer(srv.Token) != nil && time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + srv.Addr.String() + "/config.json")
+		if err == nil {
+			resp.Body.Close()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if openModelServer(srv.Token) != nil {
+		closeModelServer(srv.Token)
+		t.Fatal("unauthenticated requests kept the model server open past its TTL")
+	}
+}
+
+func snapshotTokens() map[string]bool {
+	modelServers.mu.Lock()
+	defer modelServers.mu.Unlock()
+	out := map[string]bool{}
+	for tok := range modelServers.m {
+		out[tok] = true
+	}
+	return out
+}

@@ -1,0 +1,141 @@
+package activities
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+
+	"github.com/tpdeploy/tpdeploy/policy"
+)
+
+// What a request may make the agent listen on and dial, whoever sent it: listeners only on
+// this node's own addresses and on unprivileged ports its policy allows; dials only to
+// addresses in a subnet this node has an address in (where the cluster's peers are), on
+// unprivileged ports, never loopback or link-local. The workflow's plan picks among these;
+// a request outside them is PolicyDenied.
+
+// minUnprivilegedPort is the first port a non-root process could bind: below it, a
+// listener or dial would impersonate or probe a system service.
+const minUnprivilegedPort = 1024
+
+// ownPrefixes are this node's addresses with their prefix length (loopback excluded).
+func (a *Node) ownPrefixes() ([]netip.Prefix, error) {
+	h, err := a.netlinkHandle()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	links, err := a.links(h)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, l := range links {
+		for _, p := range l.Addrs {
+			if !p.Addr().IsLoopback() {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// checkListen allows a listener on one of this node's addresses, at port 0 (ephemeral) or
+// an unprivileged port the policy allows.
+func (a *Node) checkListen(addrs []netip.Addr, port int) error {
+	if a.Policy == nil {
+		return nil
+	}
+	own, err := a.ownPrefixes()
+	if err != nil {
+		return err
+	}
+	return a.allowed(func(p policy.Policy) error {
+		for _, addr := range addrs {
+			if !ownsAddr(own, addr) {
+				return fmt.Errorf("listen on %s: not an address of this node", addr)
+			}
+		}
+		if port != 0 {
+			if port < minUnprivilegedPort {
+				return fmt.Errorf("listen on port %d: a privileged port", port)
+			}
+			return p.CheckPorts(port)
+		}
+		return nil
+	})
+}
+
+func ownsAddr(own []netip.Prefix, addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range own {
+		if p.Addr() == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// checkDial allows dialling targets in this node's subnets on unprivileged ports.
+func (a *Node) checkDial(targets ...netip.AddrPort) error {
+	if a.Policy == nil {
+		return nil
+	}
+	own, err := a.ownPrefixes()
+	if err != nil {
+		return err
+	}
+	return a.allowed(func(policy.Policy) error {
+		for _, t := range targets {
+			if err := dialable(own, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func dialable(own []netip.Prefix, t netip.AddrPort) error {
+	addr := t.Addr().Unmap()
+	switch {
+	case !t.IsValid():
+		return fmt.Errorf("dial %s: not an address and port", t)
+	case addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsMulticast() || addr.IsUnspecified():
+		return fmt.Errorf("dial %s: loopback, link-local, multicast and unspecified addresses are no peer's", t)
+	case t.Port() < minUnprivilegedPort:
+		return fmt.Errorf("dial %s: a privileged port", t)
+	}
+	for _, p := range own {
+		if p.Masked().Contains(addr) {
+			return nil
+		}
+	}
+	return fmt.Errorf("dial %s: in no subnet this node has an address in", t)
+}
+
+// checkDialString is checkDial for "host:port".
+func (a *Node) checkDialString(hostport string) error {
+	ap, err := netip.ParseAddrPort(hostport)
+	if err != nil {
+		return a.allowed(func(policy.Policy) error { return fmt.Errorf("dial %q: not an IP address and port", hostport) })
+	}
+	return a.checkDial(ap)
+}
+
+// checkEndpoint allows an http:// URL whose host is an address in this node's subnets.
+func (a *Node) checkEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "http" || u.User != nil {
+		return a.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: not an http://ADDRESS:PORT URL", endpoint) })
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return a.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: bad port", endpoint) })
+	}
+	return a.checkDialString(net.JoinHostPort(u.Hostname(), port))
+}

@@ -1,0 +1,166 @@
+package activities
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/weights"
+)
+
+// Issue #23 finding 3: the Hugging Face cache is mounted read-write into containers that
+// run whatever the model brings, so they can plant links there. The agent, root on the
+// node, must never read or write through one out of its allowed mounts.
+
+// guardedAgent is a test agent whose policy allows only root as a mount.
+func guardedAgent(t *testing.T, name, root string) *agent {
+	t.Helper()
+	g := newAgent(t, name, nil)
+	pol, err := policy.Parse([]byte("allowed_mounts: ["+root+"]\n"), "/etc/tpdeploy/policy.yaml", policy.Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.node.Policy = &pol
+	return g
+}
+
+func TestModelServerRefusesPlantedLinks(t *testing.T) {
+	own := ownIPv4(t).Addr()
+	cache := t.TempDir()
+	files := tinyModelFiles(2, 4000)
+	writeHFCache(t, cache, files)
+	a := guardedAgent(t, "node-a", cache)
+	snap := weights.HFSnapshotDir(cache, modelRepo, modelCommit)
+	// A container replaced two snapshot entries with links out of the cache.
+	for name, target := range map[string]string{
+		"config.json":    "/etc/passwd",
+		"tokenizer.json": strings.Repeat("../", 16) + "etc/passwd",
+	} {
+		p := filepath.Join(snap, name)
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := run[contract.ModelServer](a, a.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: snap,
+		Files: []string{"config.json", "tokenizer.json", files[2].name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeModelServer(srv.Token) })
+	get := func(name string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr.String()+"/"+name, nil)
+		req.Header.Set("Authorization", "Bearer "+srv.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	passwd, _ := os.ReadFile("/etc/passwd")
+	for _, name := range []string{"config.json", "tokenizer.json"} {
+		code, body := get(name)
+		if code == http.StatusOK || (len(passwd) > 0 && bytes.Contains(body, passwd[:min(len(passwd), 16)])) {
+			t.Errorf("%s (a link to /etc/passwd) served: %d %q", name, code, body[:min(len(body), 60)])
+		}
+	}
+	// The snapshot's own links into ../../blobs still serve.
+	if code, body := get(files[2].name); code != http.StatusOK || !bytes.Equal(body, files[2].data) {
+		t.Errorf("a shard (a link to its blob) = %d, %d bytes", code, len(body))
+	}
+}
+
+func TestSyncModelRefusesPlantedLinks(t *testing.T) {
+	own := ownIPv4(t).Addr()
+	files := tinyModelFiles(2, 4000)
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, snap, repo, outside string)
+	}{
+		{"a partial file that links to a file outside", func(t *testing.T, snap, _, outside string) {
+			if err := os.MkdirAll(snap, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(outside, "authorized_keys"), filepath.Join(snap, files[2].name+weights.PartialSuffix)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a blobs directory that links outside", func(t *testing.T, _, repo, outside string) {
+			if err := os.MkdirAll(repo, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, filepath.Join(repo, "blobs")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a snapshots directory that links outside", func(t *testing.T, _, repo, outside string) {
+			if err := os.MkdirAll(repo, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, filepath.Join(repo, "snapshots")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			headCache, nodeCache, outside := t.TempDir(), t.TempDir(), t.TempDir()
+			victim := filepath.Join(outside, "authorized_keys")
+			if err := os.WriteFile(victim, []byte("ssh-ed25519 AAAA the operator's key\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			writeHFCache(t, headCache, files)
+			a, b := guardedAgent(t, "node-a", headCache), guardedAgent(t, "node-b", nodeCache)
+			head := a.manifest(t, contract.ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
+			snap := weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision)
+			tc.plant(t, snap, weights.HFRepoDir(nodeCache, modelRepo), outside)
+			srv, err := run[contract.ModelServer](a, a.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: head.Dir, Files: weights.Names(head.Files)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { closeModelServer(srv.Token) })
+			_, err = b.sync(contract.SyncModelRequest{From: netip.AddrPortFrom(own, srv.Addr.Port()), Token: srv.Token, Root: snap,
+				Layout: contract.ModelLayoutHF, Ref: "main", Files: head.Files})
+			if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied {
+				t.Errorf("sync through a planted link: %v", err)
+			}
+			if got, _ := os.ReadFile(victim); string(got) != "ssh-ed25519 AAAA the operator's key\n" {
+				t.Errorf("the file outside was overwritten: %q", got)
+			}
+			entries, _ := os.ReadDir(outside)
+			if len(entries) != 1 {
+				t.Errorf("the copy wrote outside the cache: %d entries there", len(entries))
+			}
+		})
+	}
+}
+
+// The compensation removes a planted partial link itself, never what it points to.
+func TestRemovePartialModelRemovesALinkNotItsTarget(t *testing.T) {
+	cache, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "precious")
+	writeModelFile(t, victim, []byte("keep"))
+	snap := weights.HFSnapshotDir(cache, modelRepo, modelCommit)
+	writeModelFile(t, filepath.Join(snap, "config.json"), []byte("{}"))
+	if err := os.Symlink(victim, filepath.Join(snap, "x"+weights.PartialSuffix)); err != nil {
+		t.Fatal(err)
+	}
+	g := guardedAgent(t, "node-a", cache)
+	res, err := run[contract.RemovePartialModelResult](g, g.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snap})
+	if err != nil || len(res.Removed) != 1 {
+		t.Fatalf("removed %v, %v", res.Removed, err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+		t.Errorf("the link's target: %q, %v", b, err)
+	}
+}
