@@ -95,12 +95,24 @@ func simImage(r Release, base, sim, dir string) (images.Image, error) {
 		return images.Image{}, err
 	}
 	files["rank.py"] = filepath.Join(ctx, "rank.py")
+	// The lab has no DNS server (its networks are internal; Docker's resolver answers only
+	// container names, and times out after 10 s on anything else). torch's c10d looks up
+	// the name of every address it tries (socket.cpp, "The hostname of the client socket
+	// cannot be retrieved"); with DNS in the way each attempt would take 10 s. Names resolve
+	// from /etc/hosts only, as on a node whose resolver fails fast.
+	if err := writeFile(filepath.Join(ctx, "nsswitch.conf"), nsswitch); err != nil {
+		return images.Image{}, err
+	}
+	files["nsswitch.conf"] = filepath.Join(ctx, "nsswitch.conf")
 	return images.Image{Tag: r.Image(), Files: files, Dirs: []string{"python3.12"},
 		// The base's ID is part of the Dockerfile, so a rebuilt base rebuilds every release
 		// image on it (and no image keeps an old base's layers).
 		Dockerfile: "FROM " + TorchImage + "\n# base " + base + "\nCOPY " + bins + " /usr/local/bin/\nCOPY dist " + SitePackages + "\n" +
-			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\n"}, nil
+			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n"}, nil
 }
+
+// nsswitch is Debian's /etc/nsswitch.conf without dns for hosts (simImage says why).
+const nsswitch = "passwd: files\ngroup: files\nshadow: files\ngshadow: files\nhosts: files\nnetworks: files\nprotocols: db files\nservices: db files\nethers: db files\nrpc: db files\n"
 
 func writeFile(path, data string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

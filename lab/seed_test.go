@@ -352,6 +352,11 @@ func TestSeedFailure2RendezvousOnAnAddressTheWorkerCannotRoute(t *testing.T) {
 	waitLogs(t, eng, head, 10*time.Second, "Ray runtime started.")
 	worker := dockerRun(t, l, eng, "node-b", "worker", nil, "ray", "start", "--address="+a.Fast.String()+":6379", "--node-ip-address="+b.Fast.String(), "--block")
 	waitLogs(t, eng, worker, 10*time.Second, "Ray runtime started.")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log("node-b's Ray worker:\n" + logsOf(t, eng, worker))
+		}
+	})
 	vllm := dockerExec(t, eng, head,
 		[]string{"RAY_ADDRESS=" + a.Fast.String() + ":6379", "VLLM_HOST_IP=" + a.Ext.String(), "TPDEPLOY_SIM_STORE_TIMEOUT=4"},
 		"vllm", "serve", "/models/m", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray")

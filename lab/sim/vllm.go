@@ -198,6 +198,10 @@ func vllmMain(args []string) error {
 			return nil
 		}
 		e.log("ERROR", "core.py:708", "EngineCore failed to start.")
+		// The executor's shutdown (ray.kill of its actors) takes a moment, during which Ray
+		// still forwards what the actors printed: a remote rank failing at about the same
+		// time as rank 0 (both in torch's store timeout) is seen in the driver's output.
+		time.Sleep(2 * time.Second)
 		fatal("APIServer", strings.SplitN(err.Error(), ":", 2)[0], strings.TrimSpace(strings.SplitN(err.Error()+":", ":", 2)[1]))
 	}
 	return e.serve(ctx)
