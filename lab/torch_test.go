@@ -91,3 +91,50 @@ func runImage(t *testing.T, eng *client.Client, image string, cmd ...string) (st
 	code := containerExit(t, eng, created.ID, 60*time.Second)
 	return logsOf(t, eng, created.ID), code
 }
+
+// A Gloo list fails with torch's own text on a node that lacks one of its names: Gloo
+// creates a device for every listed name (upstream.md §6, measured with torch 2.11). The
+// lab's nodes share some names (eth0, eth1), and a list of shared names works in torch 2.6
+// (measured here), so the list holds node-a's fast interface and a name only node-a has.
+func TestGlooListFailsWithTorchsOwnText(t *testing.T) {
+	l, eng := upLab(t)
+	a, b := l.Nodes[0], l.Nodes[1]
+	ifA, ifB := fastIfaces(t, l)
+	ctx := context.Background()
+	namesB := map[string]bool{}
+	for _, n := range []string{"mgmt", "fast"} {
+		name, err := l.Iface(ctx, "node-b", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		namesB[name] = true
+	}
+	only := ""
+	for _, n := range []string{"mgmt", "ext", "fast"} {
+		if name, err := l.Iface(ctx, "node-a", n); err == nil && !namesB[name] {
+			only = name
+		}
+	}
+	if only == "" {
+		t.Fatal("node-a has no interface name node-b lacks")
+	}
+	list := "GLOO_SOCKET_IFNAME=" + ifA + "," + only
+	envA := []string{"NCCL_SOCKET_IFNAME==" + ifA, list, "VLLM_HOST_IP=" + a.Fast.String(), "RAY_ADDRESS=" + a.Fast.String() + ":6379"}
+	envB := []string{"NCCL_SOCKET_IFNAME==" + ifB, list, "VLLM_HOST_IP=" + b.Fast.String()}
+	head := seedFixRay(t, l, eng, envA, envB)
+	vllm := dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_STORE_TIMEOUT=10"}, serveArgs...)
+	out := waitOut(t, vllm, 60*time.Second,
+		"ip="+b.Fast.String()+")\x1b[0m RuntimeError: [enforce fail at ",
+		"ifa != nullptr. Unable to find address for: "+only)
+	if code := vllm.exitCode(t, 30*time.Second); code == 0 {
+		t.Error("vllm exited 0 with a Gloo list naming an interface node-b lacks")
+	}
+	if strings.Contains(out, "Application startup complete.") || strings.Contains(out, "NCCL INFO Bootstrap") {
+		t.Errorf("the engine went on past Gloo:\n%s", out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "Unable to find address for") {
+			t.Log(l)
+		}
+	}
+}
