@@ -9,7 +9,6 @@ package lab
 
 import (
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"net"
@@ -62,15 +61,16 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 			return err
 		}
 	}
-	if err := staticBusybox(); err != nil {
+	// The release images are FROM the torch base: Debian's python3-torch runs each rank's
+	// rendezvous and Gloo for real (lab/torch.go). Debian's root also has the POSIX shell and
+	// coreutils that vLLM's (Ubuntu) images have and tpdeploy's wrapper uses.
+	base, err := EnsureTorch(ctx, eng)
+	if err != nil {
 		return err
 	}
-	// vLLM's images are Ubuntu with a POSIX shell and coreutils; tpdeploy runs a fixed sh
-	// wrapper and tail in the Ray head's container, so the lab's images have Debian's static
-	// busybox for them.
 	var all []images.Image
 	for _, r := range Releases {
-		img, err := simImage(r, bins["sim"], dir)
+		img, err := simImage(r, base.ImageID, bins["sim"], dir)
 		if err != nil {
 			return err
 		}
@@ -87,25 +87,6 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 	for _, img := range all {
 		if _, err := images.Ensure(ctx, eng, img); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// busybox is Debian's static busybox (package busybox-static, installed by `make deps`).
-const busybox = "/bin/busybox"
-
-// staticBusybox checks that busybox is there and statically linked: a FROM-scratch image
-// has no C library for a dynamic one.
-func staticBusybox() error {
-	f, err := elf.Open(busybox)
-	if err != nil {
-		return fmt.Errorf("the lab's images need Debian's static busybox at %s (apt-get install busybox-static; make deps does): %w", busybox, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked; the lab's FROM-scratch images need the static one (apt-get install busybox-static)", busybox)
 		}
 	}
 	return nil

@@ -62,13 +62,16 @@ func SimImages() []string {
 // 3.12: dist-packages).
 const SitePackages = "/usr/local/lib/python3.12/dist-packages"
 
-// simImage is the release's image: the simulator as vllm (and ray when Ray is installed)
-// in /usr/local/bin, the dist-info directories pip leaves, the Python library directory
-// (no interpreter), an empty libibverbs.so.1 where Ubuntu's libibverbs1 puts it, and
-// Debian's static busybox as the shell and coreutils.
-func simImage(r Release, sim, dir string) (images.Image, error) {
+// simImage is the release's image, FROM the torch base (TorchImage, whose engine ID is
+// base): the simulator as vllm (and ray when Ray is installed) in /usr/local/bin, the
+// dist-info directories pip leaves for the modelled release, the directory
+// /usr/lib/python3.12 (vLLM's images' Python; the interpreter that runs is Debian's
+// python3.13, whose torch lives in /usr/lib/python3/dist-packages, after /usr/local on
+// every reader's path), and the rank program lab/sim runs with Debian's torch.
+// libibverbs.so.1 is Debian's libibverbs1 (a dependency of its torch's Gloo).
+func simImage(r Release, base, sim, dir string) (images.Image, error) {
 	ctx := filepath.Join(dir, r.Name)
-	files := map[string]string{"vllm": sim, "busybox": busybox}
+	files := map[string]string{"vllm": sim}
 	bins := "vllm"
 	if r.Ray != "" {
 		files["ray"] = sim
@@ -88,15 +91,28 @@ func simImage(r Release, sim, dir string) (images.Image, error) {
 		}
 		files[rel] = filepath.Join(ctx, rel)
 	}
-	if err := writeFile(filepath.Join(ctx, "libibverbs.so.1"), ""); err != nil {
+	if err := writeFile(filepath.Join(ctx, "rank.py"), string(rankProgram)); err != nil {
 		return images.Image{}, err
 	}
-	files["libibverbs.so.1"] = filepath.Join(ctx, "libibverbs.so.1")
-	return images.Image{Tag: r.Image(), Files: files, Dirs: []string{"tmp", "root", "python3.12"},
-		Dockerfile: "FROM scratch\nCOPY busybox /bin/\nCOPY " + bins + " /usr/local/bin/\nCOPY dist " + SitePackages + "\n" +
-			"COPY python3.12 /usr/lib/python3.12\nCOPY libibverbs.so.1 /usr/lib/x86_64-linux-gnu/\nCOPY tmp /tmp\nCOPY root /root\n" +
-			"RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\nENV PATH=/usr/local/bin:/usr/bin:/bin HOME=/root\n"}, nil
+	files["rank.py"] = filepath.Join(ctx, "rank.py")
+	// The lab has no DNS server (its networks are internal; Docker's resolver answers only
+	// container names, and times out after 10 s on anything else). torch's c10d looks up
+	// the name of every address it tries (socket.cpp, "The hostname of the client socket
+	// cannot be retrieved"); with DNS in the way each attempt would take 10 s. Names resolve
+	// from /etc/hosts only, as on a node whose resolver fails fast.
+	if err := writeFile(filepath.Join(ctx, "nsswitch.conf"), nsswitch); err != nil {
+		return images.Image{}, err
+	}
+	files["nsswitch.conf"] = filepath.Join(ctx, "nsswitch.conf")
+	return images.Image{Tag: r.Image(), Files: files, Dirs: []string{"python3.12"},
+		// The base's ID is part of the Dockerfile, so a rebuilt base rebuilds every release
+		// image on it (and no image keeps an old base's layers).
+		Dockerfile: "FROM " + TorchImage + "\n# base " + base + "\nCOPY " + bins + " /usr/local/bin/\nCOPY dist " + SitePackages + "\n" +
+			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n"}, nil
 }
+
+// nsswitch is Debian's /etc/nsswitch.conf without dns for hosts (simImage says why).
+const nsswitch = "passwd: files\ngroup: files\nshadow: files\ngshadow: files\nhosts: files\nnetworks: files\nprotocols: db files\nservices: db files\nethers: db files\nrpc: db files\n"
 
 func writeFile(path, data string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

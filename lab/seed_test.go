@@ -352,6 +352,11 @@ func TestSeedFailure2RendezvousOnAnAddressTheWorkerCannotRoute(t *testing.T) {
 	waitLogs(t, eng, head, 10*time.Second, "Ray runtime started.")
 	worker := dockerRun(t, l, eng, "node-b", "worker", nil, "ray", "start", "--address="+a.Fast.String()+":6379", "--node-ip-address="+b.Fast.String(), "--block")
 	waitLogs(t, eng, worker, 10*time.Second, "Ray runtime started.")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log("node-b's Ray worker:\n" + logsOf(t, eng, worker))
+		}
+	})
 	vllm := dockerExec(t, eng, head,
 		[]string{"RAY_ADDRESS=" + a.Fast.String() + ":6379", "VLLM_HOST_IP=" + a.Ext.String(), "TPDEPLOY_SIM_STORE_TIMEOUT=4"},
 		"vllm", "serve", "/models/m", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray")
@@ -508,6 +513,19 @@ func TestPlannedEnvServesUnderEveryRayRelease(t *testing.T) {
 				"NCCL INFO Bootstrap : Using "+ifB+":"+b.Fast.String()+"<0>",
 				"Loading safetensors checkpoint shards: 100% Completed | 2/2",
 				"Application startup complete.")
+			// Real torch ran both ranks' rendezvous and Gloo all_reduce, each on its own
+			// node's interface.
+			for _, w := range []string{
+				"] torch 2.6.0+debian: rank 0/2 joined tcp://" + a.Fast.String() + ":",
+				"] torch 2.6.0+debian: rank 1/2 joined tcp://" + a.Fast.String() + ":",
+				"over Gloo (GLOO_SOCKET_IFNAME=" + ifA + "); all_reduce sum 3",
+				", ip=" + b.Fast.String() + ")\x1b[0m [tpdeploy-lab] torch 2.6.0+debian: rank 1/2",
+				"over Gloo (GLOO_SOCKET_IFNAME=" + ifB + "); all_reduce sum 3",
+			} {
+				if !strings.Contains(out, w) {
+					t.Errorf("no %q: torch did not run the rendezvous:\n%s", w, out)
+				}
+			}
 			if strings.Contains(out, "Overwriting environment variable NCCL_SOCKET_IFNAME") {
 				t.Errorf("a worker's NCCL_SOCKET_IFNAME was overwritten:\n%s", out)
 			}

@@ -16,10 +16,11 @@ import (
 	"time"
 )
 
-// The distributed init of a vLLM engine over Ray, on real sockets: the c10d TCP store at
-// the driver's address, NCCL bootstrap over the interfaces NCCL_SOCKET_IFNAME selects on
-// each rank's own node, a Gloo mesh over GLOO_SOCKET_IFNAME, then one NCCL connection per
-// rank that carries collectives and, like NCCL over sockets, has no timeout of its own.
+// The distributed init of a vLLM engine: torch's own c10d TCPStore rendezvous and Gloo
+// process group, run for real by each rank's torch process (torchrank.go), then the
+// simulated NCCL: bootstrap over the interfaces NCCL_SOCKET_IFNAME selects on each rank's
+// own node (from the rank's real environment), then one NCCL connection per rank that
+// carries collectives and, like NCCL over sockets, has no timeout of its own.
 
 const ncclVersion = "2.28.9"
 
@@ -50,18 +51,14 @@ type initSpec struct {
 	StoreTimeout time.Duration `json:"store_timeout"`
 }
 
-// hello is what each rank tells rank 0 through the store.
+// hello is what each rank's simulated NCCL needs of the others; the ranks' torch processes
+// all_gather it over their real Gloo group.
 type hello struct {
 	Rank    int    `json:"rank"`
 	NodeIP  string `json:"node_ip"`
 	NCCL    string `json:"nccl"`     // bootstrap listener, ip:port
 	NCCLIfs int    `json:"nccl_ifs"` // interfaces NCCL's socket transport would use
-	Gloo    string `json:"gloo"`     // ip:port
-	Err     string `json:"err"`      // set when the rank cannot go on
-}
-
-type peerTable struct {
-	Peers []hello `json:"peers"`
+	Err     string `json:"err"`      // set when the rank's NCCL cannot start
 }
 
 // strerror is C's text for the errnos a connect can return (Python prints these).
@@ -93,88 +90,21 @@ func strerror(err error) (int, string) {
 // Ray does, to the driver through the GCS.
 type rankLog func(level, where, msg string)
 
-// dialStore connects a rank to the c10d store, retrying as torch 2.11 does until the
-// store timeout, and returns torch's error text when it gives up.
-func dialStore(ctx context.Context, host, port string, timeout time.Duration, log rankLog) (net.Conn, error) {
-	deadline := time.Now().Add(timeout)
-	addr := net.JoinHostPort(host, port)
-	var last error
-	for try := 0; ; try++ {
-		c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return c, nil
-		}
-		last = err
-		n, text := strerror(err)
-		if n == 111 {
-			log("WARNING", "socket.cpp:813", fmt.Sprintf("[c10d] No socket on (%s, %s) is listening yet, will retry.", host, port))
-		} else {
-			log("WARNING", "socket.cpp:879", fmt.Sprintf("[c10d] The client socket has failed to connect to any network address of (%s, %s). The client socket has failed to connect to %s:%s (errno: %d - %s).", host, port, host, port, n, text))
-			log("WARNING", "socket.cpp:921", fmt.Sprintf("[c10d] TCP client failed to connect/validate to host %s:%s - retrying (try=%d, timeout=%dms, delay=%dms)", host, port, try, timeout.Milliseconds(), 500))
-		}
-		if time.Now().Add(500*time.Millisecond).After(deadline) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	n, text := strerror(last)
-	if n == 111 || n == 110 {
-		return nil, fmt.Errorf("torch.distributed.DistNetworkError: The client socket has timed out after %ds while trying to connect to (%s, %s).", int(timeout.Seconds()), host, port)
-	}
-	return nil, fmt.Errorf("torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of (%s, %s). The client socket has failed to connect to %s:%s (errno: %d - %s).", host, port, host, port, n, text)
-}
-
-// endpoints are a rank's NCCL and Gloo listeners on its own node.
+// endpoints are a rank's simulated NCCL on its own node: the interfaces NCCL_SOCKET_IFNAME
+// selects and the bootstrap listener on the first.
 type endpoints struct {
-	ifs        []netIf
-	nccl, gloo net.Listener
+	ifs  []netIf
+	nccl net.Listener
+	err  error
 }
 
 func (e *endpoints) Close() {
-	if e.nccl != nil {
+	if e != nil && e.nccl != nil {
 		e.nccl.Close()
 	}
-	if e.gloo != nil {
-		e.gloo.Close()
-	}
 }
 
-// openEndpoints resolves NCCL's and Gloo's interfaces from env on this node and listens on
-// them, logging what NCCL and Gloo log. The error is the exception the rank raises.
-func openEndpoints(env func(string) string, log rankLog) (*endpoints, error) {
-	all := localInterfaces()
-	e := &endpoints{ifs: ncclSelect(env("NCCL_SOCKET_IFNAME"), all)}
-	if len(e.ifs) == 0 {
-		log("WARNING", "bootstrap.cc:114", "NCCL WARN Bootstrap : no socket interface found")
-		return nil, fmt.Errorf("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version %s", ncclVersion)
-	}
-	log("INFO", "bootstrap.cc:102", "NCCL INFO Bootstrap : Using "+e.ifs[0].String())
-	var using []string
-	for i, f := range e.ifs {
-		using = append(using, fmt.Sprintf("[%d]%s", i, f))
-	}
-	log("INFO", "net_socket.cc:94", "NCCL INFO NET/Socket : Using "+strings.Join(using, " "))
-	var err error
-	if e.nccl, err = net.Listen("tcp", net.JoinHostPort(e.ifs[0].Addr, "0")); err != nil {
-		return nil, fmt.Errorf("torch.distributed.DistBackendError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version %s: %v", ncclVersion, err)
-	}
-	gaddr, missing, set := glooSelect(env("GLOO_SOCKET_IFNAME"), all)
-	if missing != "" {
-		e.Close()
-		return nil, fmt.Errorf("RuntimeError: [../third_party/gloo/gloo/transport/tcp/device.cc:88] Unable to find address for: %s", missing)
-	}
-	if !set {
-		log("WARNING", "ProcessGroupGloo.cpp:759", "Unable to resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME.")
-	}
-	if e.gloo, err = net.Listen("tcp", net.JoinHostPort(gaddr, "0")); err != nil {
-		e.Close()
-		return nil, fmt.Errorf("RuntimeError: Gloo listen on %s: %v", gaddr, err)
-	}
-	go acceptAndHold(e.gloo)
-	return e, nil
-}
-
-// acceptAndHold accepts Gloo pair connections and keeps them open.
+// acceptAndHold accepts connections and keeps them open until the peer closes.
 func acceptAndHold(l net.Listener) {
 	for {
 		c, err := l.Accept()
@@ -185,20 +115,49 @@ func acceptAndHold(l net.Listener) {
 	}
 }
 
-// glooMesh dials every other rank's Gloo address, as connectFullMesh does.
-func glooMesh(me int, peers []hello) error {
-	for _, p := range peers {
-		if p.Rank == me {
-			continue
-		}
-		c, err := net.DialTimeout("tcp", p.Gloo, 2*time.Second)
-		if err != nil {
-			_, text := strerror(err)
-			host, port, _ := net.SplitHostPort(p.Gloo)
-			return fmt.Errorf("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: %s, remote=[%s]:%s", text, host, port)
-		}
-		c.Close()
+// ncclEndpoints selects NCCL's interfaces from the rank's env on this node and listens on
+// the first; nothing is logged until the NCCL phase (ncclStart), after torch's group is up,
+// as vLLM's PyNcclCommunicator comes after the Gloo group.
+func ncclEndpoints(getenv func(string) string) *endpoints {
+	e := &endpoints{ifs: ncclSelect(getenv("NCCL_SOCKET_IFNAME"), localInterfaces())}
+	if len(e.ifs) == 0 {
+		return e
 	}
+	var err error
+	if e.nccl, err = net.Listen("tcp", net.JoinHostPort(e.ifs[0].Addr, "0")); err != nil {
+		e.err = fmt.Errorf("torch.distributed.DistBackendError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version %s: %v", ncclVersion, err)
+	}
+	return e
+}
+
+func (e *endpoints) hello(rank int, ip string) hello {
+	h := hello{Rank: rank, NodeIP: ip, NCCLIfs: len(e.ifs)}
+	switch {
+	case len(e.ifs) == 0:
+		h.Err = "no socket interface"
+	case e.err != nil:
+		h.Err = e.err.Error()
+	default:
+		h.NCCL = e.nccl.Addr().String()
+	}
+	return h
+}
+
+// ncclStart is the NCCL phase's start on a rank: NCCL's interface lines, or its failure.
+func (e *endpoints) ncclStart(log rankLog) error {
+	if len(e.ifs) == 0 {
+		log("WARNING", "bootstrap.cc:114", "NCCL WARN Bootstrap : no socket interface found")
+		return fmt.Errorf("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version %s", ncclVersion)
+	}
+	if e.err != nil {
+		return e.err
+	}
+	log("INFO", "bootstrap.cc:102", "NCCL INFO Bootstrap : Using "+e.ifs[0].String())
+	var using []string
+	for i, f := range e.ifs {
+		using = append(using, fmt.Sprintf("[%d]%s", i, f))
+	}
+	log("INFO", "net_socket.cc:94", "NCCL INFO NET/Socket : Using "+strings.Join(using, " "))
 	return nil
 }
 
@@ -231,6 +190,13 @@ func dialNCCL(ctx context.Context, local string, peer string, log rankLog) (net.
 	return c, nil
 }
 
+// rankOut is where a rank's output goes: log for the lines the simulator writes in vLLM's
+// and NCCL's words, raw for the lines of its torch process as they are.
+type rankOut struct {
+	log rankLog
+	raw func(string)
+}
+
 // runRemoteRank is one RayWorkerWrapper on a worker node: it runs inside the node's Ray
 // container, so every socket it opens is in that node's network namespace and its
 // environment is that container's, overwritten by what the driver copies to it.
@@ -241,22 +207,26 @@ func runRemoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeID, node
 	}
 	prefix := fmt.Sprintf("(RayWorkerWrapper pid=%d, ip=%s)", os.Getpid()+rs.Rank, nodeIP)
 	var mu sync.Mutex
-	log := func(level, where, msg string) {
-		line := fmt.Sprintf("%s %s %s [%s] %s", prefix, level, time.Now().Format("01-02 15:04:05"), where, msg)
+	out := func(line string) {
+		line = prefix + " " + line
 		mu.Lock()
 		defer mu.Unlock()
 		emit(line)
 		_ = gc.call(ctx, "POST", "/v1/logs", map[string]string{"job": rs.Job, "line": line}, nil)
+	}
+	log := func(level, where, msg string) {
+		out(fmt.Sprintf("%s %s [%s] %s", level, time.Now().Format("01-02 15:04:05"), where, msg))
 	}
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	getenv := func(k string) string { return env[k] }
-	if err := remoteRank(ctx, gc, rs, env, getenv, log); err != nil && ctx.Err() == nil && !errors.Is(err, errReported) {
+	if err := remoteRank(ctx, gc, rs, env, rankOut{log, out}); err != nil && ctx.Err() == nil && !errors.Is(err, errReported) {
 		log("ERROR", "worker_base.py:620", "Error executing method 'init_device'. This might cause deadlock in distributed execution.")
-		log("ERROR", "worker_base.py:621", err.Error())
+		if text, printed := exceptionText(err); !printed {
+			log("ERROR", "worker_base.py:621", text)
+		}
 	}
 }
 
@@ -271,14 +241,14 @@ func result(ctx context.Context, gc *gcsClient, job, key string, v any) error {
 	return ctx.Err()
 }
 
-func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]string, getenv func(string) string, log rankLog) error {
+func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]string, o rankOut) error {
 	// vLLM's get_ip() in the worker: VLLM_HOST_IP, else the route to 8.8.8.8, else 0.0.0.0.
-	ip := getenv("VLLM_HOST_IP")
+	ip := env["VLLM_HOST_IP"]
 	if ip == "" {
 		var err error
 		if ip, err = routeSource("8.8.8.8:80"); err != nil {
 			ip = "0.0.0.0"
-			log("WARNING", "network_utils.py:64", "Failed to get the IP address, using 0.0.0.0 by default.The value can be set by the environment variable VLLM_IP or HOST_IP.")
+			o.log("WARNING", "network_utils.py:64", "Failed to get the IP address, using 0.0.0.0 by default.The value can be set by the environment variable VLLM_IP or HOST_IP.")
 		}
 	}
 	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "ip", "value": ip}, nil); err != nil {
@@ -295,36 +265,29 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 	sort.Strings(keys)
 	for _, k := range keys {
 		if old, ok := env[k]; ok && old != copied[k] {
-			log("WARNING", "system_utils.py:64", fmt.Sprintf("Overwriting environment variable %s from '%s' to '%s'", k, old, copied[k]))
+			o.log("WARNING", "system_utils.py:64", fmt.Sprintf("Overwriting environment variable %s from '%s' to '%s'", k, old, copied[k]))
 		}
 		env[k] = copied[k]
 	}
-	return joinAndLoad(ctx, gc, rs, ip, getenv, log)
+	return joinAndLoad(ctx, gc, rs, ip, env, o)
 }
 
 // joinAndLoad is a worker rank after its environment is set: init_device (the group at the
 // driver's init method), then load_model from this node's disk, then collectives.
-func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, getenv func(string) string, log rankLog) error {
+func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, env map[string]string, o rankOut) error {
 	var in initSpec
 	if err := result(ctx, gc, rs.Job, "init", &in); err != nil {
 		return err
 	}
-	hostPort := strings.TrimPrefix(in.InitMethod, "tcp://")
-	host, port, err := net.SplitHostPort(hostPort)
-	if err != nil {
-		return fmt.Errorf("ValueError: bad init method %q", in.InitMethod)
-	}
-	store, ep, c, err := joinGroup(ctx, rs.Rank, rs.World, host, port, in.StoreTimeout, ip, getenv, log)
+	g, err := joinGroup(ctx, rs.Rank, rs.World, in.InitMethod, in.StoreTimeout, ip, env, o, nil)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	defer ep.Close()
-	defer c.Close()
+	defer g.Close()
 	// load_model reads this node's copy of the weights: a shard missing here fails this
 	// rank, and the driver raises the rank's exception (Ray's ray.get of execute_method).
-	if err := checkWeights(rs.Model, log); err != nil {
-		log("ERROR", "worker_base.py:621", err.Error())
+	if err := checkWeights(rs.Model, o.log); err != nil {
+		o.log("ERROR", "worker_base.py:621", err.Error())
 		_ = gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": err.Error()}, nil)
 		return errReported
 	}
@@ -333,11 +296,11 @@ func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, get
 		return nil
 	case <-time.After(rs.LoadFor):
 	}
-	log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", rs.LoadFor.Seconds()))
+	o.log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", rs.LoadFor.Seconds()))
 	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": rs.Rank}, nil); err != nil {
 		return err
 	}
-	return answerCollectives(ctx, c, log)
+	return answerCollectives(ctx, g.nccl, o.log)
 }
 
 // answerCollectives echoes rank 0's collectives until the job ends; no deadline, as NCCL
@@ -359,48 +322,81 @@ func answerCollectives(ctx context.Context, c net.Conn, log rankLog) error {
 	}
 }
 
-// joinGroup is a rank's side of torch.distributed's init over tcp://host:port: it dials
-// the c10d store (rank 0 hosts it), says hello, receives the peer table, connects the Gloo
-// mesh and its NCCL connection to rank 0. The store connection stays open: it carries the
-// rank's load result back to rank 0.
-func joinGroup(ctx context.Context, rank, world int, host, port string, timeout time.Duration, ip string, getenv func(string) string, log rankLog) (store net.Conn, ep *endpoints, nccl net.Conn, err error) {
-	log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=%d local_rank=0 distributed_init_method=tcp://%s backend=nccl", world, rank, net.JoinHostPort(host, port)))
-	store, err = dialStore(ctx, host, port, timeout, log)
-	if err != nil {
-		return nil, nil, nil, err
+// group is a rank's share of the process group: its torch process (the real store and
+// Gloo group), its simulated NCCL endpoints, the peers' hellos and, on a rank other than 0,
+// its NCCL connection to rank 0.
+type group struct {
+	torch *torchProc
+	ep    *endpoints
+	peers []hello
+	nccl  net.Conn
+}
+
+func (g *group) Close() {
+	if g.nccl != nil {
+		g.nccl.Close()
 	}
-	fail := func(err error) (net.Conn, *endpoints, net.Conn, error) {
-		store.Close()
-		if ep != nil {
-			ep.Close()
+	g.ep.Close()
+	g.torch.Close()
+}
+
+// joinGroup is a rank's torch.distributed init at init (tcp://host:port, or store://host
+// for RayExecutorV2's rank 0, which reports the method it made through onInit): the real
+// rendezvous and Gloo group in the rank's torch process with the rank's environment, then
+// the simulated NCCL: its interface lines, and on ranks other than 0 the connection to
+// rank 0. Rank 0 accepts its peers' connections itself (acceptPeers).
+func joinGroup(ctx context.Context, rank, world int, init string, timeout time.Duration, ip string, env map[string]string, o rankOut, lost func() error, onInit ...func(string)) (*group, error) {
+	getenv := func(k string) string { return env[k] }
+	if !strings.HasPrefix(init, "store://") {
+		o.log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=%d local_rank=0 distributed_init_method=%s backend=nccl", world, rank, init))
+	}
+	ep := ncclEndpoints(getenv)
+	run := torchRun{Rank: rank, World: world, Init: init, Timeout: timeout, Env: environ(env), Hello: ep.hello(rank, ip), Raw: o.raw, Lost: lost}
+	if len(onInit) > 0 {
+		run.OnInit = onInit[0]
+	}
+	proc, peers, err := runTorch(ctx, run)
+	if err != nil {
+		ep.Close()
+		return nil, err
+	}
+	g := &group{torch: proc, ep: ep, peers: peers}
+	fail := func(err error) (*group, error) {
+		g.Close()
+		return nil, err
+	}
+	if err := ep.ncclStart(o.log); err != nil {
+		return fail(err)
+	}
+	if ncclCountMismatch(len(ep.ifs), peers) {
+		return fail(ncclCountError(len(ep.ifs), o.log))
+	}
+	if rank == 0 {
+		return g, nil
+	}
+	if len(peers) == 0 || peers[0].NCCL == "" {
+		// Rank 0's NCCL did not start: this rank waits for rank 0's NCCL unique ID, which
+		// never comes (measured with torch's ProcessGroupNCCL, upstream.md §6).
+		return fail(storeRecvError(0))
+	}
+	if g.nccl, err = dialNCCL(ctx, ep.ifs[0].Addr, peers[0].NCCL, o.log); err != nil {
+		return fail(err)
+	}
+	return g, nil
+}
+
+// acceptPeers is rank 0's side of the NCCL connections: every other rank connects; one
+// that never does (its NCCL failed) leaves rank 0 waiting, as NCCL's bootstrap does.
+func (g *group) acceptPeers(world int) ([]net.Conn, error) {
+	var conns []net.Conn
+	for len(conns) < world-1 {
+		c, err := g.ep.nccl.Accept()
+		if err != nil {
+			return nil, err
 		}
-		return nil, nil, nil, err
+		conns = append(conns, c)
 	}
-	ep, err = openEndpoints(getenv, log)
-	enc := json.NewEncoder(store)
-	if err != nil {
-		_ = enc.Encode(hello{Rank: rank, Err: err.Error()})
-		return fail(err)
-	}
-	me := hello{Rank: rank, NodeIP: ip, NCCL: ep.nccl.Addr().String(), NCCLIfs: len(ep.ifs), Gloo: ep.gloo.Addr().String()}
-	if err := enc.Encode(me); err != nil {
-		return fail(storeRecvError(0))
-	}
-	var table peerTable
-	if err := json.NewDecoder(bufio.NewReader(store)).Decode(&table); err != nil {
-		return fail(storeRecvError(0))
-	}
-	if err := glooMesh(rank, table.Peers); err != nil {
-		return fail(err)
-	}
-	if ncclCountMismatch(len(ep.ifs), table.Peers) {
-		return fail(ncclCountError(len(ep.ifs), log))
-	}
-	c, err := dialNCCL(ctx, ep.ifs[0].Addr, table.Peers[0].NCCL, log)
-	if err != nil {
-		return fail(err)
-	}
-	return store, ep, c, nil
+	return conns, nil
 }
 
 func storeRecvError(rank int) error {

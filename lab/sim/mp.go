@@ -98,8 +98,7 @@ func headless(ctx context.Context, f serveFlags, world, local int) error {
 	for lr := 0; lr < local; lr++ {
 		rank := local*f.nodeRank + lr
 		name := workerName(rank, f.tp, f.pp)
-		log := func(level, where, msg string) { vllmLog(name, level, where, msg) }
-		go func() { died <- death{name, mpRank(ctx, rank, world, f, ip, log)} }()
+		go func() { died <- death{name, mpRank(ctx, rank, world, f, ip, mpOut(name))} }()
 	}
 	select {
 	case <-ctx.Done():
@@ -111,7 +110,9 @@ func headless(ctx context.Context, f serveFlags, world, local int) error {
 		}
 		if d.err != nil && !errors.Is(d.err, errReported) {
 			vllmLog(d.name, "ERROR", "multiproc_executor.py:671", "WorkerProc failed to start.")
-			vllmLog(d.name, "ERROR", "multiproc_executor.py:671", d.err.Error())
+			if text, printed := exceptionText(d.err); !printed {
+				vllmLog(d.name, "ERROR", "multiproc_executor.py:671", text)
+			}
 		}
 		plainLog("ERROR", "multiproc_executor.py:256", fmt.Sprintf("Worker proc %s died unexpectedly, shutting down executor.", d.name))
 		os.Exit(1)
@@ -119,26 +120,43 @@ func headless(ctx context.Context, f serveFlags, world, local int) error {
 	return nil
 }
 
-// mpResult is what a worker tells rank 0 on its store connection once load_model ran.
+// mpResult is what a worker tells rank 0 on its NCCL connection once load_model ran (vLLM
+// answers over its message queues; the connection stands in for them).
 type mpResult struct {
 	Loaded bool   `json:"loaded,omitempty"`
 	Error  string `json:"error,omitempty"`
 }
 
+// mpOut is a worker's output: vLLM's lines and its torch process's, under its name.
+func mpOut(name string) rankOut {
+	return rankOut{
+		log: func(level, where, msg string) { vllmLog(name, level, where, msg) },
+		raw: func(line string) { emit(fmt.Sprintf("(%s pid=%d) %s", name, os.Getpid(), line)) },
+	}
+}
+
+func osEnv() map[string]string {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return env
+}
+
 // mpRank is one worker of a headless node: it joins the group at the master address, loads
 // its node's copy of the weights, reports to rank 0 and answers collectives.
-func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, log rankLog) error {
-	store, ep, c, err := joinGroup(ctx, rank, world, f.masterAddr, strconv.Itoa(f.masterPort), mpStoreTimeout(), ip, os.Getenv, log)
+func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, o rankOut) error {
+	init := "tcp://" + net.JoinHostPort(f.masterAddr, strconv.Itoa(f.masterPort))
+	g, err := joinGroup(ctx, rank, world, init, mpStoreTimeout(), ip, osEnv(), o, nil)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	defer ep.Close()
-	defer c.Close()
-	enc := json.NewEncoder(store)
-	if err := checkWeights(f.model, log); err != nil {
-		log("ERROR", "multiproc_executor.py:671", "WorkerProc hit an exception.")
-		log("ERROR", "multiproc_executor.py:671", err.Error())
+	defer g.Close()
+	enc := json.NewEncoder(g.nccl)
+	if err := checkWeights(f.model, o.log); err != nil {
+		o.log("ERROR", "multiproc_executor.py:671", "WorkerProc hit an exception.")
+		o.log("ERROR", "multiproc_executor.py:671", err.Error())
 		_ = enc.Encode(mpResult{Error: err.Error()})
 		return errReported
 	}
@@ -148,62 +166,39 @@ func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, log r
 		return nil
 	case <-time.After(loadFor):
 	}
-	log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", loadFor.Seconds()))
+	o.log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", loadFor.Seconds()))
 	if err := enc.Encode(mpResult{Loaded: true}); err != nil {
 		return storeRecvError(0)
 	}
-	return answerCollectives(ctx, c, log)
+	return answerCollectives(ctx, g.nccl, o.log)
 }
 
-// startMP is node 0's engine: global rank 0 hosts the c10d store on the master port (on
-// every interface), its node's other workers join as every remote one does, then the
-// weights load as over Ray.
+// startMP is node 0's engine: global rank 0's torch process hosts the c10d store on the
+// master port (torch binds every interface; master_addr is what the others dial), its
+// node's other workers join as every remote one does, then the weights load as over Ray.
 func (e *engine) startMP(ctx context.Context, local int) error {
 	f := e.flags
-	port := strconv.Itoa(f.masterPort)
-	store, err := net.Listen("tcp", net.JoinHostPort("0.0.0.0", port))
-	if err != nil {
-		n, text := strerror(err)
-		return fmt.Errorf("RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:%s (errno: %d - %s). The server socket has failed to bind to 0.0.0.0:%s (errno: %d - %s).", port, n, text, port, n, text)
-	}
-	defer store.Close()
 	ip := vllmHostIP()
+	init := "tcp://" + net.JoinHostPort(f.masterAddr, strconv.Itoa(f.masterPort))
 	e.log("INFO", "multiproc_executor.py:130", fmt.Sprintf("DP group leader: node_rank=0, node_rank_within_dp=0, master_addr=%s, mq_connect_ip=%s (local), world_size=%d, local_world_size=%d", f.masterAddr, ip, e.world, local))
-	e.log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=0 local_rank=0 distributed_init_method=tcp://%s backend=nccl", e.world, net.JoinHostPort(f.masterAddr, port)))
 	for lr := 1; lr < local; lr++ {
 		name := workerName(lr, f.tp, f.pp)
 		go func() {
-			if err := mpRank(ctx, lr, e.world, f, ip, func(level, where, msg string) { vllmLog(name, level, where, msg) }); err != nil && ctx.Err() == nil {
-				vllmLog(name, "ERROR", "multiproc_executor.py:671", err.Error())
+			o := mpOut(name)
+			if err := mpRank(ctx, lr, e.world, f, ip, o); err != nil && ctx.Err() == nil {
+				if text, printed := exceptionText(err); !printed {
+					o.log("ERROR", "multiproc_executor.py:671", text)
+				}
 			}
 		}()
 	}
-	hellos, conns, err := e.gather(store, mpStoreTimeout())
+	g, err := joinGroup(ctx, 0, e.world, init, mpStoreTimeout(), ip, osEnv(), rankOut{e.log, e.raw}, nil)
 	if err != nil {
 		return err
 	}
-	e.storeConns = conns
-	ep, err := openEndpoints(os.Getenv, e.log)
-	if err != nil {
+	e.group = g
+	if e.peers, err = g.acceptPeers(e.world); err != nil {
 		return err
-	}
-	me := hello{Rank: 0, NodeIP: ip, NCCL: ep.nccl.Addr().String(), NCCLIfs: len(ep.ifs), Gloo: ep.gloo.Addr().String()}
-	table := peerTable{Peers: append([]hello{me}, hellos...)}
-	for _, c := range conns {
-		_ = json.NewEncoder(c).Encode(table)
-	}
-	if err := glooMesh(0, table.Peers); err != nil {
-		return err
-	}
-	if ncclCountMismatch(len(ep.ifs), table.Peers) {
-		return ncclCountError(len(ep.ifs), e.log)
-	}
-	for len(e.peers) < e.world-1 {
-		c, err := ep.nccl.Accept()
-		if err != nil {
-			return err
-		}
-		e.peers = append(e.peers, c)
 	}
 	return e.load(ctx)
 }
@@ -212,16 +207,28 @@ func (e *engine) startMP(ctx context.Context, local int) error {
 // that raised comes back as the executor's error; one that died leaves rank 0 waiting, as
 // vLLM's engine (which monitors only its own node's workers) does.
 func (e *engine) waitLoadedMP(ctx context.Context) error {
-	results := make(chan mpResult, len(e.storeConns))
-	for _, c := range e.storeConns {
+	results := make(chan mpResult, len(e.peers))
+	for _, c := range e.peers {
 		go func() {
+			// One line, read byte by byte: the connection then carries the collectives.
+			var line []byte
+			b := make([]byte, 1)
+			for {
+				if _, err := c.Read(b); err != nil {
+					return
+				}
+				if b[0] == '\n' {
+					break
+				}
+				line = append(line, b[0])
+			}
 			var r mpResult
-			if json.NewDecoder(c).Decode(&r) == nil {
+			if json.Unmarshal(line, &r) == nil {
 				results <- r
 			}
 		}()
 	}
-	for range e.storeConns {
+	for range e.peers {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

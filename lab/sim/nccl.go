@@ -80,19 +80,3 @@ func filterIfs(ifs []netIf, spec string) []netIf {
 	}
 	return out
 }
-
-// glooSelect resolves GLOO_SOCKET_IFNAME (exact names, the first is used here). Unset,
-// Gloo resolves the hostname, which on a multi-homed node commonly lands on loopback:
-// the lab models that outcome deterministically (ok=false means "fell back to loopback").
-func glooSelect(env string, ifs []netIf) (addr string, missing string, ok bool) {
-	if env == "" {
-		return "127.0.0.1", "", false
-	}
-	name := strings.TrimSpace(strings.Split(env, ",")[0])
-	for _, i := range ifs {
-		if i.Name == name {
-			return i.Addr, "", true
-		}
-	}
-	return "", name, true
-}

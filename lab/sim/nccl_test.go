@@ -40,19 +40,6 @@ func TestNCCLSelect(t *testing.T) {
 	}
 }
 
-func TestGlooSelect(t *testing.T) {
-	ifs := []netIf{{"lo", "127.0.0.1"}, {"ibp1", "192.168.77.13"}}
-	if addr, _, ok := glooSelect("ibp1", ifs); !ok || addr != "192.168.77.13" {
-		t.Errorf("ibp1: got %s %v", addr, ok)
-	}
-	if addr, _, ok := glooSelect("", ifs); ok || addr != "127.0.0.1" {
-		t.Errorf("unset: got %s %v, want loopback fallback", addr, ok)
-	}
-	if _, missing, _ := glooSelect("eth9,ibp1", ifs); missing != "eth9" {
-		t.Errorf("eth9: missing = %q", missing)
-	}
-}
-
 func TestNCCLUnsetFallsBackDockerThenLoopback(t *testing.T) {
 	onlyDocker := []netIf{{"lo", "127.0.0.1"}, {"docker0", "172.17.0.1"}, {"virbr0", "192.168.122.1"}}
 	if got := ncclSelect("", onlyDocker); len(got) != 1 || got[0].Name != "docker0" {

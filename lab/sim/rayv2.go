@@ -176,13 +176,12 @@ func runV2Rank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeID, nodeIP s
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	getenv := func(k string) string { return env[k] }
 	fail := func(err error) {
 		if ctx.Err() != nil {
 			return
 		}
-		if !errors.Is(err, errReported) {
-			log("ERROR", "ray_executor_v2.py:250", "RayWorkerProc failed: "+err.Error())
+		if text, printed := exceptionText(err); !errors.Is(err, errReported) && !printed {
+			log("ERROR", "ray_executor_v2.py:250", "RayWorkerProc failed: "+text)
 		}
 		_ = gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "ready", "value": err.Error()}, nil)
 	}
@@ -198,13 +197,13 @@ func runV2Rank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeID, nodeIP s
 	}
 	if rs.Rank > 0 {
 		// A load_model failure was posted for rank 0's wait, which raises it.
-		if err := joinAndLoad(ctx, gc, rs, nodeIP, getenv, log); err != nil && !errors.Is(err, errReported) {
+		if err := joinAndLoad(ctx, gc, rs, nodeIP, env, rankOut{log, out}); err != nil && !errors.Is(err, errReported) {
 			fail(err)
 		}
 		return
 	}
 	r0 := &engine{flags: serveFlags{model: rs.Model}, world: rs.World, log: log, gc: gc, job: rs.Job, v2: true,
-		shardN: max(rs.Shards, 1), shardT: rs.ShardTime, storeTimeout: rs.StoreTimeout, getenv: getenv, out: out}
+		shardN: max(rs.Shards, 1), shardT: rs.ShardTime, storeTimeout: rs.StoreTimeout, actorEnv: env, out: out}
 	// create_dist_init_method: the TCPStore on ray.util.get_node_ip_address(), port 0.
 	if err := r0.initDistributed(ctx, nodeIP); err != nil {
 		fail(err)

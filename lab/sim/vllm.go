@@ -198,6 +198,10 @@ func vllmMain(args []string) error {
 			return nil
 		}
 		e.log("ERROR", "core.py:708", "EngineCore failed to start.")
+		// The executor's shutdown (ray.kill of its actors) takes a moment, during which Ray
+		// still forwards what the actors printed: a remote rank failing at about the same
+		// time as rank 0 (both in torch's store timeout) is seen in the driver's output.
+		time.Sleep(2 * time.Second)
 		fatal("APIServer", strings.SplitN(err.Error(), ":", 2)[0], strings.TrimSpace(strings.SplitN(err.Error()+":", ":", 2)[1]))
 	}
 	return e.serve(ctx)
@@ -213,9 +217,8 @@ type engine struct {
 	job   string
 	pg    placementGroup
 	peers []net.Conn
-	// storeConns are the other ranks' store connections (mp mode), which carry their load
-	// results.
-	storeConns []net.Conn
+	// group is rank 0's share of the process group (dist.go): its torch process and NCCL.
+	group *group
 	// lost is set when a node holding one of the engine's ranks died (Ray marked it dead);
 	// the engine fails at its next step, as vLLM's next call to that actor does.
 	lost atomic.Pointer[string]
@@ -232,7 +235,7 @@ type engine struct {
 	shardN       int
 	shardT       time.Duration
 	storeTimeout time.Duration
-	getenv       func(string) string
+	actorEnv     map[string]string
 	// out prints a line of the process's own output (tqdm's bar); nil is stdout.
 	out func(string)
 }
@@ -540,13 +543,6 @@ func (e *engine) storeWait() time.Duration {
 	return scaled(time.Duration(envFloat(envStoreTimeout, 600) * float64(time.Second)))
 }
 
-func (e *engine) env(k string) string {
-	if e.getenv != nil {
-		return e.getenv(k)
-	}
-	return os.Getenv(k)
-}
-
 // actorClass is the class of the executor's Ray actors.
 func (e *engine) actorClass() string {
 	if e.v2 {
@@ -555,86 +551,73 @@ func (e *engine) actorClass() string {
 	return "RayWorkerWrapper"
 }
 
-// initDistributed runs rank 0's side of the distributed init: the c10d store on the
-// driver's address, which every other rank dials from its own node.
+// initDistributed runs rank 0's side of the distributed init (dist.go): legacy, the driver
+// builds tcp://<its get_ip()>:<a free port> (get_distributed_init_method with
+// get_open_port) and its torch process hosts the store there; under RayExecutorV2 rank 0's
+// actor opens the store on its Ray node's IP, port 0 (create_dist_init_method), and the
+// method with torch's port goes to every rank.
 func (e *engine) initDistributed(ctx context.Context, ip string) error {
-	store, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		n, text := strerror(err)
-		return fmt.Errorf("torch.distributed.DistNetworkError: The server socket has failed to bind to %s (errno: %d - %s).", net.JoinHostPort(ip, "0"), n, text)
-	}
-	defer store.Close()
-	init := "tcp://" + store.Addr().String()
-	e.log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=0 local_rank=0 distributed_init_method=%s backend=nccl", e.world, init))
 	timeout := e.storeWait()
-	if err := e.gc.call(ctx, "POST", "/v1/results", map[string]any{"job": e.job, "key": "init", "value": map[string]any{"init_method": init, "store_timeout": timeout}}, nil); err != nil {
-		return fmt.Errorf("RuntimeError: init_device: %v", err)
+	post := func(init string) error {
+		return e.gc.call(ctx, "POST", "/v1/results", map[string]any{"job": e.job, "key": "init", "value": map[string]any{"init_method": init, "store_timeout": timeout}}, nil)
 	}
-	hellos, conns, err := e.gather(store, timeout)
-	if err != nil {
-		return err
-	}
-	ep, err := openEndpoints(e.env, e.log)
-	if err != nil {
-		return err
-	}
-	me := hello{Rank: 0, NodeIP: ip, NCCL: ep.nccl.Addr().String(), NCCLIfs: len(ep.ifs), Gloo: ep.gloo.Addr().String()}
-	table := peerTable{Peers: append([]hello{me}, hellos...)}
-	for _, c := range conns {
-		_ = json.NewEncoder(c).Encode(table)
-	}
-	if err := glooMesh(0, table.Peers); err != nil {
-		return err
-	}
-	if ncclCountMismatch(len(ep.ifs), table.Peers) {
-		return ncclCountError(len(ep.ifs), e.log)
-	}
-	// Every other rank connects to rank 0; a rank that never does leaves rank 0 waiting,
-	// as NCCL does.
-	for len(e.peers) < e.world-1 {
-		c, err := ep.nccl.Accept()
-		if err != nil {
-			return err
+	init := "store://" + ip
+	var onInit func(string)
+	if e.v2 {
+		// The driver's ray.get of create_dist_init_method, then initialize_worker on every
+		// actor with it: rank 0 posts the method for the others itself.
+		onInit = func(m string) {
+			e.log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=0 local_rank=0 distributed_init_method=%s backend=nccl", e.world, m))
+			_ = post(m)
 		}
-		e.peers = append(e.peers, c)
+	} else {
+		port, err := openPort()
+		if err != nil {
+			return fmt.Errorf("OSError: %v", err)
+		}
+		init = "tcp://" + net.JoinHostPort(ip, port)
+		if err := post(init); err != nil {
+			return fmt.Errorf("RuntimeError: init_device: %v", err)
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if e.actorEnv != nil {
+		env = e.actorEnv
+	}
+	g, err := joinGroup(ctx, 0, e.world, init, timeout, ip, env, rankOut{e.log, e.raw}, e.lostErr, onInit)
+	if err != nil {
+		return err
+	}
+	e.group = g
+	if e.peers, err = g.acceptPeers(e.world); err != nil {
+		return err
 	}
 	return e.load(ctx)
 }
 
-// gather accepts every other rank's hello within the store timeout.
-func (e *engine) gather(store net.Listener, timeout time.Duration) ([]hello, []net.Conn, error) {
-	deadline := time.Now().Add(timeout)
-	var hellos []hello
-	var conns []net.Conn
-	for len(hellos) < e.world-1 {
-		// Wake up every second to notice an actor lost meanwhile.
-		wake := time.Now().Add(time.Second)
-		if deadline.Before(wake) {
-			wake = deadline
-		}
-		_ = store.(*net.TCPListener).SetDeadline(wake)
-		c, err := store.Accept()
-		if err != nil {
-			if lost := e.lostErr(); lost != nil {
-				return nil, nil, lost
-			}
-			if time.Now().Before(deadline) {
-				continue
-			}
-			return nil, nil, fmt.Errorf("torch.distributed.DistStoreError: Timed out after %d seconds waiting for clients. %d/%d clients joined.", int(timeout.Seconds())+1, len(hellos)+1, e.world)
-		}
-		_ = c.SetReadDeadline(deadline)
-		var h hello
-		if err := json.NewDecoder(c).Decode(&h); err != nil {
-			c.Close()
-			continue
-		}
-		_ = c.SetReadDeadline(time.Time{})
-		// A rank that failed its own NCCL init still joined the store: rank 0 goes on and
-		// waits for it in NCCL's bootstrap, forever, as measured (upstream.md §6).
-		hellos, conns = append(hellos, h), append(conns, c)
+// openPort is vLLM's get_open_port(): bind port 0 on every address, keep the number, close.
+func openPort() (string, error) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return "", err
 	}
-	return hellos, conns, nil
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port, nil
+}
+
+// raw prints a line of the engine's own torch process: in the EngineCore's process prefix,
+// or through the actor's output (V2's rank 0).
+func (e *engine) raw(line string) {
+	if e.out != nil {
+		e.out(line)
+		return
+	}
+	emit(fmt.Sprintf("(EngineCore_DP0 pid=%d) %s", os.Getpid(), line))
 }
 
 // relayWorkerLogs prints the remote ranks' lines as Ray forwards them to the driver.
