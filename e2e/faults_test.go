@@ -108,7 +108,7 @@ var faults = []fault{
 		if _, err := strconv.Atoi(pid); err != nil {
 			t.Fatalf("vLLM pid file holds %q", out)
 		}
-		if out, err := execOut(head, "kill", "-9", pid); err != nil {
+		if out, err := execOut(head, "sh", "-c", "kill -9 "+pid); err != nil {
 			t.Fatalf("kill vLLM %s: %v %s", pid, err, out)
 		}
 		return ""

@@ -100,7 +100,7 @@ func TestMPRankDeathDuringLoadingCaughtOnItsNode(t *testing.T) {
 		t.Fatalf("node-b's vllm pid: %q %v", out, err)
 	}
 	killed := time.Now()
-	if out, err := execOut(rank, "kill", "-9", strings.Fields(out)[0]); err != nil {
+	if out, err := execOut(rank, "sh", "-c", "kill -9 "+strings.Fields(out)[0]); err != nil {
 		t.Fatalf("kill: %v %s", err, out)
 	}
 	f, _ := failure(t, run)
