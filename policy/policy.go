@@ -9,6 +9,7 @@
 //	allowed_mounts: [/root/.cache/huggingface, /models]
 //	allowed_docker_hosts: ["unix:///var/run/docker.sock"]
 //	allowed_ports: ["1024-65535"]
+//	rdma_devices: planned   # or none: map no /dev/infiniband/uverbsN into containers
 //
 // Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports) add to
 // the file's lists (or to the defaults). The checks are pure: CheckMount compares the path
@@ -50,11 +51,22 @@ const (
 	SettingMounts      = "allowed_mounts"
 	SettingDockerHosts = "allowed_docker_hosts"
 	SettingPorts       = "allowed_ports"
+	SettingRDMA        = "rdma_devices"
 
 	FlagImage      = "--allow-image"
 	FlagMount      = "--allow-mount"
 	FlagDockerHost = "--allow-docker-host"
 	FlagPorts      = "--allow-ports"
+	FlagRDMA       = "--rdma-devices"
+)
+
+// RDMA device policies (rdma_devices): RDMAPlanned maps the verbs devices
+// (/dev/infiniband/uverbsN) of the HCAs the plan chose into the node's containers, the
+// default; RDMANone maps none (NCCL then runs over sockets, and a data-plane proof that
+// requires RDMA fails naming this setting).
+const (
+	RDMAPlanned = "planned"
+	RDMANone    = "none"
 )
 
 // Policy is what this node allows. Build it with Default, Parse or Load.
@@ -63,6 +75,8 @@ type Policy struct {
 	Mounts      []string // absolute host path prefixes
 	DockerHosts []string // Docker engine addresses, exactly
 	Ports       []string // port ranges, "1024-65535" or "8000"
+	// RDMA is RDMAPlanned or RDMANone.
+	RDMA string
 	// File is the policy file an operator edits to change it (DefaultFile when none was read).
 	File  string
 	ports []portRange
@@ -74,6 +88,8 @@ type Overrides struct {
 	Mounts      []string
 	DockerHosts []string
 	Ports       []string
+	// RDMA, when set, replaces the file's rdma_devices.
+	RDMA string
 }
 
 type file struct {
@@ -81,6 +97,7 @@ type file struct {
 	Mounts      *[]string `json:"allowed_mounts"`
 	DockerHosts *[]string `json:"allowed_docker_hosts"`
 	Ports       *[]string `json:"allowed_ports"`
+	RDMA        *string   `json:"rdma_devices"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -129,9 +146,19 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		Mounts:      pick(f.Mounts, DefaultMounts, add.Mounts),
 		DockerHosts: pick(f.DockerHosts, DefaultDockerHosts, add.DockerHosts),
 		Ports:       pick(f.Ports, DefaultPorts, add.Ports),
+		RDMA:        RDMAPlanned,
 		File:        name,
 	}
+	if f.RDMA != nil {
+		p.RDMA = *f.RDMA
+	}
+	if add.RDMA != "" {
+		p.RDMA = add.RDMA
+	}
 	var problems []error
+	if p.RDMA != RDMAPlanned && p.RDMA != RDMANone {
+		problems = append(problems, fmt.Errorf("%s: %q must be %q or %q", SettingRDMA, p.RDMA, RDMAPlanned, RDMANone))
+	}
 	for _, g := range p.Images {
 		if _, err := path.Match(g, ""); err != nil || strings.TrimSpace(g) == "" {
 			problems = append(problems, fmt.Errorf("%s: %q is not a glob pattern", SettingImages, g))
@@ -187,6 +214,16 @@ func (e *DeniedError) Error() string {
 	}
 	return fmt.Sprintf("%s %s %s not allowed by this node's policy (%s: %s); add %s to %s in %s or %s",
 		e.What, e.Value, verb, e.Setting, allowed, it, e.Setting, e.File, e.Flag)
+}
+
+// RDMAAllowed says the plan's RDMA devices may be mapped into containers; when not, why
+// (naming the setting to change), for the data-plane proof's finding.
+func (p Policy) RDMAAllowed() (bool, string) {
+	if p.RDMA == RDMANone {
+		return false, fmt.Sprintf("this node's policy maps no RDMA devices (%s: %s in %s, or %s %s); set it to %s to map the planned HCAs' /dev/infiniband/uverbsN",
+			SettingRDMA, RDMANone, p.File, FlagRDMA, RDMANone, RDMAPlanned)
+	}
+	return true, ""
 }
 
 // CheckImage allows an image reference matching one of the image patterns, compared in
