@@ -68,7 +68,9 @@ const SitePackages = "/usr/local/lib/python3.12/dist-packages"
 // Debian's static busybox as the shell and coreutils.
 func simImage(r Release, sim, dir string) (images.Image, error) {
 	ctx := filepath.Join(dir, r.Name)
-	files := map[string]string{"vllm": sim, "busybox": busybox}
+	// The simulator is also /usr/bin/python3, answering only the data-plane proof's program
+	// (lab/sim/proof.go): the images have no Python interpreter.
+	files := map[string]string{"vllm": sim, "busybox": busybox, "python3": sim}
 	bins := "vllm"
 	if r.Ray != "" {
 		files["ray"] = sim
@@ -94,7 +96,7 @@ func simImage(r Release, sim, dir string) (images.Image, error) {
 	files["libibverbs.so.1"] = filepath.Join(ctx, "libibverbs.so.1")
 	return images.Image{Tag: r.Image(), Files: files, Dirs: []string{"tmp", "root", "python3.12"},
 		Dockerfile: "FROM scratch\nCOPY busybox /bin/\nCOPY " + bins + " /usr/local/bin/\nCOPY dist " + SitePackages + "\n" +
-			"COPY python3.12 /usr/lib/python3.12\nCOPY libibverbs.so.1 /usr/lib/x86_64-linux-gnu/\nCOPY tmp /tmp\nCOPY root /root\n" +
+			"COPY python3.12 /usr/lib/python3.12\nCOPY python3 /usr/bin/\nCOPY libibverbs.so.1 /usr/lib/x86_64-linux-gnu/\nCOPY tmp /tmp\nCOPY root /root\n" +
 			"RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\nENV PATH=/usr/local/bin:/usr/bin:/bin HOME=/root\n"}, nil
 }
 

@@ -148,7 +148,7 @@ func openEndpoints(env func(string) string, log rankLog) (*endpoints, error) {
 		log("WARNING", "bootstrap.cc:114", "NCCL WARN Bootstrap : no socket interface found")
 		return nil, fmt.Errorf("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version %s", ncclVersion)
 	}
-	log("INFO", "bootstrap.cc:102", "NCCL INFO Bootstrap : Using "+e.ifs[0].String())
+	log("INFO", "bootstrap.cc:102", "NCCL INFO "+bootstrapLine(imageNCCL(), e.ifs[0].String()))
 	var using []string
 	for i, f := range e.ifs {
 		using = append(using, fmt.Sprintf("[%d]%s", i, f))
