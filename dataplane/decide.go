@@ -185,6 +185,8 @@ func summary(v Verdict, e Expect) string {
 		return "Socket (no RDMA planned), " + bw
 	case v.Transport == "none":
 		return "not proven: NCCL chose no network"
+	case e.RDMA:
+		return v.Transport + " (NCCL is NOT using RDMA on every node), " + bw
 	}
 	return v.Transport + ", " + bw
 }
