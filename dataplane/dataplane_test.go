@@ -205,3 +205,12 @@ func TestProgramEmbedded(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParseAndDecide is the pure part's cost per deploy of two ranks.
+func BenchmarkParseAndDecide(b *testing.B) {
+	out := proof(0, merged+socketFallback, 23.7)
+	for b.Loop() {
+		n := []Node{{Node: "a", Output: Parse(out), Verbs: true, Mapped: []string{"uverbs0"}}, {Node: "b", Rank: 1, Output: Parse(out), Verbs: true, Mapped: []string{"uverbs0"}}}
+		_ = Decide(Expect{Mode: Require, RDMA: true, Rails: 2}, n)
+	}
+}

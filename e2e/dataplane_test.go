@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	tclient "go.temporal.io/sdk/client"
 
-	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -45,12 +43,6 @@ func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 			t.Logf("lab down: %v", err)
 		}
 	})
-	c, err := tclient.Dial(tclient.Options{HostPort: l.Temporal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctl := control.Controller{Client: c}
 	starterAt := func(args ...string) (string, int) {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
@@ -92,6 +84,7 @@ func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 		t.Fatalf("deploy exit %d:\n%s", code, out)
 	}
 	out, _ = starterAt("status", "e2e-spark")
+	t.Logf("status:\n%s", out)
 	if !strings.Contains(out, "data plane: IB on 2 rails, ") || !strings.Contains(out, " GB/s bus bandwidth") {
 		t.Errorf("status lacks the data plane on both rails:\n%s", out)
 	}
@@ -113,7 +106,7 @@ func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 	if strings.Contains(out, "node-a (rank 0) is on") {
 		t.Errorf("node-a is named although its devices are mapped:\n%s", out)
 	}
-	t.Logf("DataPlaneDegraded after %s", took.Round(time.Second))
+	t.Logf("DataPlaneDegraded after %s:\n%s", took.Round(time.Second), out)
 	if left := containersOf(t, "e2e-spark-off"); len(left) > 0 {
 		t.Errorf("containers left: %v", left)
 	}
@@ -123,6 +116,7 @@ func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 		t.Fatalf("warn deploy exit %d:\n%s", code, out)
 	}
 	out, _ = starterAt("status", "e2e-spark-warn")
+	t.Logf("status with data_plane: warn:\n%s", out)
 	if !strings.Contains(out, "data plane: mixed: node-a IB, node-b Socket") && !strings.Contains(out, "data plane: Socket") {
 		t.Errorf("status does not say Socket:\n%s", out)
 	}
@@ -130,7 +124,6 @@ func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 		t.Errorf("status lacks the warning:\n%s", out)
 	}
 	teardown("e2e-spark-warn")
-	_ = ctl
 }
 
 // setPolicy writes the node agent's policy file and restarts the agent (its init restarts
