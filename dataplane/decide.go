@@ -88,7 +88,7 @@ func Decide(e Expect, nodes []Node) Verdict {
 		v.Summary = "not proven (no ranks)"
 		return v
 	}
-	transports := map[string]bool{}
+	var transports []string // distinct, in rank order (no map: workflows call Decide)
 	var per []string
 	v.Rails, v.BusBW = math.MaxInt, math.Inf(1)
 	var failed, degraded []string
@@ -98,7 +98,7 @@ func Decide(e Expect, nodes []Node) Verdict {
 		if t == "" {
 			t = "none"
 		}
-		transports[t] = true
+		transports = appendNew(transports, t)
 		per = append(per, n.Node+" "+t)
 		v.Rails = min(v.Rails, len(o.HCAs))
 		if o.Transport != IB {
@@ -138,9 +138,7 @@ func Decide(e Expect, nodes []Node) Verdict {
 	}
 	switch {
 	case len(transports) == 1:
-		for t := range transports {
-			v.Transport = t
-		}
+		v.Transport = transports[0]
 	default:
 		v.Transport = "mixed: " + strings.Join(per, ", ")
 	}
