@@ -107,6 +107,11 @@ func Decide(e Expect, nodes []Node) Verdict {
 		v.BusBW = min(v.BusBW, o.BusBW)
 		if e.RDMA && (o.Transport != IB || o.RegMR != "" || o.NoNetPlugin) {
 			why := cause(n)
+			if o.Error != "" {
+				why += fmt.Sprintf(" [the proof failed in %s: %s]", o.Phase, o.Error)
+			} else if !o.Finished && o.Transport == "" {
+				why += fmt.Sprintf(" [the proof printed no NCCL line and no result; exit %d]", n.ExitCode)
+			}
 			degraded = append(degraded, fmt.Sprintf("%s (rank %d) is on %s, not RDMA: %s", n.Node, n.Rank, describeTransport(o), why))
 			continue
 		}
