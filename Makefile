@@ -83,7 +83,7 @@ lab-down: build
 # Figures, not assertions: the 16-node plan, then (on a lab) the deploy workflow against the
 # hand-written script interleaved, the seed's failure 1, and history events per deploy.
 bench: deps $(BIN)/temporal
-	$(GO) test -run '^$$' -bench . -benchtime 5x ./activities
+	$(GO) test -run '^$$' -bench . -benchtime 5x ./activities ./dataplane
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./e2e
 
 dev: $(BIN)/temporal

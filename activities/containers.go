@@ -64,7 +64,15 @@ type ContainerOptions struct {
 	// reads. The lab's nodes share one host, and each has its own directory; real nodes
 	// leave it empty.
 	HostRoot string `json:"host_root,omitempty"`
+	// Sysfs, when set, is a directory standing for the node's /sys that its containers
+	// see at ContainerSysfs (the lab: its nodes share one host whose /sys has none of
+	// their HCAs). A real node's containers see the kernel's /sys; empty there.
+	Sysfs string `json:"sysfs,omitempty"`
 }
+
+// ContainerSysfs is where a container sees Options.Sysfs (a container's own /sys is
+// read-only and cannot take a bind mount below it).
+const ContainerSysfs = "/run/tpdeploy/sys"
 
 // HostPath is a host path of the spec as the engine (and the agent) sees it.
 func (o ContainerOptions) HostPath(p string) string {
@@ -93,7 +101,11 @@ type containerSpec struct {
 	Env        []string          `json:"env"`
 	Labels     map[string]string `json:"labels"`
 	Binds      []string          `json:"binds,omitempty"`
-	Options    ContainerOptions  `json:"options"`
+	// Devices are host:container device paths (the planned HCAs' /dev/infiniband/uverbsN);
+	// CapAdd the capabilities added with them (IPC_LOCK, so ibv_reg_mr may pin memory).
+	Devices []string         `json:"devices,omitempty"`
+	CapAdd  []string         `json:"cap_add,omitempty"`
+	Options ContainerOptions `json:"options"`
 }
 
 // hash identifies everything that makes the container what it is, except the deployment
@@ -208,6 +220,14 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 		// gains privileges either.
 		CapDrop:     []string{"NET_RAW"},
 		SecurityOpt: []string{"no-new-privileges:true"},
+	}
+	for _, d := range s.Devices {
+		host, ctr, _ := strings.Cut(d, ":")
+		hc.Devices = append(hc.Devices, container.DeviceMapping{PathOnHost: host, PathInContainer: ctr, CgroupPermissions: "rwm"})
+	}
+	hc.CapAdd = s.CapAdd
+	if s.Options.Sysfs != "" {
+		hc.Binds = append(append([]string(nil), hc.Binds...), s.Options.Sysfs+":"+ContainerSysfs+":ro")
 	}
 	if s.Options.ShmSize > 0 && s.Options.IPC != "host" {
 		hc.ShmSize = s.Options.ShmSize

@@ -93,6 +93,8 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if err != nil {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
+	np, _ := req.Plan.Node(req.Node)
+	s = a.withRDMA(s, np)
 	ref, err := a.ensureContainer(ctx, n.DockerHost, s, req.Replace)
 	if err != nil || !ref.Adopted {
 		return ref, err

@@ -204,7 +204,7 @@ func (a *Node) StartRayHead(ctx context.Context, req contract.StartRayRequest) (
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.Ray, req.Spec.Ports.Dashboard) }); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	return a.ensureContainer(ctx, n.DockerHost, rayHeadSpec(req, a.containerOptions()), req.Replace)
+	return a.ensureContainer(ctx, n.DockerHost, a.withRDMA(rayHeadSpec(req, a.containerOptions()), req.Plan), req.Replace)
 }
 
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
@@ -213,7 +213,7 @@ func (a *Node) StartRayWorker(ctx context.Context, req contract.StartRayRequest)
 		return contract.ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
-	return a.ensureContainer(ctx, n.DockerHost, rayWorkerSpec(req, a.containerOptions()), req.Replace)
+	return a.ensureContainer(ctx, n.DockerHost, a.withRDMA(rayWorkerSpec(req, a.containerOptions()), req.Plan), req.Replace)
 }
 
 // LaunchVLLM starts `vllm serve` inside the Ray head's container (vllmproc.go), or adopts

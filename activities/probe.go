@@ -244,6 +244,13 @@ func (a *Node) rdmaDevices() []netplan.RDMADevice {
 				}
 				dev.State = s
 			}
+			if b, err := os.ReadFile(a.sys("class/infiniband", d.Name(), "ports", p.Name(), "link_layer")); err == nil {
+				dev.LinkLayer = strings.TrimSpace(string(b))
+			}
+			if b, err := os.ReadFile(a.sys("class/infiniband", d.Name(), "ports", p.Name(), "rate")); err == nil {
+				dev.RateMbps = parseRate(string(b))
+			}
+			dev.UVerbs = a.uverbsOf(d.Name())
 			if b, err := os.ReadFile(a.sys("class/infiniband", d.Name(), "ports", p.Name(), "gid_attrs/ndevs/0")); err == nil {
 				dev.Netdev = strings.TrimSpace(string(b))
 			} else if nets, err := os.ReadDir(a.sys("class/infiniband", d.Name(), "device/net")); err == nil && len(nets) > 0 {
@@ -253,6 +260,35 @@ func (a *Node) rdmaDevices() []netplan.RDMADevice {
 		}
 	}
 	return out
+}
+
+// uverbsOf is the HCA's verbs device: sysfs lists it as
+// /sys/class/infiniband/HCA/device/infiniband_verbs/uverbsN, the name of the character
+// device /dev/infiniband/uverbsN that libibverbs opens for it (rdma-core's open_cdev).
+func (a *Node) uverbsOf(hca string) string {
+	entries, err := os.ReadDir(a.sys("class/infiniband", hca, "device/infiniband_verbs"))
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "uverbs") {
+			return e.Name()
+		}
+	}
+	return ""
+}
+
+// parseRate reads sysfs's port rate, "100 Gb/sec (4X EDR)" or "25 Gb/sec (1X EDR)", in Mb/s.
+func parseRate(s string) int {
+	f := strings.Fields(s)
+	if len(f) < 2 || !strings.HasPrefix(f[1], "Gb/s") {
+		return 0
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || v < 0 {
+		return 0
+	}
+	return int(v * 1000)
 }
 
 var nvidiaDev = regexp.MustCompile(`^nvidia[0-9]+$`)

@@ -26,6 +26,9 @@ func TestRDMAAndGPUsFromSysfs(t *testing.T) {
 	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/0"), "enp1s0f0np0\n")
 	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_1/ports/1/state"), "1: DOWN\n")
 	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_1/ports/1/gid_attrs/ndevs/0"), "enp1s0f1np1\n")
+	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/rate"), "100 Gb/sec (4X EDR)\n")
+	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/link_layer"), "Ethernet\n")
+	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_0/device/infiniband_verbs/uverbs0/ibdev"), "mlx5_0\n")
 	writeFile(t, filepath.Join(sys, "class/net/enp1s0f0np0/speed"), "200000\n")
 	writeFile(t, filepath.Join(sys, "class/net/veth0/speed"), "-1\n")
 	writeFile(t, filepath.Join(proc, "driver/nvidia/gpus/0000:01:00.0/information"), "Model: GB10\n")
@@ -34,6 +37,9 @@ func TestRDMAAndGPUsFromSysfs(t *testing.T) {
 	devs := a.rdmaDevices()
 	if len(devs) != 2 || devs[0].Name != "mlx5_0" || devs[0].Netdev != "enp1s0f0np0" || devs[0].State != "ACTIVE" || devs[0].Port != 1 {
 		t.Fatalf("rdma = %+v", devs)
+	}
+	if devs[0].RateMbps != 100000 || devs[0].LinkLayer != "Ethernet" || devs[0].UVerbs != "uverbs0" {
+		t.Errorf("mlx5_0's rate, link layer, verbs device = %+v", devs[0])
 	}
 	if devs[1].State != "DOWN" || devs[1].Netdev != "enp1s0f1np1" {
 		t.Errorf("mlx5_1 = %+v", devs[1])

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/dataplane"
 	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/release"
@@ -51,11 +52,13 @@ const (
 	ErrGlooNoInterface    = logscan.GlooNoInterface
 	ErrResourcesBusy      = logscan.ResourcesBusy
 	ErrRayDriverAttach    = logscan.RayDriverAttach
-	ErrRayUnreachable     = "RayGCSUnreachable" // retryable: the GCS did not answer the agent
-	ErrRayNodeDead        = "RayNodeDead"       // a planned node is DEAD in Ray
-	ErrContainerExited    = "ContainerExited"   // the Ray head's container is not running
-	ErrVLLMExited         = "VLLMExited"        // vLLM's process ended without a classified cause
-	ErrPolicyDenied       = "PolicyDenied"      // the node's operator policy refuses the request
+	ErrRayUnreachable     = "RayGCSUnreachable"   // retryable: the GCS did not answer the agent
+	ErrRayNodeDead        = "RayNodeDead"         // a planned node is DEAD in Ray
+	ErrContainerExited    = "ContainerExited"     // the Ray head's container is not running
+	ErrVLLMExited         = "VLLMExited"          // vLLM's process ended without a classified cause
+	ErrPolicyDenied       = "PolicyDenied"        // the node's operator policy refuses the request
+	ErrDataPlaneDegraded  = dataplane.ErrDegraded // RDMA planned, a rank's NCCL on sockets
+	ErrDataPlaneFailed    = dataplane.ErrFailed   // the data-plane proof's collective failed
 	ErrStepTimeout        = "StepTimeout"
 	ErrRetriesExhausted   = "RetriesExhausted" // a retryable failure outlived its retry policy
 	ErrCanceled           = "Canceled"
@@ -344,6 +347,7 @@ const (
 	ActivityCloseModelServer    = "CloseModelServer"
 	ActivitySyncModel           = "SyncModel"
 	ActivityRemovePartialModel  = "RemovePartialModel"
+	ActivityProveDataPlane      = "ProveDataPlane"
 	// Operations activities served on the workflow queue (control.Checks).
 	ActivityTeardownRunning = "TeardownRunning"
 	ActivityPauseSchedule   = "PauseSchedule"
@@ -399,4 +403,26 @@ type ClusterBusy struct {
 // two clusters can never share a name (`x-node` + `a` and `x` + `node-a` differ).
 func ContainerName(cluster, node, role string) string {
 	return "tpd_" + cluster + "_" + node + "_" + role
+}
+
+// ProofRequest asks a node to run its rank of the data-plane proof (package dataplane) in
+// a running container of the cluster (the node's Ray container), with the environment
+// that container already holds plus the proof's own.
+type ProofRequest struct {
+	Node       string           `json:"node"`
+	DockerHost string           `json:"docker_host"`
+	Container  string           `json:"container"`
+	Plan       netplan.NodePlan `json:"plan"`
+	Rank       int              `json:"rank"`
+	World      int              `json:"world"`
+	// Master is rank 0's store address, host:port.
+	Master  string        `json:"master"`
+	Timeout time.Duration `json:"timeout"`
+}
+
+// ProofResult is one rank's proof: parsed, with what the agent knows of its container,
+// and the NCCL and proof lines it printed (bounded).
+type ProofResult struct {
+	Rank  dataplane.Node `json:"rank"`
+	Lines []string       `json:"lines,omitempty"`
 }

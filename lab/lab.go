@@ -111,7 +111,15 @@ type Config struct {
 	// is its image. Empty is DefaultRelease. Every release's image is built and allowed on
 	// every node either way.
 	Release string
+	// Topology is the lab's network shape: "" the seed's (one fast network, no RDMA), or
+	// TopologySpark: two DGX Sparks, each CX-7 port two rails (fast, 10.200.I.0/24, and
+	// fast2, 10.201.I.0/24, both MTU 9000), each with a simulated RoCE HCA in the node's
+	// sysfs and its verbs device node (spark.go).
+	Topology string
 }
+
+// TopologySpark is two rails per node on two subnets, as on a DGX Spark pair.
+const TopologySpark = "spark"
 
 // Lab is a running lab.
 type Lab struct {
@@ -120,6 +128,9 @@ type Lab struct {
 	Release         Release
 	Image           string
 	Mgmt, Ext, Fast netip.Prefix
+	// Fast2 is the second rail's subnet (TopologySpark only).
+	Fast2    netip.Prefix
+	Topology string
 	// Temporal is the dev server's frontend address, reachable from this host and the
 	// nodes; UI is its Web UI.
 	Temporal, UI string
@@ -171,6 +182,7 @@ type Node struct {
 	Mgmt      netip.Addr
 	Fast      netip.Addr
 	Ext       netip.Addr // head only
+	Fast2     netip.Addr // TopologySpark only
 }
 
 // Addr is the node's address on a lab network ("mgmt", "ext", "fast"); invalid if none.
@@ -182,6 +194,8 @@ func (n Node) Addr(network string) netip.Addr {
 		return n.Fast
 	case "ext":
 		return n.Ext
+	case "fast2":
+		return n.Fast2
 	}
 	return netip.Addr{}
 }
@@ -223,7 +237,10 @@ func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config)
 		return nil, err
 	}
 	_ = Down(ctx, eng, cfg.Prefix)
-	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng}
+	if cfg.Topology != "" && cfg.Topology != TopologySpark {
+		return nil, fmt.Errorf("lab: no topology %q (empty or %q)", cfg.Topology, TopologySpark)
+	}
+	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng, Topology: cfg.Topology}
 	if err := l.networks(ctx, cfg.Index); err != nil {
 		_ = Down(ctx, eng, cfg.Prefix)
 		return nil, err
@@ -244,6 +261,9 @@ func (l *Lab) networks(ctx context.Context, index int) error {
 	var err error
 	for i := first; i <= last; i++ {
 		l.Mgmt, l.Ext, l.Fast = subnet(231, i), subnet(230, i), subnet(200, i)
+		if l.Topology == TopologySpark {
+			l.Fast2 = subnet(201, i)
+		}
 		if err = l.createNetworks(ctx); err == nil {
 			return nil
 		}
@@ -265,7 +285,11 @@ func (l *Lab) createNetworks(ctx context.Context) error {
 		{"mgmt", l.Mgmt, true, ""},
 		{"ext", l.Ext, false, ""},
 		{"fast", l.Fast, true, "9000"},
+		{"fast2", l.Fast2, true, "9000"},
 	} {
+		if !n.p.IsValid() {
+			continue
+		}
 		opts := map[string]string{}
 		if n.mtu != "" {
 			opts["com.docker.network.driver.mtu"] = n.mtu
@@ -282,7 +306,7 @@ func (l *Lab) createNetworks(ctx context.Context) error {
 }
 
 func (l *Lab) removeNetworks(ctx context.Context) {
-	for _, n := range []string{"mgmt", "ext", "fast"} {
+	for _, n := range []string{"mgmt", "ext", "fast", "fast2"} {
 		_, _ = l.eng.NetworkRemove(ctx, l.Prefix+"-"+n, client.NetworkRemoveOptions{})
 	}
 }
@@ -310,6 +334,10 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		if i == 0 {
 			n.Ext = host(l.Ext, 180)
 			nets["ext"] = n.Ext
+		}
+		if l.Fast2.IsValid() {
+			n.Fast2 = host(l.Fast2, 12+i)
+			nets["fast2"] = n.Fast2
 		}
 		env := []string{
 			"TPDEPLOY_NODE=" + n.Name, "TEMPORAL_ADDRESS=" + l.Temporal,
@@ -351,6 +379,11 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		// The node's "disk" is a directory of the host, at the same path in the agent's
 		// container, so the agent's reads and the engine's binds name the same files.
 		env = append(env, barrier.EnvDir+"="+nodeBarrierDir, "TPDEPLOY_HOST_ROOT="+root)
+		if l.Topology == TopologySpark {
+			// The node's sysfs (HCAs, link speeds) and device nodes are the lab's (spark.go):
+			// the agent reads them, and its containers see them as a real node's do.
+			env = append(env, "TPDEPLOY_SYS_ROOT="+filepath.Join(root, "sys"), "TPDEPLOY_CONTAINER_SYSFS="+filepath.Join(root, "sys"))
+		}
 		err := l.run(ctx, n.Container, &container.Config{
 			Image: NodeImage, Hostname: n.Name, Env: env, Labels: map[string]string{LabelLab: l.Prefix, "tpdeploy.lab.node": n.Name},
 		}, nets, []string{"NET_ADMIN"}, socket+":/var/run/docker.sock", barriers+":"+nodeBarrierDir, root+":"+root)
@@ -358,6 +391,11 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			return err
 		}
 		l.Nodes = append(l.Nodes, n)
+		if l.Topology == TopologySpark {
+			if err := l.sparkSysfs(ctx, n, root); err != nil {
+				return err
+			}
+		}
 	}
 	if !withTemporal {
 		return nil
@@ -369,7 +407,7 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 // management network, then the others in a fixed order, so interface names are
 // predictable: eth0 mgmt, then ext, then fast) and starts it.
 func (l *Lab) run(ctx context.Context, name string, cfg *container.Config, nets map[string]netip.Addr, caps []string, binds ...string) error {
-	order := []string{"mgmt", "ext", "fast"}
+	order := []string{"mgmt", "ext", "fast", "fast2"}
 	ep := func(n string) *network.EndpointSettings {
 		return &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: nets[n]}}
 	}

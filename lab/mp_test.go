@@ -40,10 +40,10 @@ func TestMPServesOnTheFastSubnet(t *testing.T) {
 	head := dockerRun(t, l, eng, "node-a", "mp-0", envA, mpArgs(0, a.Fast.String())...)
 	waitLogs(t, eng, head, 30*time.Second,
 		"distributed_init_method=tcp://"+a.Fast.String()+":29501",
-		"NCCL INFO Bootstrap : Using "+ifA+":"+a.Fast.String()+"<0>",
+		": Using "+ifA+":"+a.Fast.String()+"<0>",
 		"Loading safetensors checkpoint shards: 100% Completed | 4/4",
 		"Application startup complete.")
-	waitLogs(t, eng, worker, 5*time.Second, "(Worker_TP1 pid=", "NCCL INFO Bootstrap : Using "+ifB+":"+b.Fast.String()+"<0>")
+	waitLogs(t, eng, worker, 5*time.Second, "(Worker_TP1 pid=", ": Using "+ifB+":"+b.Fast.String()+"<0>")
 	assertServes(t, "http://"+a.Fast.String()+":8000")
 	// Node 0 going away ends the headless node: its worker's NCCL connection breaks.
 	if _, err := eng.ContainerKill(context.Background(), head, client.ContainerKillOptions{Signal: "KILL"}); err != nil {

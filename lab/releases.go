@@ -71,11 +71,15 @@ const SitePackages = "/usr/local/lib/python3.12/dist-packages"
 // libibverbs.so.1 is Debian's libibverbs1 (a dependency of its torch's Gloo).
 func simImage(r Release, base, sim, dir string) (images.Image, error) {
 	ctx := filepath.Join(dir, r.Name)
-	files := map[string]string{"vllm": sim}
-	bins := "vllm"
+	// The simulator is also python3, first on PATH (/usr/local/bin): it answers the
+	// data-plane proof's program itself (lab/sim/proof.go: no GPU and no NCCL here, so
+	// NCCL's choice of transport is modelled) and hands every other program to Debian's
+	// real interpreter (/usr/bin/python3, with torch: lab/torch.go).
+	files := map[string]string{"vllm": sim, "python3": sim}
+	bins := "python3 vllm"
 	if r.Ray != "" {
 		files["ray"] = sim
-		bins = "ray vllm"
+		bins = "python3 ray vllm"
 	}
 	dists := [][2]string{{"vllm", r.VLLM}, {"torch", r.Torch}, {r.NCCLDist, r.NCCL}}
 	if r.Ray != "" {

@@ -415,8 +415,8 @@ func TestSeedFixServesWithAVLLMThatCopiesOnlyItsOwnVariables(t *testing.T) {
 	vllm := dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_SHARDS=4", "TPDEPLOY_SIM_SHARD_SECONDS=0.2"}, serveArgs...)
 	out := waitOut(t, vllm, 30*time.Second,
 		"Copying the following environment variables to workers: [",
-		"NCCL INFO Bootstrap : Using "+ifA+":"+a.Fast.String()+"<0>",
-		"NCCL INFO Bootstrap : Using "+ifB+":"+b.Fast.String()+"<0>",
+		": Using "+ifA+":"+a.Fast.String()+"<0>",
+		": Using "+ifB+":"+b.Fast.String()+"<0>",
 		"Loading safetensors checkpoint shards: 100% Completed | 4/4",
 		"Application startup complete.")
 	if strings.Contains(out, "Overwriting environment variable NCCL_SOCKET_IFNAME") {
@@ -467,7 +467,7 @@ func TestNewerVLLMCopiesTheDriversNCCLVariablesOntoItsWorkers(t *testing.T) {
 	vllm = dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_SHARDS=2", "TPDEPLOY_SIM_SHARD_SECONDS=0.2"}, serveArgs...)
 	out = waitOut(t, vllm, 30*time.Second,
 		"RAY_NON_CARRY_OVER_ENV_VARS from config: {'NCCL_SOCKET_IFNAME'}",
-		"NCCL INFO Bootstrap : Using "+ifB+":"+b.Fast.String()+"<0>",
+		": Using "+ifB+":"+b.Fast.String()+"<0>",
 		"Application startup complete.")
 	if strings.Contains(out, "Overwriting environment variable NCCL_SOCKET_IFNAME") {
 		t.Errorf("NCCL_SOCKET_IFNAME was copied although listed as non-carry-over:\n%s", out)
@@ -509,8 +509,8 @@ func TestPlannedEnvServesUnderEveryRayRelease(t *testing.T) {
 			out := waitOut(t, vllm, 30*time.Second,
 				"vLLM API server version "+l.Release.VLLM,
 				"distributed_init_method=tcp://"+a.Fast.String()+":",
-				"NCCL INFO Bootstrap : Using "+ifA+":"+a.Fast.String()+"<0>",
-				"NCCL INFO Bootstrap : Using "+ifB+":"+b.Fast.String()+"<0>",
+				": Using "+ifA+":"+a.Fast.String()+"<0>",
+				": Using "+ifB+":"+b.Fast.String()+"<0>",
 				"Loading safetensors checkpoint shards: 100% Completed | 2/2",
 				"Application startup complete.")
 			// Real torch ran both ranks' rendezvous and Gloo all_reduce, each on its own

@@ -49,6 +49,11 @@ const (
 	// ReachabilityPairs counts directed node pairs tested per subnet: labels subnet and
 	// result (ok, failed). Prometheus: tpdeploy_reachability_pairs_total.
 	ReachabilityPairs = "tpdeploy_reachability_pairs"
+	// DataPlaneBusBW is the data-plane proof's measured NCCL all_reduce bus bandwidth in
+	// GB/s: labels cluster and transport (IB, Socket, mixed). Prometheus: a gauge of the
+	// same name; DataPlaneRDMA is 1 when every rank's NCCL used IB, else 0 (label cluster).
+	DataPlaneBusBW = "tpdeploy_data_plane_busbw_gbs"
+	DataPlaneRDMA  = "tpdeploy_data_plane_rdma"
 )
 
 // Outcomes of a deploy and of a step.
@@ -137,6 +142,19 @@ func (r Recorder) SupervisorState(cluster string, healthy bool) {
 		v = 1
 	}
 	r.h.WithTags(map[string]string{"cluster": cluster}).Gauge(SupervisorHealthy).Update(v)
+}
+
+// DataPlane records the data-plane proof's outcome for a cluster.
+func (r Recorder) DataPlane(cluster, transport string, busbwGBs float64) {
+	if len(transport) > 5 && transport[:5] == "mixed" {
+		transport = "mixed"
+	}
+	r.h.WithTags(map[string]string{"cluster": cluster, "transport": transport}).Gauge(DataPlaneBusBW).Update(busbwGBs)
+	v := 0.0
+	if transport == "IB" {
+		v = 1
+	}
+	r.h.WithTags(map[string]string{"cluster": cluster}).Gauge(DataPlaneRDMA).Update(v)
 }
 
 // Incident counts one incident the supervisor acted on; node is empty for the cluster.

@@ -18,6 +18,8 @@ import (
 const (
 	ErrNoViableSubnet   = "NoViableSubnet"
 	ErrInsufficientGPUs = "InsufficientGPUs"
+	// ErrDataPlaneDegraded: RDMA is planned but a node's own env turns it off.
+	ErrDataPlaneDegraded = "DataPlaneDegraded"
 )
 
 // Error is a planning failure; Type is what the workflow reports it as.
@@ -461,6 +463,33 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 			plan.RayAddress = netip.AddrPortFrom(m.addr.Addr(), uint16(c.Ports.Ray)).String()
 		}
 	}
+	plan.Rails = rails(c, byNode, cands)
+	railHCAs := map[string][]RDMADevice{}
+	for _, r := range plan.UsedRails() {
+		for _, m := range r.Members {
+			railHCAs[m.Node] = append(railHCAs[m.Node], m.Device)
+		}
+	}
+	for i := range best.members {
+		best.members[i].rdma = railHCAs[best.members[i].node]
+	}
+	plan.DataPlane = c.DataPlane
+	if plan.DataPlane == "" {
+		plan.DataPlane = spec.DataPlaneSkip
+		if len(railHCAs) > 0 {
+			plan.DataPlane = spec.DataPlaneRequire
+		}
+	}
+	if len(railHCAs) > 0 {
+		disabling := rdmaDisablingEnv(c)
+		if len(disabling) > 0 && plan.DataPlane == spec.DataPlaneRequire {
+			return plan, &Error{Type: ErrDataPlaneDegraded, Msg: fmt.Sprintf("the plan has RDMA on %d rail(s), but %s; remove the setting, or set data_plane: warn to serve over sockets anyway",
+				len(plan.UsedRails()), strings.Join(disabling, "; "))}
+		}
+		for _, d := range disabling {
+			plan.Warnings = append(plan.Warnings, d+" (data_plane: "+plan.DataPlane+")")
+		}
+	}
 	overwrites := o.Engine == nil || o.Engine.EnvCopy == release.EnvCopyPrefixesOverwrite
 	switch {
 	case mp:
@@ -484,12 +513,12 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 		}
 		plan.GPUs += gpus
 		plan.Nodes = append(plan.Nodes, NodePlan{
-			Name: n.Name, Role: n.Role, Address: m.addr.Addr(), Interface: m.link.Name, GPUs: gpus,
+			Name: n.Name, Role: n.Role, Address: m.addr.Addr(), Interface: m.link.Name, GPUs: gpus, RDMA: m.rdma,
 			Env: nodeEnv(n, m, plan.RayAddress, plan.NCCL, best.members),
 		})
 	}
 	if overwrites && !mp {
-		plan.Warnings = copiedEnvWarnings(c)
+		plan.Warnings = append(plan.Warnings, copiedEnvWarnings(c)...)
 	}
 	if need := c.WorldSize(); plan.GPUs < need {
 		var have []string
@@ -538,7 +567,71 @@ func nodeEnv(n spec.Node, m member, rayAddress string, form NCCLEnv, members []m
 func hcaNames(devs []RDMADevice) []string {
 	var out []string
 	for _, d := range devs {
-		out = append(out, fmt.Sprintf("%s:%d", d.Name, max(d.Port, 1)))
+		out = append(out, d.HCA())
+	}
+	return out
+}
+
+// rails lists every subnet on which each node has an ACTIVE HCA port whose netdev holds an
+// IPv4 address there: used when the subnet passed the static checks and the reachability
+// test (NCCL's RoCE v2 GID is the netdev's IPv4 address, so the HCAs must reach each other
+// over it), left out with the reason otherwise. On a DGX Spark pair each half of the CX-7
+// port is its own HCA, netdev and subnet: both are rails, and NCCL reaches the link's
+// speed only with both in NCCL_IB_HCA (upstream.md §9).
+func rails(c spec.Cluster, byNode map[string]NodeProbe, cands []candidate) []Rail {
+	var out []Rail
+	for _, cand := range cands {
+		var members []RailMember
+		var missing []string
+		for _, n := range c.Nodes {
+			pr := byNode[n.Name]
+			found := false
+			for _, l := range pr.Links {
+				a, ok := l.Addr(cand.subnet)
+				if !ok || !a.Addr().Is4() {
+					continue
+				}
+				for _, d := range rdmaOn(pr, l.Name) {
+					members = append(members, RailMember{Node: n.Name, Device: d, Addr: a.Addr()})
+					found = true
+				}
+			}
+			if !found {
+				missing = append(missing, n.Name)
+			}
+		}
+		if len(members) == 0 {
+			continue // no HCA anywhere on it: not a rail, nothing to say
+		}
+		r := Rail{Subnet: cand.subnet, Members: members}
+		var hcas []string
+		for _, m := range members {
+			hcas = append(hcas, fmt.Sprintf("%s %s on %s", m.Node, m.Device.HCA(), m.Device.Netdev))
+		}
+		switch {
+		case len(missing) > 0:
+			r.Reason = "left out: " + strings.Join(missing, ", ") + " has no ACTIVE HCA port with an address in it (" + strings.Join(hcas, ", ") + ")"
+		case cand.reject != "":
+			r.Reason = "left out: " + cand.reject
+		default:
+			r.Used = true
+			r.Reason = "used: " + strings.Join(hcas, ", ") + "; reachable between all nodes"
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// rdmaDisablingEnv names node env settings that silently turn NCCL's RDMA transport off.
+func rdmaDisablingEnv(c spec.Cluster) []string {
+	var out []string
+	for _, n := range c.Nodes {
+		if v, ok := n.Env["NCCL_IB_DISABLE"]; ok && strings.TrimSpace(v) != "" && strings.TrimSpace(v) != "0" {
+			out = append(out, fmt.Sprintf("%s's env sets NCCL_IB_DISABLE=%s, which makes NCCL use sockets", n.Name, v))
+		}
+		if v, ok := n.Env["NCCL_NET"]; ok && strings.EqualFold(strings.TrimSpace(v), "Socket") {
+			out = append(out, fmt.Sprintf("%s's env sets NCCL_NET=%s, which makes NCCL use sockets", n.Name, v))
+		}
 	}
 	return out
 }
@@ -575,7 +668,7 @@ func ncclForm(members []member, probes map[string]NodeProbe) NCCLEnv {
 		}
 		own := hcaNames(m.rdma)
 		for _, d := range probes[m.node].RDMA {
-			h := fmt.Sprintf("%s:%d", d.Name, max(d.Port, 1))
+			h := d.HCA()
 			if !slices.Contains(own, h) && slices.Contains(hcas, h) {
 				clashes = append(clashes, fmt.Sprintf("%s also has the HCA %s", m.node, h))
 			}

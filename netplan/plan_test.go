@@ -565,3 +565,96 @@ func TestChooseFollowsTheReleasesEnvRule(t *testing.T) {
 		})
 	}
 }
+
+// sparkPair is two DGX Sparks cabled as NVIDIA's playbook sets them up: each CX-7 port is
+// two PCIe x4 endpoints, each its own netdev, HCA and subnet (upstream.md §9).
+func sparkPair() (spec.Cluster, []NodeProbe) {
+	c := clusterOf("spark-a", "spark-b")
+	var probes []NodeProbe
+	for i, n := range []string{"spark-a", "spark-b"} {
+		probes = append(probes, NodeProbe{Node: n, GPUs: 1, Links: []Link{
+			link("enP7s7", fmt.Sprintf("10.1.230.%d/24", 180+i), 1500),
+			link("enp1s0f1np1", fmt.Sprintf("192.168.100.%d/24", 10+i), 9000, speedMbps(100000)),
+			link("enP2p1s0f1np1", fmt.Sprintf("192.168.101.%d/24", 10+i), 9000, speedMbps(100000)),
+		}, RDMA: []RDMADevice{
+			{Name: "rocep1s0f1", Port: 1, Netdev: "enp1s0f1np1", State: "ACTIVE", RateMbps: 100000, UVerbs: "uverbs1"},
+			{Name: "roceP2p1s0f1", Port: 1, Netdev: "enP2p1s0f1np1", State: "ACTIVE", RateMbps: 100000, UVerbs: "uverbs3"},
+			{Name: "rocep1s0f0", Port: 1, Netdev: "enp1s0f0np0", State: "DOWN"},
+		}})
+	}
+	return c, probes
+}
+
+func TestSparkPairUsesBothRails(t *testing.T) {
+	c, probes := sparkPair()
+	plan, err := Choose(c, probes, fullMatrix(c, probes, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := plan.UsedRails()
+	if len(used) != 2 || used[0].Subnet.String() != "192.168.100.0/24" || used[1].Subnet.String() != "192.168.101.0/24" {
+		t.Fatalf("rails %+v", plan.Rails)
+	}
+	for _, n := range plan.Nodes {
+		if n.Env["NCCL_IB_HCA"] != "=rocep1s0f1:1,roceP2p1s0f1:1" || len(n.RDMA) != 2 {
+			t.Errorf("%s: NCCL_IB_HCA %q, rdma %v", n.Name, n.Env["NCCL_IB_HCA"], n.RDMA)
+		}
+		if !strings.HasPrefix(n.Env["NCCL_SOCKET_IFNAME"], "=enp1s0f1np1") {
+			t.Errorf("%s: NCCL_SOCKET_IFNAME %q: the bootstrap stays on one interface", n.Name, n.Env["NCCL_SOCKET_IFNAME"])
+		}
+	}
+	if plan.DataPlane != spec.DataPlaneRequire {
+		t.Errorf("data plane %q, want require by default when RDMA is planned", plan.DataPlane)
+	}
+
+	// A rail that does not pass the reachability test is left out, and says why.
+	blocked := map[string]bool{"spark-a>spark-b@192.168.101.0/24": true}
+	plan, err = Choose(c, probes, fullMatrix(c, probes, blocked))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.UsedRails()) != 1 || plan.Nodes[0].Env["NCCL_IB_HCA"] != "=rocep1s0f1:1" {
+		t.Fatalf("one rail: %+v %q", plan.Rails, plan.Nodes[0].Env["NCCL_IB_HCA"])
+	}
+	if r := plan.Rails[1]; r.Used || !strings.Contains(r.Reason, "left out: spark-a cannot reach spark-b") {
+		t.Fatalf("left-out rail: %+v", r)
+	}
+
+	// A node's HCA that is down is no rail.
+	probes[1].RDMA[1].State = "DOWN"
+	plan, _ = Choose(c, probes, fullMatrix(c, probes, nil))
+	if len(plan.UsedRails()) != 1 || !strings.Contains(plan.Rails[1].Reason, "spark-b has no ACTIVE HCA port") {
+		t.Fatalf("down HCA: %+v", plan.Rails)
+	}
+}
+
+func TestEnvThatDisablesRDMA(t *testing.T) {
+	c, probes := sparkPair()
+	c.Nodes[1].Env = map[string]string{"NCCL_IB_DISABLE": "1"}
+	_, err := Choose(c, probes, fullMatrix(c, probes, nil))
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Type != ErrDataPlaneDegraded || !strings.Contains(pe.Msg, "spark-b's env sets NCCL_IB_DISABLE=1") {
+		t.Fatalf("err %v", err)
+	}
+	c.DataPlane = spec.DataPlaneWarn
+	c.Nodes[1].Env = map[string]string{"NCCL_NET": "Socket"}
+	plan, err := Choose(c, probes, fullMatrix(c, probes, nil))
+	if err != nil || !strings.Contains(strings.Join(plan.Warnings, "\n"), "spark-b's env sets NCCL_NET=Socket") {
+		t.Fatalf("warn: %v %q", err, plan.Warnings)
+	}
+}
+
+func TestRailsKeepTheReleasesEnvRule(t *testing.T) {
+	c, probes := sparkPair()
+	for _, copy := range []string{release.EnvCopyPrefixesOverwrite, release.EnvCopyAllSetdefault} {
+		plan, err := ChooseFor(c, probes, fullMatrix(c, probes, nil), Options{Engine: &release.Model{VLLM: "x", Executor: "ray", EnvCopy: copy}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range plan.Nodes {
+			if n.Env["NCCL_IB_HCA"] != "=rocep1s0f1:1,roceP2p1s0f1:1" {
+				t.Errorf("%s %s: %q", copy, n.Name, n.Env["NCCL_IB_HCA"])
+			}
+		}
+	}
+}

@@ -5,8 +5,11 @@ package netplan
 
 import (
 	"net/netip"
+	"strconv"
 	"time"
 )
+
+func itoa(i int) string { return strconv.Itoa(i) }
 
 // NodeProbe is what a node agent reports about its node.
 type NodeProbe struct {
@@ -50,6 +53,33 @@ type RDMADevice struct {
 	Port   int    `json:"port"`
 	Netdev string `json:"netdev"`
 	State  string `json:"state"` // ACTIVE, DOWN
+	// LinkLayer is the port's (Ethernet for RoCE, InfiniBand).
+	LinkLayer string `json:"link_layer,omitempty"`
+	// RateMbps is the port's rate (sysfs ports/N/rate, "100 Gb/sec (4X EDR)"), 0 unknown.
+	RateMbps int `json:"rate_mbps,omitempty"`
+	// UVerbs is the HCA's verbs device (sysfs device/infiniband_verbs/uverbsN): the
+	// /dev/infiniband/uverbsN a container needs to use the HCA.
+	UVerbs string `json:"uverbs,omitempty"`
+}
+
+// HCA is the device and port as NCCL_IB_HCA names them: "mlx5_0:1".
+func (d RDMADevice) HCA() string { return d.Name + ":" + itoa(max(d.Port, 1)) }
+
+// Rail is one subnet NCCL's RDMA transport can use: every node has an ACTIVE HCA port whose
+// netdev has an IPv4 address in it, and the reachability test passed over it.
+type Rail struct {
+	Subnet netip.Prefix `json:"subnet"`
+	Used   bool         `json:"used"`
+	// Reason says why it is used, or why it was left out.
+	Reason  string       `json:"reason"`
+	Members []RailMember `json:"members,omitempty"`
+}
+
+// RailMember is one node's HCA port on a rail.
+type RailMember struct {
+	Node   string     `json:"node"`
+	Device RDMADevice `json:"device"`
+	Addr   netip.Addr `json:"addr"`
 }
 
 // DockerInfo reports whether the node's engine answered.
@@ -103,6 +133,24 @@ type Plan struct {
 	NCCL NCCLEnv `json:"nccl,omitzero"`
 	// Warnings are findings that do not stop a deploy but an operator should know.
 	Warnings []string `json:"warnings,omitempty"`
+	// Rails are the subnets NCCL's RDMA transport may use (NCCL_IB_HCA lists every used
+	// rail's HCA on each node), and those left out with why. NCCL_SOCKET_IFNAME stays the
+	// chosen subnet's interface: it picks NCCL's bootstrap, not the data path.
+	Rails []Rail `json:"rails,omitempty"`
+	// DataPlane is the proof's mode for this plan: the spec's data_plane, or require when
+	// a rail is used and skip when none is.
+	DataPlane string `json:"data_plane,omitempty"`
+}
+
+// UsedRails are the rails NCCL_IB_HCA lists.
+func (p Plan) UsedRails() []Rail {
+	var out []Rail
+	for _, r := range p.Rails {
+		if r.Used {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // NCCL environment forms.
@@ -132,6 +180,9 @@ type NodePlan struct {
 	Address   netip.Addr `json:"address"`
 	Interface string     `json:"interface"`
 	GPUs      int        `json:"gpus"`
+	// RDMA are the node's HCA ports on the used rails: the agent maps their verbs devices
+	// into the node's containers.
+	RDMA []RDMADevice `json:"rdma,omitempty"`
 	// Env is the full environment for every container on the node.
 	Env map[string]string `json:"env"`
 }

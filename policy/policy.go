@@ -12,6 +12,7 @@
 //	allowed_env: ["NCCL_*", "VLLM_*", "MY_SITE_*"]
 //	secret_dirs: [/etc/tpdeploy/secrets]
 //	secret_env: [HF_TOKEN]
+//	rdma_devices: planned   # or none: map no /dev/infiniband/uverbsN into containers
 //
 // Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports,
 // --allow-env, --allow-secret-dir, --allow-secret-env) add to the file's lists (or to the
@@ -79,6 +80,7 @@ const (
 	SettingEnv         = "allowed_env"
 	SettingSecretDirs  = "secret_dirs"
 	SettingSecretEnv   = "secret_env"
+	SettingRDMA        = "rdma_devices"
 
 	FlagImage      = "--allow-image"
 	FlagMount      = "--allow-mount"
@@ -87,6 +89,16 @@ const (
 	FlagEnv        = "--allow-env"
 	FlagSecretDir  = "--allow-secret-dir"
 	FlagSecretEnv  = "--allow-secret-env"
+	FlagRDMA       = "--rdma-devices"
+)
+
+// RDMA device policies (rdma_devices): RDMAPlanned maps the verbs devices
+// (/dev/infiniband/uverbsN) of the HCAs the plan chose into the node's containers, the
+// default; RDMANone maps none (NCCL then runs over sockets, and a data-plane proof that
+// requires RDMA fails naming this setting).
+const (
+	RDMAPlanned = "planned"
+	RDMANone    = "none"
 )
 
 // Policy is what this node allows. Build it with Default, Parse or Load.
@@ -98,6 +110,8 @@ type Policy struct {
 	Env         []string // glob patterns of environment variable names
 	SecretDirs  []string // absolute directories secret files may be read from
 	SecretEnv   []string // agent variables secret references may name, exactly
+	// RDMA is RDMAPlanned or RDMANone.
+	RDMA string
 	// File is the policy file an operator edits to change it (DefaultFile when none was read).
 	File  string
 	ports []portRange
@@ -112,6 +126,8 @@ type Overrides struct {
 	Env         []string
 	SecretDirs  []string
 	SecretEnv   []string
+	// RDMA, when set, replaces the file's rdma_devices.
+	RDMA string
 }
 
 type file struct {
@@ -122,6 +138,7 @@ type file struct {
 	Env         *[]string `json:"allowed_env"`
 	SecretDirs  *[]string `json:"secret_dirs"`
 	SecretEnv   *[]string `json:"secret_env"`
+	RDMA        *string   `json:"rdma_devices"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -173,9 +190,19 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		Env:         pick(f.Env, DefaultEnv, add.Env),
 		SecretDirs:  pick(f.SecretDirs, DefaultSecretDirs, add.SecretDirs),
 		SecretEnv:   pick(f.SecretEnv, DefaultSecretEnv, add.SecretEnv),
+		RDMA:        RDMAPlanned,
 		File:        name,
 	}
+	if f.RDMA != nil {
+		p.RDMA = *f.RDMA
+	}
+	if add.RDMA != "" {
+		p.RDMA = add.RDMA
+	}
 	var problems []error
+	if p.RDMA != RDMAPlanned && p.RDMA != RDMANone {
+		problems = append(problems, fmt.Errorf("%s: %q must be %q or %q", SettingRDMA, p.RDMA, RDMAPlanned, RDMANone))
+	}
 	for _, g := range p.Images {
 		if _, err := path.Match(g, ""); err != nil || strings.TrimSpace(g) == "" {
 			problems = append(problems, fmt.Errorf("%s: %q is not a glob pattern", SettingImages, g))
@@ -248,6 +275,16 @@ func (e *DeniedError) Error() string {
 	}
 	return fmt.Sprintf("%s %s %s not allowed by this node's policy (%s: %s); add %s to %s in %s or %s",
 		e.What, e.Value, verb, e.Setting, allowed, it, e.Setting, e.File, e.Flag)
+}
+
+// RDMAAllowed says the plan's RDMA devices may be mapped into containers; when not, why
+// (naming the setting to change), for the data-plane proof's finding.
+func (p Policy) RDMAAllowed() (bool, string) {
+	if p.RDMA == RDMANone {
+		return false, fmt.Sprintf("this node's policy maps no RDMA devices (%s: %s in %s, or %s %s); set it to %s to map the planned HCAs' /dev/infiniband/uverbsN",
+			SettingRDMA, RDMANone, p.File, FlagRDMA, RDMANone, RDMAPlanned)
+	}
+	return true, ""
 }
 
 // CheckImage allows an image reference matching one of the image patterns, compared in

@@ -232,3 +232,22 @@ func TestEnvAndSecretChecks(t *testing.T) {
 		t.Error("secret_dirs: [/] accepted")
 	}
 }
+
+func TestRDMADevices(t *testing.T) {
+	if ok, _ := Default().RDMAAllowed(); !ok {
+		t.Fatal("the default maps the planned HCAs")
+	}
+	p, err := Parse([]byte("rdma_devices: none\n"), "/etc/tpdeploy/policy.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := p.RDMAAllowed(); ok || !strings.Contains(why, "rdma_devices: none in /etc/tpdeploy/policy.yaml") {
+		t.Fatalf("none: %v %q", ok, why)
+	}
+	if p, _ := Parse([]byte("rdma_devices: none\n"), "x", Overrides{RDMA: RDMAPlanned}); p.RDMA != RDMAPlanned {
+		t.Fatal("the flag replaces the file's")
+	}
+	if _, err := Parse([]byte("rdma_devices: all\n"), "x", Overrides{}); err == nil {
+		t.Fatal("accepted rdma_devices: all")
+	}
+}

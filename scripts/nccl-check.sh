@@ -13,8 +13,49 @@
 # NCCL is forced onto sockets (no P2P, SHM or IB) so the interface choice is what is tested.
 #
 #   make build && sudo scripts/nccl-check.sh
+#
+# The data-plane proof (dataplane/proof.py, what a deploy runs in every node's container
+# before vLLM starts), on one machine with torch and NCCL, no root needed:
+#
+#   scripts/nccl-check.sh proof [--ranks N] [--rdma] [NCCL_NET=IB ...]
+#
+# runs N ranks (default 1) on this host (rank i on GPU i mod the GPU count; two ranks on
+# one GPU is NCCL's `Duplicate GPU detected`), with NCCL's INFO lines on, and prints per
+# rank the transport NCCL chose, the all_reduce check and the bus bandwidth per size, then
+# tpdeploy's verdict (scripts/proofread). --rdma judges as a plan with RDMA would
+# (sockets are DataPlaneDegraded). Extra VAR=value arguments go to every rank, e.g.
+# NCCL_NET=IB without RDMA devices: NCCL's `Failed to initialize any NET plugin`, not a
+# hang. TPDEPLOY_PROOF_TIMEOUT (default 60 s) bounds a rank that never finishes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = proof ]; then
+  shift
+  ranks=1 judge=()
+  extra=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --ranks) ranks=$2; shift 2 ;;
+      --rdma) judge+=(--rdma); shift ;;
+      *=*) extra+=("$1"); shift ;;
+      *) echo "usage: $0 proof [--ranks N] [--rdma] [VAR=value ...]" >&2; exit 2 ;;
+    esac
+  done
+  work=$(mktemp -d)
+  port=$((29600 + RANDOM % 300))
+  pids=()
+  for ((r = 0; r < ranks; r++)); do
+    env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV,BOOTSTRAP \
+      TPDEPLOY_PROOF_RANK=$r TPDEPLOY_PROOF_WORLD=$ranks TPDEPLOY_PROOF_MASTER=127.0.0.1:$port \
+      TPDEPLOY_PROOF_TIMEOUT=${TPDEPLOY_PROOF_TIMEOUT:-60} LOCAL_RANK=$r "${extra[@]}" \
+      python3 dataplane/proof.py >"$work/rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || true; done
+  logs=()
+  for ((r = 0; r < ranks; r++)); do logs+=("$work/rank$r.log"); done
+  echo "(full output: $work)"
+  exec go run ./scripts/proofread "${judge[@]}" "${logs[@]}"
+fi
 prefix=${PREFIX:-tpd-nccl}
 work=$(mktemp -d)
 trap 'bin/netns down --prefix "$prefix" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT

@@ -44,7 +44,20 @@ type Cluster struct {
 	ImageMismatch string `json:"image_mismatch,omitempty"`
 	// SmokeTest asks for one completion before the deploy is declared serving.
 	SmokeTest bool `json:"smoke_test,omitempty"`
+	// DataPlane says what the data-plane proof (package dataplane: one NCCL all_reduce
+	// across every node before vLLM starts, reading the transport NCCL chose) decides:
+	// "require" fails the deploy when RDMA is planned and a rank is on sockets, "warn"
+	// serves and says so, "skip" runs no proof. Empty is require when the plan has RDMA,
+	// skip otherwise.
+	DataPlane string `json:"data_plane,omitempty"`
 }
+
+// Data-plane modes (spec data_plane).
+const (
+	DataPlaneRequire = "require"
+	DataPlaneWarn    = "warn"
+	DataPlaneSkip    = "skip"
+)
 
 // Model is what vLLM serves.
 type Model struct {

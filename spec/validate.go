@@ -136,6 +136,11 @@ func (c Cluster) Validate() error {
 	default:
 		v.add("image_mismatch", fmt.Sprintf("%q must be \"fail\" or \"warn\"", c.ImageMismatch))
 	}
+	switch c.DataPlane {
+	case "", DataPlaneRequire, DataPlaneWarn, DataPlaneSkip:
+	default:
+		v.add("data_plane", fmt.Sprintf("%q must be \"require\", \"warn\" or \"skip\"", c.DataPlane))
+	}
 	v.timeouts(c.Timeouts)
 	return v.err()
 }

@@ -239,6 +239,11 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(stdout, "  subnet:  %s%s\n", st.State.Plan.Subnet, ray)
 	}
+	if dp := st.State.DataPlane; dp != nil {
+		fmt.Fprintf(stdout, "  data plane: %s\n", dp.Summary)
+	} else if st.State.Plan != nil && len(st.State.Plan.UsedRails()) > 0 && st.State.Plan.DataPlane == spec.DataPlaneSkip {
+		fmt.Fprintf(stdout, "  data plane: not proven (data_plane: skip)\n")
+	}
 	if st.Running || st.Result == nil {
 		printEngine(stdout, "  ", st.State.Images, st.State.Engine) // printOutcome shows a result's
 	}
@@ -479,12 +484,29 @@ func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
 	if f := rep.Plan.NCCL; f.Form != "" {
 		fmt.Fprintf(w, "\nNCCL interface variables: %s\n  %s\n", f.Form, f.Reason)
 	}
+	printRails(w, *rep.Plan)
 	for _, warn := range rep.Plan.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
 	if rep.Error != "" {
 		fmt.Fprintf(w, "\nBut: %s\n", rep.Error)
 	}
+}
+
+// printRails shows the rails NCCL's RDMA transport may use (NCCL_IB_HCA) and those left
+// out, and what the data-plane proof will decide.
+func printRails(w io.Writer, p netplan.Plan) {
+	if len(p.Rails) == 0 {
+		if p.Subnet.IsValid() {
+			fmt.Fprintf(w, "\nRDMA rails: none (no subnet where every node has an ACTIVE HCA port): NCCL will use sockets\n")
+		}
+		return
+	}
+	fmt.Fprintf(w, "\nRDMA rails (NCCL_IB_HCA; NCCL_SOCKET_IFNAME stays the chosen interface, for NCCL's bootstrap)\n")
+	for _, r := range p.Rails {
+		fmt.Fprintf(w, "  %s %s\n", r.Subnet, r.Reason)
+	}
+	fmt.Fprintf(w, "  data plane: %s (%d rail(s) used); the proof runs one NCCL all_reduce before vLLM starts\n", p.DataPlane, len(p.UsedRails()))
 }
 
 // cmdCodecServer serves the codec key file's keys as a codec server, the endpoint the

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/dataplane"
 	"github.com/tpdeploy/tpdeploy/metrics"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/release"
@@ -51,6 +52,8 @@ type DeployResult struct {
 	// behaviour they decided.
 	Images []release.Image `json:"images,omitempty"`
 	Engine *release.Model  `json:"engine,omitempty"`
+	// DataPlane is the data-plane proof's verdict (nil when none ran).
+	DataPlane *dataplane.Verdict `json:"data_plane,omitempty"`
 }
 
 // StepTiming is how long one step took.
@@ -98,7 +101,10 @@ type State struct {
 	// is what they decided: the executor, why, and how the release behaves.
 	Images []release.Image `json:"images,omitempty"`
 	Engine *release.Model  `json:"engine,omitempty"`
-	Error  string          `json:"error,omitempty"`
+	// DataPlane is the data-plane proof's verdict: the transport NCCL chose on every
+	// rank, the rails, the measured bus bandwidth.
+	DataPlane *dataplane.Verdict `json:"data_plane,omitempty"`
+	Error     string             `json:"error,omitempty"`
 }
 
 // DeployCluster deploys one model across the spec's nodes: probe → reachability → plan →
@@ -141,6 +147,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		d.result.Restarts = d.state.Restarts
 		d.result.ModelCopies = d.state.ModelCopies
 		d.result.Images, d.result.Engine = d.state.Images, d.state.Engine
+		d.result.DataPlane = d.state.DataPlane
 		rec := metrics.Workflow(ctx)
 		rec.Deploy(d.spec.Name, nil)
 		rec.TimeToServing(d.spec.Name, workflow.Now(ctx).Sub(start))

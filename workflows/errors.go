@@ -24,7 +24,8 @@ var nonRetryable = []string{
 	contract.ErrModelUnsupported, contract.ErrModelUnavailable, contract.ErrKVCacheTooSmall,
 	contract.ErrParallelLayout, contract.ErrGlooNoInterface, contract.ErrResourcesBusy,
 	contract.ErrRayDriverAttach, contract.ErrPolicyDenied, contract.ErrSpecInvalid,
-	contract.ErrModelIncomplete, contract.ErrModelServerGone,
+	contract.ErrModelIncomplete, contract.ErrModelServerGone, contract.ErrDataPlaneDegraded,
+	contract.ErrDataPlaneFailed,
 }
 
 // stepError is a failed step, with the node it failed on and the classified type.

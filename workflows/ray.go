@@ -12,11 +12,11 @@ import (
 )
 
 // raySteps are the steps after planning over Ray (executor ray, the default): the Ray head,
-// the workers joining it, the placement proof from Ray's GCS, then vLLM inside the head's
+// the workers joining it, the placement proof from Ray's GCS, the data-plane proof (dataplane.go), then vLLM inside the head's
 // container. mp.go holds vLLM's own multi-node mode.
 func (d *deployment) raySteps() []func(workflow.Context) error {
 	return []func(workflow.Context) error{
-		d.preflight, d.checkModel, d.startHead, d.joinWorkers, d.checkPlacement, d.launch, d.waitServing,
+		d.preflight, d.checkModel, d.startHead, d.joinWorkers, d.checkPlacement, d.proveDataPlane, d.launch, d.waitServing,
 	}
 }
 

@@ -27,7 +27,7 @@ func main() {
 func run(args []string) error {
 	name := filepath.Base(args[0])
 	rest := args[1:]
-	if name != "ray" && name != "vllm" && len(rest) > 0 {
+	if name != "ray" && name != "vllm" && name != "python3" && len(rest) > 0 {
 		// `sim ray start ...` works too, for running outside an image.
 		name, rest = rest[0], rest[1:]
 	}
@@ -36,6 +36,8 @@ func run(args []string) error {
 		return rayMain(rest)
 	case "vllm":
 		return vllmMain(rest)
+	case "python3":
+		return pythonMain(rest) // only the data-plane proof (proof.go)
 	}
 	return fmt.Errorf("usage: ray start|status ... or vllm serve ... (invoked as %q)", name)
 }

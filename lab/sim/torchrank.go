@@ -86,7 +86,7 @@ func environ(env map[string]string) []string {
 func runTorch(ctx context.Context, r torchRun) (*torchProc, []hello, error) {
 	me, _ := json.Marshal(r.Hello)
 	secs := strconv.FormatFloat(max(r.Timeout.Seconds(), 1), 'f', 3, 64)
-	cmd := exec.CommandContext(ctx, "python3", "-u", rankProgram, strconv.Itoa(r.Rank), strconv.Itoa(r.World), secs, r.Init, string(me))
+	cmd := exec.CommandContext(ctx, realPython, "-u", rankProgram, strconv.Itoa(r.Rank), strconv.Itoa(r.World), secs, r.Init, string(me))
 	cmd.Env = r.Env
 	outR, outW, err := os.Pipe()
 	if err != nil {

@@ -1,0 +1,163 @@
+package activities
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/dataplane"
+)
+
+// maxProofLines bounds the NCCL and proof lines a result carries into workflow history.
+const maxProofLines = 200
+
+// ProveDataPlane runs this node's rank of the data-plane proof in the node's running
+// container: the proof's program (dataplane.Program) copied in and run as `python3
+// <file>` — the image's own interpreter, torch and NCCL, the container's own environment
+// (the node's env and the plan's, as vLLM gets them) plus NCCL's INFO lines. Every rank
+// runs at once; rank 0's store is on the master address. The program's watchdog ends it
+// after the timeout, so a rank that never joins cannot hold the step.
+func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (contract.ProofResult, error) {
+	if err := a.checkNode(req.Node); err != nil {
+		return contract.ProofResult{}, err
+	}
+	eng, addr, err := a.engine(req.DockerHost)
+	if err != nil {
+		return contract.ProofResult{}, err
+	}
+	rank := dataplane.Node{Node: a.Name, Rank: req.Rank, HCAs: hcaList(req), MapNote: a.rdmaMapping(req.Plan).Note}
+	for _, d := range req.Plan.RDMA {
+		rank.LinkGbps += float64(d.RateMbps) / 1000
+	}
+	info, err := eng.ContainerInspect(ctx, req.Container, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return contract.ProofResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the container %s is not there: the proof runs in it", req.Container), contract.ErrContainerExited, nil)
+	}
+	if err != nil {
+		return contract.ProofResult{}, engineError(addr, "inspect "+req.Container, err)
+	}
+	if hc := info.Container.HostConfig; hc != nil {
+		for _, d := range hc.Devices {
+			if strings.HasPrefix(d.PathInContainer, "/dev/infiniband/uverbs") {
+				rank.Mapped = append(rank.Mapped, path.Base(d.PathInContainer))
+			}
+		}
+	}
+	archive, err := fileArchive(dataplane.ProgramPath, []byte(dataplane.Program))
+	if err != nil {
+		return contract.ProofResult{}, err
+	}
+	if _, err := eng.CopyToContainer(ctx, req.Container, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(archive)}); err != nil {
+		return contract.ProofResult{}, engineError(addr, "copy the proof into "+req.Container, err)
+	}
+	env := []string{
+		"TPDEPLOY_PROOF_RANK=" + strconv.Itoa(req.Rank), "TPDEPLOY_PROOF_WORLD=" + strconv.Itoa(req.World),
+		"TPDEPLOY_PROOF_MASTER=" + req.Master, "TPDEPLOY_PROOF_TIMEOUT=" + strconv.Itoa(max(int(req.Timeout.Seconds()), 1)),
+	}
+	for k, v := range dataplane.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	a.logger().Info("data-plane proof", zap.String("container", req.Container), zap.Int("rank", req.Rank), zap.Int("world", req.World), zap.String("master", req.Master))
+	out, code, err := execBounded(ctx, eng, req.Container, []string{"python3", dataplane.ProgramPath}, env, req.Timeout+30*time.Second)
+	if err != nil {
+		return contract.ProofResult{}, engineError(addr, "run the proof in "+req.Container, err)
+	}
+	rank.Output, rank.ExitCode = dataplane.Parse(out), code
+	if rank.Output.Rank < 0 {
+		rank.Output.Rank = req.Rank
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "NCCL ") || strings.Contains(l, dataplane.ProofPrefix) || strings.Contains(l, "Error") || strings.Contains(l, "exec") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > maxProofLines {
+		lines = append(lines[:maxProofLines/2], lines[len(lines)-maxProofLines/2:]...)
+	}
+	if len(lines) == 0 && strings.TrimSpace(out) != "" {
+		lines = []string{strings.TrimSpace(out)[:min(len(strings.TrimSpace(out)), 2000)]}
+	}
+	return contract.ProofResult{Rank: rank, Lines: lines}, nil
+}
+
+func hcaList(req contract.ProofRequest) []string {
+	var out []string
+	for _, d := range req.Plan.RDMA {
+		out = append(out, d.HCA())
+	}
+	return out
+}
+
+// execBounded runs cmd in a container to its end (or until within passes), returning its
+// output (stdout then stderr) and exit code.
+func execBounded(ctx context.Context, eng containerEngine, ctr string, cmd, env []string, within time.Duration) (string, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	ex, err := eng.ExecCreate(ctx, ctr, client.ExecCreateOptions{Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return "", 0, err
+	}
+	att, err := eng.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return "", 0, err
+	}
+	defer att.Close()
+	var out, errOut bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil && ctx.Err() == nil {
+		return "", 0, err
+	}
+	text := out.String() + errOut.String()
+	for i := 0; i < 100; i++ {
+		in, err := eng.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return text, -1, nil // timed out: the output says how far it got
+		}
+		if !in.Running {
+			return text, in.ExitCode, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return text, -1, nil
+}
+
+// fileArchive is a tar holding one file at name (absolute), with its directories, to be
+// extracted at /.
+func fileArchive(name string, body []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	rel := strings.TrimPrefix(name, "/")
+	var dirs []string
+	for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
+		dirs = append([]string{d + "/"}, dirs...)
+	}
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: rel, Mode: 0o644, Size: int64(len(body))}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(body); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

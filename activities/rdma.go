@@ -1,0 +1,83 @@
+package activities
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/netplan"
+)
+
+// rdmaMapping is what the agent grants a node's containers for the plan's HCAs: each
+// HCA's verbs device, found through sysfs (/sys/class/infiniband/HCA/device/
+// infiniband_verbs/uverbsN), mapped at /dev/infiniband/uverbsN, and IPC_LOCK. libibverbs
+// opens that character device for every HCA it lists (rdma-core's open_cdev); without it
+// NCCL logs `NET/IB : No device found.` and silently uses sockets (upstream.md §9). Host
+// networking, host IPC and --gpus bring no such device; nothing privileged is needed.
+type rdmaMapping struct {
+	Devices []string // host:container
+	Mapped  []string // uverbsN
+	// Note says why a planned HCA has no device in the containers (the policy, a device
+	// missing), or that memlock is limited.
+	Note string
+}
+
+func (a *Node) rdmaMapping(np netplan.NodePlan) rdmaMapping {
+	var m rdmaMapping
+	if len(np.RDMA) == 0 {
+		return m
+	}
+	if a.Policy != nil {
+		if ok, why := a.Policy.RDMAAllowed(); !ok {
+			m.Note = why
+			return m
+		}
+	}
+	var notes []string
+	for _, d := range np.RDMA {
+		uv := a.uverbsOf(d.Name)
+		if uv == "" {
+			notes = append(notes, fmt.Sprintf("%s has no verbs device in sysfs (%s): is ib_uverbs loaded?", d.Name, a.sys("class/infiniband", d.Name, "device/infiniband_verbs")))
+			continue
+		}
+		if slices.Contains(m.Mapped, uv) {
+			continue // two ports of one HCA share its device
+		}
+		host := a.hostPath("/dev/infiniband/" + uv)
+		if _, err := os.Stat(host); err != nil {
+			notes = append(notes, fmt.Sprintf("%s's device %s is not there (%v)", d.Name, a.nodePath(host), err))
+			continue
+		}
+		m.Devices = append(m.Devices, host+":/dev/infiniband/"+uv)
+		m.Mapped = append(m.Mapped, uv)
+	}
+	if len(m.Mapped) > 0 && !memlockUnlimited(a.containerOptions().Ulimits) {
+		notes = append(notes, "the containers' memlock is not unlimited (--ulimits has no memlock=-1:-1); IPC_LOCK lets ibv_reg_mr pin past it")
+	}
+	m.Note = strings.Join(notes, "; ")
+	return m
+}
+
+func memlockUnlimited(ulimits []string) bool {
+	for _, u := range ulimits {
+		if strings.HasPrefix(u, "memlock=-1") {
+			return true
+		}
+	}
+	return false
+}
+
+// withRDMA gives s the plan's RDMA devices and IPC_LOCK.
+func (a *Node) withRDMA(s containerSpec, np netplan.NodePlan) containerSpec {
+	m := a.rdmaMapping(np)
+	if len(m.Devices) > 0 {
+		s.Devices, s.CapAdd = m.Devices, []string{"IPC_LOCK"}
+	}
+	if m.Note != "" {
+		a.logger().Warn("rdma devices", zap.String("container", s.Name), zap.Strings("mapped", m.Mapped), zap.String("note", m.Note))
+	}
+	return s
+}

@@ -1,0 +1,239 @@
+package dataplane
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Modes of the spec's data_plane.
+const (
+	// Require fails the deploy when RDMA is planned and a rank is not on it.
+	Require = "require"
+	// Warn serves anyway and says so.
+	Warn = "warn"
+	// Skip runs no proof.
+	Skip = "skip"
+)
+
+// Error types of a failed proof.
+const (
+	// ErrDegraded: RDMA is planned and a rank's NCCL is on sockets (or cannot use IB).
+	ErrDegraded = "DataPlaneDegraded"
+	// ErrFailed: the collective did not complete, or its sum was wrong.
+	ErrFailed = "DataPlaneFailed"
+)
+
+// DefaultMinFraction is the share of the link's speed below which the measured bus
+// bandwidth is a warning: half, which one rail of two on a DGX Spark pair reaches at most
+// (upstream.md §9).
+const DefaultMinFraction = 0.5
+
+// Node is one node's rank as the decision needs it: the parsed output and what the agent
+// knows of its container.
+type Node struct {
+	Node string `json:"node"`
+	Rank int    `json:"rank"`
+	// HCAs are the HCA ports the plan gave this node (NCCL_IB_HCA), "mlx5_0:1".
+	HCAs []string `json:"hcas,omitempty"`
+	// Mapped are the verbs devices the agent mapped into the container
+	// (/dev/infiniband/uverbsN); MapNote says why some or all were not.
+	Mapped  []string `json:"mapped,omitempty"`
+	MapNote string   `json:"map_note,omitempty"`
+	// Verbs says the image holds libibverbs (release.Image.Verbs).
+	Verbs bool `json:"verbs"`
+	// EnvDisables names a setting of the node's env that turns RDMA off
+	// (NCCL_IB_DISABLE=1, NCCL_NET=Socket), if any.
+	EnvDisables string `json:"env_disables,omitempty"`
+	// LinkGbps is the speed of the node's planned rails together (sysfs), Gb/s; 0 unknown.
+	LinkGbps float64 `json:"link_gbps,omitempty"`
+	// Output is the proof's output, parsed.
+	Output Rank `json:"output"`
+	// ExitCode is the program's.
+	ExitCode int `json:"exit_code"`
+}
+
+// Expect is what the plan says the data plane should be.
+type Expect struct {
+	Mode string `json:"mode"`
+	// RDMA: the plan lists HCAs (Rails of them, on every node).
+	RDMA  bool `json:"rdma"`
+	Rails int  `json:"rails"`
+	// MinFraction of the link speed below which bandwidth is a warning (0: the default).
+	MinFraction float64 `json:"min_fraction,omitempty"`
+}
+
+// Verdict is the decision.
+type Verdict struct {
+	// Transport is every rank's (IB, Socket), or "mixed: node-a IB, node-b Socket".
+	Transport string `json:"transport"`
+	// Rails is how many HCAs every rank's NCCL uses (the fewest).
+	Rails int `json:"rails,omitempty"`
+	// BusBW is the slowest rank's best bus bandwidth, GB/s.
+	BusBW float64 `json:"busbw_gbs"`
+	// Summary is status's line after "data plane: ".
+	Summary string `json:"summary"`
+	// Findings name each node that is not on the planned data plane, and the likely cause.
+	Findings []string `json:"findings,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// ErrType and Err are the failure, when the mode makes the findings one.
+	ErrType string `json:"err_type,omitempty"`
+	Err     string `json:"err,omitempty"`
+}
+
+// Decide judges every rank's output against the plan.
+func Decide(e Expect, nodes []Node) Verdict {
+	var v Verdict
+	if len(nodes) == 0 {
+		v.Summary = "not proven (no ranks)"
+		return v
+	}
+	var transports []string // distinct, in rank order (no map: workflows call Decide)
+	var per []string
+	v.Rails, v.BusBW = math.MaxInt, math.Inf(1)
+	var failed, degraded []string
+	for _, n := range nodes {
+		o := n.Output
+		t := o.Transport
+		if t == "" {
+			t = "none"
+		}
+		transports = appendNew(transports, t)
+		per = append(per, n.Node+" "+t)
+		v.Rails = min(v.Rails, len(o.HCAs))
+		if o.Transport != IB {
+			v.Rails = 0
+		}
+		v.BusBW = min(v.BusBW, o.BusBW)
+		if e.RDMA && (o.Transport != IB || o.RegMR != "" || o.NoNetPlugin) {
+			why := cause(n)
+			if o.Error != "" {
+				why += fmt.Sprintf(" [the proof failed in %s: %s]", o.Phase, o.Error)
+			} else if !o.Finished && o.Transport == "" {
+				why += fmt.Sprintf(" [the proof printed no NCCL line and no result; exit %d]", n.ExitCode)
+			}
+			degraded = append(degraded, fmt.Sprintf("%s (rank %d) is on %s, not RDMA: %s", n.Node, n.Rank, describeTransport(o), why))
+			continue
+		}
+		switch {
+		case o.Error != "":
+			failed = append(failed, fmt.Sprintf("%s (rank %d) failed in %s: %s", n.Node, n.Rank, o.Phase, o.Error))
+		case !o.Finished:
+			failed = append(failed, fmt.Sprintf("%s (rank %d) printed no result (exit %d)", n.Node, n.Rank, n.ExitCode))
+		case !o.SumOK:
+			failed = append(failed, fmt.Sprintf("%s (rank %d): all_reduce gave %g, want %g", n.Node, n.Rank, o.Got, o.Expected))
+		}
+		if e.RDMA && o.Transport == IB && len(n.HCAs) > 0 && len(o.HCAs) < len(n.HCAs) {
+			v.Warnings = append(v.Warnings, fmt.Sprintf("%s: NCCL uses %d of the %d planned HCAs (%s of %s)", n.Node, len(o.HCAs), len(n.HCAs), strings.Join(o.HCAs, ","), strings.Join(n.HCAs, ",")))
+		}
+		frac := e.MinFraction
+		if frac == 0 {
+			frac = DefaultMinFraction
+		}
+		if n.LinkGbps > 0 && o.Finished && o.BusBW*8 < frac*n.LinkGbps {
+			v.Warnings = append(v.Warnings, fmt.Sprintf("%s: bus bandwidth %.1f GB/s is below %.0f%% of its planned links' %.0f Gb/s (%.1f GB/s)",
+				n.Node, o.BusBW, frac*100, n.LinkGbps, n.LinkGbps/8))
+		}
+	}
+	if math.IsInf(v.BusBW, 1) {
+		v.BusBW = 0
+	}
+	if v.Rails == math.MaxInt {
+		v.Rails = 0
+	}
+	switch {
+	case len(transports) == 1:
+		v.Transport = transports[0]
+	default:
+		v.Transport = "mixed: " + strings.Join(per, ", ")
+	}
+	v.Summary = summary(v, e)
+	v.Findings = append(degraded, failed...)
+	switch {
+	case len(degraded) > 0:
+		v.ErrType = ErrDegraded
+		v.Err = fmt.Sprintf("the plan has RDMA on %d rail(s) but NCCL does not use it: %s", e.Rails, strings.Join(degraded, "; "))
+		if len(failed) > 0 {
+			v.Err += "; also " + strings.Join(failed, "; ")
+		}
+	case len(failed) > 0:
+		v.ErrType = ErrFailed
+		v.Err = "the data-plane proof's collective failed: " + strings.Join(failed, "; ")
+	}
+	if e.Mode == Warn && v.ErrType != "" {
+		v.Warnings = append([]string{"data_plane: warn: " + v.ErrType + ": " + v.Err}, v.Warnings...)
+		v.ErrType, v.Err = "", ""
+	}
+	return v
+}
+
+func describeTransport(o Rank) string {
+	switch {
+	case o.Transport != "":
+		return o.Transport
+	case o.Error != "":
+		return "no network (NCCL failed to initialise)"
+	}
+	return "an unknown transport"
+}
+
+func summary(v Verdict, e Expect) string {
+	bw := fmt.Sprintf("%.1f GB/s bus bandwidth", v.BusBW)
+	switch {
+	case v.Transport == IB:
+		return fmt.Sprintf("IB on %d %s, %s", v.Rails, plural(v.Rails, "rail", "rails"), bw)
+	case v.Transport == Socket && e.RDMA:
+		return "Socket: NCCL is NOT using RDMA (plain TCP sockets, although the plan has RDMA), " + bw
+	case v.Transport == Socket:
+		return "Socket (no RDMA planned), " + bw
+	case v.Transport == "none":
+		return "not proven: NCCL chose no network"
+	case e.RDMA:
+		return v.Transport + " (NCCL is NOT using RDMA on every node), " + bw
+	}
+	return v.Transport + ", " + bw
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// cause names the likely reason a rank is not on RDMA, most specific first.
+func cause(n Node) string {
+	o := n.Output
+	switch {
+	case !n.Verbs:
+		return "the image has no libibverbs (libibverbs.so.1), so NCCL cannot load verbs; use an image with libibverbs1 and its provider (libmlx5), as stock vLLM images have"
+	case n.EnvDisables != "":
+		return fmt.Sprintf("its env sets %s, which turns NCCL's RDMA off; remove it from the node's env", n.EnvDisables)
+	case len(n.Mapped) == 0 || (o.UVerbs != nil && len(o.UVerbs) == 0) || (o.IBNoDevice && len(o.UVerbs) == 0):
+		why := "no /dev/infiniband/uverbs* device in the container, so libibverbs finds no device (`NET/IB : No device found.`)"
+		if n.MapNote != "" {
+			why += ": " + n.MapNote
+		}
+		if o.NoNetPlugin {
+			why += " (NCCL_NET forces IB: `Failed to initialize any NET plugin`)"
+		}
+		return why
+	case o.RegMR != "" || (o.Memlock != "" && !o.MemlockUnlimited()):
+		limit := o.Memlock
+		if limit == "" {
+			limit = "limited"
+		} else if limit != "unlimited" {
+			limit += " bytes"
+		}
+		w := fmt.Sprintf("memlock: RLIMIT_MEMLOCK is %s and the container lacks IPC_LOCK, so ibv_reg_mr cannot pin NCCL's buffers", limit)
+		if o.RegMR != "" {
+			w += " (NCCL: " + o.RegMR + ")"
+		}
+		return w + "; give the containers --ulimit memlock=-1:-1 (the agent's --ulimits) or IPC_LOCK"
+	case o.IBNoDevice:
+		return "libibverbs lists no device although the container has " + strings.Join(o.UVerbs, ",") + " (the HCAs' driver or provider, libmlx5, missing in the image?)"
+	case len(o.HCAs) == 0 && len(n.HCAs) > 0:
+		return fmt.Sprintf("NCCL_IB_HCA=%s matches none of the HCAs NCCL found (names are case-sensitive; `=` makes them exact)", strings.Join(n.HCAs, ","))
+	}
+	return "NCCL chose sockets for a reason the proof's lines do not show; read them (NCCL_DEBUG=INFO) in the proof's output"
+}

@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"path/filepath"
+	"testing"
+	"time"
+
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/workflows"
+)
+
+// BenchmarkDataPlaneProof deploys on the two-Spark lab (both rails) a few times and
+// reports what the data-plane proof step costs a deploy (the lab's: copying the program
+// into both Ray containers, the simulated NCCL's choice, the rendezvous) next to the whole
+// deploy. On real GPUs add torch's import and NCCL's init, a few seconds per rank.
+func BenchmarkDataPlaneProof(b *testing.B) {
+	ctx := context.Background()
+	root, _ := images.ModuleRoot()
+	rb := make([]byte, 3)
+	_, _ = rand.Read(rb)
+	prefix := "tpd-bench-spark-" + hex.EncodeToString(rb)
+	l, err := lab.Up(ctx, eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: lab.TopologySpark})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { l.Close(); _ = lab.Down(context.Background(), eng, prefix) }()
+	c, err := tclient.Dial(tclient.Options{HostPort: l.Temporal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctl := control.Controller{Client: c}
+	var proofs, deploys []time.Duration
+	for range benchPairs() {
+		s := benchSpec(b, "bench-proof")
+		dctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+		start := time.Now()
+		run, err := ctl.StartDeploy(dctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var res workflows.DeployResult
+		if err := run.Get(dctx, &res); err != nil {
+			b.Fatalf("deploy: %v", control.Reason(err))
+		}
+		deploys = append(deploys, time.Since(start))
+		for _, st := range res.Steps {
+			if st.Step == workflows.PhaseDataPlane {
+				proofs = append(proofs, st.Duration)
+			}
+		}
+		if _, err := ctl.Teardown(dctx, s.Name, nil); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}
+	if len(proofs) == 0 {
+		b.Fatal("no data-plane step ran")
+	}
+	b.ReportMetric(median(proofs).Seconds(), "s/proof")
+	b.ReportMetric(median(deploys).Seconds(), "s/deploy")
+	b.Logf("data-plane proof: median %s of a %s deploy (%d runs)", median(proofs).Round(time.Millisecond), median(deploys).Round(time.Millisecond), len(proofs))
+}
