@@ -13,6 +13,7 @@ DATA := $(CURDIR)/.tpdeploy-data
 
 build:
 	$(GO) build -o $(BIN)/ ./worker ./starter ./lab/netns ./lab/labctl
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./scripts/proofread
 
 # The Temporal CLI (dev server + Web UI), built from the Go module proxy at a pinned
 # version: about 8 minutes the first time, cached by Go after that.

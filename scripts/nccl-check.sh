@@ -54,6 +54,8 @@ if [ "${1:-}" = proof ]; then
   logs=()
   for ((r = 0; r < ranks; r++)); do logs+=("$work/rank$r.log"); done
   echo "(full output: $work)"
+  # A machine without Go (a GPU box) runs the static build `make build` leaves in bin/.
+  if [ -x bin/proofread ]; then exec bin/proofread "${judge[@]}" "${logs[@]}"; fi
   exec go run ./scripts/proofread "${judge[@]}" "${logs[@]}"
 fi
 prefix=${PREFIX:-tpd-nccl}
