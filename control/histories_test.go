@@ -19,7 +19,7 @@ import (
 
 // TestHistoriesOfEveryWorkflowType runs every workflow type on the real dev server — a
 // deploy that serves, one that starts over after a reboot, one that fails, one in vLLM's
-// own multi-node mode, a plan, a teardown, a scheduled redeploy and a supervisor's
+// own multi-node mode, one that proves its RDMA data plane, a plan, a teardown, a scheduled redeploy and a supervisor's
 // incident — and replays each history
 // it recorded against the workflows as built. With TPDEPLOY_UPDATE_HISTORY=1 it writes
 // them to workflows/testdata, where TestReplayCommittedHistories replays them from then
@@ -124,6 +124,25 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 		t.Fatalf("mp deploy: %v", Reason(err))
 	}
 	record("deploy-mp.json", run.GetID(), run.GetRunID())
+	terminateRunning(t, ctx, "SuperviseCluster")
+
+	// A deploy whose plan has RDMA (the seed's RoCE HCA): the data-plane proof runs on
+	// every node between placement and vLLM's launch.
+	dp, df := cluster(t, "hist-d", "a", "b")
+	for n, p := range df.Probes {
+		df.Probes[n] = fakeagents.SeedRDMA(p)
+	}
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: dp, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatalf("rdma deploy: %v", Reason(err))
+	}
+	if got := fakeagents.Calls(df, "ProveDataPlane"); len(got) != 2 {
+		t.Fatalf("the data-plane proof ran on %q, want both nodes", got)
+	}
+	record("deploy-rdma.json", run.GetID(), run.GetRunID())
 	terminateRunning(t, ctx, "SuperviseCluster")
 
 	// A schedule's trigger for a cluster never deployed: it deploys as a child.

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/dataplane"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -42,6 +43,9 @@ type Agents struct {
 	// Images are what the nodes' image holds; a node not listed holds SeedImage (its ID
 	// from ImageIDs when set there).
 	Images map[string]release.Image
+	// Proofs are what each node's data-plane proof reports; a node not listed reports
+	// NCCL over IB on every HCA its plan names (Socket when it names none), the sum right.
+	Proofs map[string]dataplane.Rank
 	// WatchSteps are the progress reports WatchServing returns, one per call.
 	WatchSteps []contract.ServingProgress
 	WatchCalls int
@@ -70,6 +74,7 @@ func New() *Agents {
 		Manifests:    map[string]weights.Manifest{},
 		ImageIDs:     map[string]string{},
 		Images:       map[string]release.Image{},
+		Proofs:       map[string]dataplane.Rank{},
 		BootIDs:      map[string]string{},
 		Probes: map[string]netplan.NodeProbe{
 			"node-a": SeedProbe("node-a", true),
@@ -242,6 +247,34 @@ func (f *Agents) ReadImage(ctx context.Context, req contract.ImageRequest) (rele
 	}
 	img.Node, img.Ref = req.Node, req.Image
 	return img, nil
+}
+
+// SeedRDMA gives a seed node's fast link an HCA, as the seed's RoCE link has.
+func SeedRDMA(p netplan.NodeProbe) netplan.NodeProbe {
+	p.RDMA = []netplan.RDMADevice{{Name: "rocep1s0f1", Port: 1, Netdev: "enp1s0f1np1", State: "ACTIVE", LinkLayer: "Ethernet", RateMbps: 200000, UVerbs: "uverbs0"}}
+	return p
+}
+
+func (f *Agents) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (contract.ProofResult, error) {
+	if err := f.record(ctx, "ProveDataPlane", req.Node, req.Master); err != nil {
+		return contract.ProofResult{}, err
+	}
+	r, ok := f.Proofs[req.Node]
+	if !ok {
+		r = dataplane.Rank{Rank: req.Rank, World: req.World, Transport: "Socket", Finished: true, SumOK: true, Memlock: "unlimited", BusBW: 1.2}
+		for _, d := range req.Plan.RDMA {
+			r.Transport, r.LinkLayer = "IB", "RoCE"
+			r.HCAs = append(r.HCAs, d.HCA())
+			r.UVerbs = append(r.UVerbs, d.UVerbs)
+			r.BusBW = 23.7
+		}
+	}
+	n := dataplane.Node{Node: req.Node, Rank: req.Rank, Output: r}
+	for _, d := range req.Plan.RDMA {
+		n.HCAs = append(n.HCAs, d.HCA())
+		n.Mapped = append(n.Mapped, "/dev/infiniband/"+d.UVerbs)
+	}
+	return contract.ProofResult{Rank: n}, nil
 }
 
 func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightRequest) (contract.PreflightResult, error) {
