@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"path"
 	"sort"
 	"strconv"
@@ -42,6 +43,9 @@ func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (c
 	for _, d := range req.Plan.RDMA {
 		rank.LinkGbps += float64(d.RateMbps) / 1000
 	}
+	if req.Fresh != nil {
+		return a.proveInFreshContainer(ctx, req, rank)
+	}
 	info, err := eng.ContainerInspect(ctx, req.Container, client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
 		return contract.ProofResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the container %s is not there: the proof runs in it", req.Container), contract.ErrContainerExited, nil)
@@ -63,6 +67,17 @@ func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (c
 	if _, err := eng.CopyToContainer(ctx, req.Container, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(archive)}); err != nil {
 		return contract.ProofResult{}, engineError(addr, "copy the proof into "+req.Container, err)
 	}
+	env := proofEnv(req)
+	a.logger().Info("data-plane proof", zap.String("container", req.Container), zap.Int("rank", req.Rank), zap.Int("world", req.World), zap.String("master", req.Master))
+	out, code, err := execBounded(ctx, eng, req.Container, []string{"python3", dataplane.ProgramPath}, env, req.Timeout+30*time.Second)
+	if err != nil {
+		return contract.ProofResult{}, engineError(addr, "run the proof in "+req.Container, err)
+	}
+	return proofResult(rank, req, out, code), nil
+}
+
+// proofEnv is what the proof's program reads, and NCCL's INFO lines.
+func proofEnv(req contract.ProofRequest) []string {
 	env := []string{
 		"TPDEPLOY_PROOF_RANK=" + strconv.Itoa(req.Rank), "TPDEPLOY_PROOF_WORLD=" + strconv.Itoa(req.World),
 		"TPDEPLOY_PROOF_MASTER=" + req.Master, "TPDEPLOY_PROOF_TIMEOUT=" + strconv.Itoa(max(int(req.Timeout.Seconds()), 1)),
@@ -71,11 +86,12 @@ func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (c
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	a.logger().Info("data-plane proof", zap.String("container", req.Container), zap.Int("rank", req.Rank), zap.Int("world", req.World), zap.String("master", req.Master))
-	out, code, err := execBounded(ctx, eng, req.Container, []string{"python3", dataplane.ProgramPath}, env, req.Timeout+30*time.Second)
-	if err != nil {
-		return contract.ProofResult{}, engineError(addr, "run the proof in "+req.Container, err)
-	}
+	return env
+}
+
+// proofResult parses the program's output into the rank's result, with the NCCL and
+// proof lines (bounded) for the record.
+func proofResult(rank dataplane.Node, req contract.ProofRequest, out string, code int) contract.ProofResult {
 	rank.Output, rank.ExitCode = dataplane.Parse(out), code
 	if rank.Output.Rank < 0 {
 		rank.Output.Rank = req.Rank
@@ -92,7 +108,73 @@ func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (c
 	if len(lines) == 0 && strings.TrimSpace(out) != "" {
 		lines = []string{strings.TrimSpace(out)[:min(len(strings.TrimSpace(out)), 2000)]}
 	}
-	return contract.ProofResult{Rank: rank, Lines: lines}, nil
+	return contract.ProofResult{Rank: rank, Lines: lines}
+}
+
+// proofLauncher writes the program the container was given as its argument to the
+// proof's path and runs it with the image's python3, the agent's own proof variables
+// added (they follow as NAME=value arguments: the container's env is the rank's, as the
+// node's policy allowed it). The program travels in the container's argument vector, so
+// nothing is copied into a container before it starts.
+const proofLauncher = `f=$1; p=$2; shift 2; mkdir -p "$(dirname "$f")" && printf '%s' "$p" > "$f" && exec env "$@" python3 "$f"`
+
+// proveInFreshContainer runs the proof in a one-shot container made as this node's vLLM
+// rank's container would be (executor mp: nothing runs on the node before its rank), waits
+// for it to end, reads its output and removes it.
+func (a *Node) proveInFreshContainer(ctx context.Context, req contract.ProofRequest, rank dataplane.Node) (contract.ProofResult, error) {
+	fr := *req.Fresh
+	n, _ := fr.Spec.Node(req.Node)
+	s, err := rankSpec(fr, a.containerOptions(), nil)
+	if err != nil {
+		return contract.ProofResult{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
+	}
+	np, _ := fr.Plan.Node(req.Node)
+	s = a.withRDMA(s, np)
+	s.Name = contract.ContainerName(fr.Spec.Name, req.Node, contract.RoleProof)
+	s.Labels[LabelRole] = contract.RoleProof
+	s.Entrypoint = append([]string{"/bin/sh", "-c", proofLauncher, "sh", dataplane.ProgramPath, dataplane.Program}, proofEnv(req)...)
+	s.Cmd = nil
+	for _, d := range a.rdmaMapping(np).Mapped {
+		rank.Mapped = append(rank.Mapped, path.Base(d))
+	}
+	ref, err := a.ensureContainer(ctx, n.DockerHost, s, true)
+	if err != nil {
+		return contract.ProofResult{}, err
+	}
+	eng, addr, err := a.engine(n.DockerHost)
+	if err != nil {
+		return contract.ProofResult{}, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := eng.ContainerRemove(rctx, ref.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			a.logger().Warn("remove the proof's container", zap.String("container", ref.Name), zap.Error(err))
+		}
+	}()
+	wctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)
+	defer cancel()
+	code := -1
+	wait := eng.ContainerWait(wctx, ref.ID, client.ContainerWaitOptions{})
+	select {
+	case r := <-wait.Result:
+		code = int(r.StatusCode)
+	case err := <-wait.Error:
+		if wctx.Err() == nil {
+			return contract.ProofResult{}, engineError(addr, "wait for "+ref.Name, err)
+		}
+	case <-wctx.Done():
+	}
+	logs, err := eng.ContainerLogs(ctx, ref.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return contract.ProofResult{}, engineError(addr, "read the proof's output in "+ref.Name, err)
+	}
+	defer logs.Close()
+	var out, errOut bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &errOut, io.LimitReader(logs, maxExecOutput)); err != nil {
+		return contract.ProofResult{}, engineError(addr, "read the proof's output in "+ref.Name, err)
+	}
+	return proofResult(rank, req, out.String()+errOut.String(), code), nil
 }
 
 func hcaList(req contract.ProofRequest) []string {

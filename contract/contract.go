@@ -80,6 +80,8 @@ const (
 	RoleRayHead   = "ray-head"
 	RoleRayWorker = "ray-worker"
 	RoleVLLM      = "vllm"
+	// RoleProof is the one-shot container of the data-plane proof (executor mp).
+	RoleProof = "proof"
 )
 
 // ProbeRequest asks a node agent to describe its node.
@@ -418,6 +420,10 @@ type ProofRequest struct {
 	// Master is rank 0's store address, host:port.
 	Master  string        `json:"master"`
 	Timeout time.Duration `json:"timeout"`
+	// Fresh (executor mp, where no container runs before the ranks) asks for the proof
+	// in a one-shot container made as this node's vLLM rank's container would be: the
+	// same image, env, network, GPUs and RDMA devices. Container is then unused.
+	Fresh *RankRequest `json:"fresh,omitempty"`
 }
 
 // ProofResult is one rank's proof: parsed, with what the agent knows of its container,

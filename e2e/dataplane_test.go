@@ -15,6 +15,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -89,6 +90,26 @@ func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 		t.Errorf("status lacks the data plane on both rails:\n%s", out)
 	}
 	teardown("e2e-spark")
+
+	// Today's stock image (no Ray): auto picks vLLM's own multi-node mode, where nothing runs
+	// before the ranks; the proof runs in a one-shot container made as each rank's, on both
+	// rails, and nothing of it is left.
+	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
+	ms := labSpec(t, "e2e-spark-mp")
+	ms.Image = stock.Image()
+	if out, code := starterAt("deploy", "-f", writeSpec(t, ms), "--watch"); code != 0 {
+		t.Fatalf("mp deploy exit %d:\n%s", code, out)
+	}
+	out, _ = starterAt("status", "e2e-spark-mp")
+	if !strings.Contains(out, "executor mp") || !strings.Contains(out, "data plane: IB on 2 rails, ") {
+		t.Errorf("mp status lacks the executor or the data plane on both rails:\n%s", out)
+	}
+	for _, c := range containersOf(t, "e2e-spark-mp") {
+		if strings.HasSuffix(c, "_"+contract.RoleProof) {
+			t.Errorf("the proof's container %s is left", c)
+		}
+	}
+	teardown("e2e-spark-mp")
 
 	// node-b's policy maps no RDMA device: its agent restarts with it.
 	setPolicy(t, l, "node-b", "rdma_devices: none\n")

@@ -48,10 +48,17 @@ func (d *deployment) proveDataPlane(ctx workflow.Context) error {
 			if n.Role == spec.RoleHead {
 				role = contract.RoleRayHead
 			}
-			return workflow.ExecuteActivity(d.onNode(ctx, node, "data-plane proof on "+node, o), contract.ActivityProveDataPlane, contract.ProofRequest{
+			req := contract.ProofRequest{
 				Node: node, DockerHost: n.DockerHost, Container: contract.ContainerName(d.spec.Name, node, role), Plan: np,
 				Rank: d.spec.NodeRank(node), World: len(nodes), Master: master, Timeout: dataPlaneTimeout,
-			})
+			}
+			if d.spec.Executor == spec.ExecutorMP {
+				// Nothing runs on a node before its rank: the proof gets a container of its
+				// own, made as the rank's.
+				rr := d.rankRequest(node, false)
+				req.Container, req.Fresh = "", &rr
+			}
+			return workflow.ExecuteActivity(d.onNode(ctx, node, "data-plane proof on "+node, o), contract.ActivityProveDataPlane, req)
 		}, func(node string, r contract.ProofResult) { results[node] = r })
 		if err != nil {
 			return err

@@ -83,3 +83,33 @@ func TestDataPlaneDegradedCompensatesOrWarns(t *testing.T) {
 		})
 	}
 }
+
+// In vLLM's own multi-node mode nothing runs on a node before its rank, so the proof asks
+// for a one-shot container made as the rank's, after the master port is proven and before
+// any rank starts.
+func TestDataPlaneProvenBeforeTheRanksInMPMode(t *testing.T) {
+	f := rdmaAgents()
+	var fresh []bool
+	f.OnCall = func(key string) {
+		if strings.HasPrefix(key, "StartVLLMRank") && len(fakeagents.Calls(f, "ProveDataPlane")) != 2 {
+			t.Errorf("%s before the proof ran on both nodes", key)
+		}
+	}
+	env := newEnv(t, f)
+	s := fakeagents.SeedSpec()
+	s.Executor = spec.ExecutorMP
+	executeDeploy(env, DeployRequest{Spec: s})
+	var res DeployResult
+	if err := env.GetWorkflowError(); err != nil || env.GetWorkflowResult(&res) != nil {
+		t.Fatalf("deploy failed: %v", err)
+	}
+	for _, r := range f.ProofRequests {
+		fresh = append(fresh, r.Fresh != nil && r.Container == "" && r.Fresh.Node == r.Node)
+	}
+	if len(fresh) != 2 || !fresh[0] || !fresh[1] {
+		t.Errorf("proof requests %+v: want a fresh rank container on each node", f.ProofRequests)
+	}
+	if res.DataPlane == nil || res.DataPlane.Transport != "IB" {
+		t.Errorf("data plane %+v", res.DataPlane)
+	}
+}

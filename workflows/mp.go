@@ -26,6 +26,12 @@ func (d *deployment) mpSteps() []func(workflow.Context) error {
 	return []func(workflow.Context) error{
 		d.preflight, d.checkModel,
 		func(ctx workflow.Context) error { var err error; adopted, err = d.proveMaster(ctx); return err },
+		func(ctx workflow.Context) error {
+			if adopted {
+				return nil // rank 0 already runs this launch: its data plane serves
+			}
+			return d.proveDataPlane(ctx)
+		},
 		func(ctx workflow.Context) error { return d.startRanks(ctx, adopted) },
 		func(ctx workflow.Context) error { return d.launchRank0(ctx, adopted) },
 		d.waitServing,

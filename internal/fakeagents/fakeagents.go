@@ -46,6 +46,8 @@ type Agents struct {
 	// Proofs are what each node's data-plane proof reports; a node not listed reports
 	// NCCL over IB on every HCA its plan names (Socket when it names none), the sum right.
 	Proofs map[string]dataplane.Rank
+	// ProofRequests are the data-plane proof requests received, in order.
+	ProofRequests []contract.ProofRequest
 	// WatchSteps are the progress reports WatchServing returns, one per call.
 	WatchSteps []contract.ServingProgress
 	WatchCalls int
@@ -259,6 +261,9 @@ func (f *Agents) ProveDataPlane(ctx context.Context, req contract.ProofRequest) 
 	if err := f.record(ctx, "ProveDataPlane", req.Node, req.Master); err != nil {
 		return contract.ProofResult{}, err
 	}
+	f.mu.Lock()
+	f.ProofRequests = append(f.ProofRequests, req)
+	f.mu.Unlock()
 	r, ok := f.Proofs[req.Node]
 	if !ok {
 		r = dataplane.Rank{Rank: req.Rank, World: req.World, Transport: "Socket", Finished: true, SumOK: true, Memlock: "unlimited", BusBW: 1.2}
