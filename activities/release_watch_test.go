@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/dataplane"
 	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/release"
 )
@@ -43,5 +44,22 @@ func TestTheWatchFollowsTheRelease(t *testing.T) {
 	}
 	if f := watchFor(decide("0.22.1", map[string]string{release.EnvRayV2: "0"})).forRelease(logscan.Classify(logscan.Line{Text: dup})); f == nil {
 		t.Fatal("0.22.1 with VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 runs the legacy executor, which has the check")
+	}
+}
+
+// The watch warns when vLLM's own NCCL lines name another transport than the proof found.
+func TestTheWatchHoldsVLLMsNCCLAgainstTheProof(t *testing.T) {
+	w := &watch{a: &Node{Name: "node-a"}, req: contract.WatchRequest{Node: "node-a", DataPlane: &dataplane.Verdict{Transport: "IB", Rails: 2}}}
+	for _, l := range []string{
+		"(RayWorkerProc pid=2158, ip=10.200.1.13) vm:2158:2158 [0] NCCL INFO Using network Socket",
+		"(RayWorkerProc pid=2158, ip=10.200.1.13) vm:2158:2158 [0] NCCL INFO Using network Socket",
+		"vm:667:667 [0] NCCL INFO Using network IB",
+	} {
+		if err := w.line(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(w.p.Warnings) != 1 || !strings.Contains(w.p.Warnings[0], "on 10.200.1.13 uses network Socket, but the data-plane proof found IB") {
+		t.Fatalf("warnings %q", w.p.Warnings)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/dataplane"
 	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/raygcs"
 	"github.com/tpdeploy/tpdeploy/readiness"
@@ -328,6 +329,15 @@ func (w *watch) line(text string) error {
 	}
 	if sp, ok := logscan.ParseProgress(line.Text); ok {
 		w.p.ShardsLoaded, w.p.ShardsTotal, w.p.Percent, w.p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining
+	}
+	if v := w.req.DataPlane; v != nil {
+		node := w.req.Node
+		if ip := line.Node(); ip != "" {
+			node = ip
+		}
+		if warn := v.Contradicts(node, dataplane.ServingTransport(line.Text)); warn != "" && !slices.Contains(w.p.Warnings, warn) {
+			w.p.Warnings = append(w.p.Warnings, warn)
+		}
 	}
 	switch {
 	case f == nil:

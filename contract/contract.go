@@ -244,6 +244,9 @@ type WatchRequest struct {
 	// Engine is how the image's vLLM release behaves: a line classified as a failure its
 	// code cannot print is not acted on, and fixes follow its executor.
 	Engine *release.Model `json:"engine,omitempty"`
+	// DataPlane is the data-plane proof's verdict: vLLM's own NCCL lines (printed when
+	// the operator set NCCL_DEBUG=INFO) that name another transport are a warning.
+	DataPlane *dataplane.Verdict `json:"data_plane,omitempty"`
 	// ReportWithin bounds how long one call runs before it returns its progress, so the
 	// workflow's queries stay current without an event per log line.
 	ReportWithin time.Duration `json:"report_within"`

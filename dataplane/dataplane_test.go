@@ -214,3 +214,28 @@ func BenchmarkParseAndDecide(b *testing.B) {
 		_ = Decide(Expect{Mode: Require, RDMA: true, Rails: 2}, n)
 	}
 }
+
+// After launch, vLLM's own NCCL lines (with NCCL_DEBUG=INFO) are held against the proof.
+func TestServingTransportAgainstTheProof(t *testing.T) {
+	ib := Verdict{Transport: "IB", Rails: 2}
+	for _, tc := range []struct {
+		line, transport string
+		warns           bool
+	}{
+		{"(RayWorkerProc pid=2158, ip=10.200.1.13) vm:2158:2158 [0] NCCL INFO Using network Socket", "Socket", true},
+		{"vm:667:667 [0] NCCL INFO Using network IB", "IB", false},
+		{"INFO 12-01 10:02:36 [api_server.py:573] Starting vLLM server on http://0.0.0.0:8000", "", false},
+		{"print('Using network Socket')", "", false},
+	} {
+		got := ServingTransport(tc.line)
+		if got != tc.transport {
+			t.Errorf("%q: transport %q, want %q", tc.line, got, tc.transport)
+		}
+		if w := ib.Contradicts("node-b", got); (w != "") != tc.warns || tc.warns && !strings.Contains(w, "node-b uses network Socket, but the data-plane proof found IB") {
+			t.Errorf("%q: warning %q, want one: %v", tc.line, w, tc.warns)
+		}
+	}
+	if w := (Verdict{}).Contradicts("node-b", "Socket"); w != "" {
+		t.Errorf("no proof ran, yet: %q", w)
+	}
+}

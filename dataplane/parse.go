@@ -9,6 +9,7 @@ package dataplane
 import (
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -222,4 +223,27 @@ func appendNew(list []string, v string) []string {
 		}
 	}
 	return append(list, v)
+}
+
+// ServingTransport reads one line of vLLM's own output: the transport its NCCL chose
+// (`Using network Socket`), or "" for any other line. vLLM prints NCCL's INFO lines only
+// when the operator set NCCL_DEBUG=INFO; then the watch holds them against the proof.
+func ServingTransport(line string) string {
+	if !strings.Contains(line, "NCCL INFO") {
+		return ""
+	}
+	if m := usingNetwork.FindStringSubmatch(line); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// Contradicts says what a transport vLLM's NCCL reported means against the proof's
+// verdict: "" when it agrees (or there was no proof), else the warning.
+func (v Verdict) Contradicts(node, transport string) string {
+	// A mixed verdict was already reported (data_plane: warn) and names each node's.
+	if transport == "" || v.Transport == "" || v.Transport == transport || strings.HasPrefix(v.Transport, "mixed") {
+		return ""
+	}
+	return fmt.Sprintf("vLLM's NCCL on %s uses network %s, but the data-plane proof found %s: vLLM's own environment or NCCL settings differ from the proof's", node, transport, v.Transport)
 }
