@@ -79,7 +79,7 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
-	secrets, err := a.secretEnv(req.Spec.Secrets)
+	secrets, err := a.secretEnv(req.Spec.Secrets, req.Rank == 0)
 	if err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -122,7 +122,7 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 		return contract.MasterCheck{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
-	secrets, err := a.secretEnv(req.Spec.Secrets)
+	secrets, err := a.secretEnv(req.Spec.Secrets, req.Rank == 0)
 	if err != nil {
 		return contract.MasterCheck{}, err
 	}

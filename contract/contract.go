@@ -351,6 +351,11 @@ const (
 	ActivityWatchCluster    = "WatchCluster"
 )
 
+// HeadChecks are the operations activities every agent also serves on its own node's
+// queue: a cluster with vLLM's API key (secrets.api_key) has its readiness checks run by
+// the head's agent, which resolves the key, rather than by any agent.
+var HeadChecks = []string{ActivityCheckDeployment, ActivityWatchCluster}
+
 // WatchClusterRequest asks for a cluster's health to be watched until something happens:
 // Unhealthy failed checks in a row (every Every), or For of health.
 type WatchClusterRequest struct {

@@ -60,7 +60,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 }
 
 func endpointServes(t *testing.T, s spec.Cluster) error {
-	return control.CheckEndpoint(context.Background(), fmt.Sprintf("http://%s:%d", theLab.Nodes[0].Fast, s.Ports.VLLM), s.Model.ServedName)
+	return control.CheckEndpoint(context.Background(), fmt.Sprintf("http://%s:%d", theLab.Nodes[0].Fast, s.Ports.VLLM), s.Model.ServedName, "")
 }
 
 // `docker restart node-b` while serving: the supervisor notices (node-b's agent reports a

@@ -143,8 +143,11 @@ type Lab struct {
 	// nodes; UI is its Web UI.
 	Temporal, UI string
 	Nodes        []Node
-	eng          *client.Client
-	proxies      map[string]*faultproxy.Proxy
+	// APIKey is the value every node's agent holds as VLLM_API_KEY (random per lab): a
+	// spec with secrets.api_key {env: VLLM_API_KEY} has vLLM require it.
+	APIKey  string
+	eng     *client.Client
+	proxies map[string]*faultproxy.Proxy
 }
 
 // Proxy is the fault proxy in front of a node's engine (Config.FaultProxies), or nil.
@@ -242,7 +245,7 @@ func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config)
 		return nil, err
 	}
 	_ = Down(ctx, eng, cfg.Prefix)
-	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng}
+	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng, APIKey: "sk-lab-" + randomHex(16)}
 	if err := l.networks(ctx, cfg.Index); err != nil {
 		_ = Down(ctx, eng, cfg.Prefix)
 		return nil, err
@@ -340,6 +343,8 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			// The simulator's own settings (pacing, faults) are node env like NCCL_DEBUG.
 			"TPDEPLOY_ALLOW_ENV=TPDEPLOY_SIM_*",
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
+			// vLLM's API key, for specs with secrets.api_key {env: VLLM_API_KEY}.
+			"VLLM_API_KEY=" + l.APIKey,
 			// Every agent exports its metrics on the management network, as on a fleet.
 			"TPDEPLOY_METRICS_ADDR=:" + strconv.Itoa(MetricsPort),
 		}

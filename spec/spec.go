@@ -137,6 +137,10 @@ func (p Ports) MasterPort() int {
 // Secrets are references resolved on the node, never values.
 type Secrets struct {
 	HFToken *SecretRef `json:"hf_token,omitempty"`
+	// APIKey is vLLM's API key (VLLM_API_KEY in the environment of vLLM's process on the
+	// head): with one, vLLM answers /v1/* only with `Authorization: Bearer KEY`, and
+	// tpdeploy's readiness checks send it, resolved by the head's agent.
+	APIKey *SecretRef `json:"api_key,omitempty"`
 }
 
 // SecretRef names where a node agent finds a secret: an environment variable of the agent

@@ -159,7 +159,8 @@ func run(ctx context.Context, args []string) error {
 	workflows.RegisterAll(wf)
 	nodeWorker := worker.New(c, contract.NodeQueue(*node), workerOpts)
 	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, Containers: ctr, Policy: &nodePolicy}
-	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter}})
+	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter},
+		APIKey: activities.EndpointKey(agent)})
 
 	if err := wf.Start(); err != nil {
 		return fmt.Errorf("start workflow worker: %w", err)

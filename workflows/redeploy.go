@@ -48,11 +48,16 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(s.Name)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           contract.WorkflowQueue,
+	ao := workflow.ActivityOptions{
+		TaskQueue:           checksQueue(s),
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
+	}
+	if ao.TaskQueue != contract.WorkflowQueue {
+		// One agent, the head's, can answer: one that is down fails the run in bounded time.
+		ao.ScheduleToStartTimeout = max(3*s.Timeouts.NodeAgent.D(), 30*time.Second)
+	}
+	actx := workflow.WithActivityOptions(ctx, ao)
 	var chk contract.DeploymentCheck
 	if err := workflow.ExecuteActivity(actx, contract.ActivityCheckDeployment,
 		contract.CheckDeploymentRequest{Cluster: s.Name}).Get(ctx, &chk); err != nil {

@@ -143,7 +143,7 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 		} else {
 			o := stepOptions{startToClose: sv.watchFor + 2*time.Minute, heartbeat: 30 * time.Second}
 			actx := workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
-				TaskQueue: contract.WorkflowQueue, StartToCloseTimeout: o.startToClose, HeartbeatTimeout: o.heartbeat,
+				TaskQueue: checksQueue(sv.spec), StartToCloseTimeout: o.startToClose, HeartbeatTimeout: o.heartbeat,
 				Summary:     "watch " + sv.spec.Name,
 				RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
 			})
