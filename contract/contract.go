@@ -79,6 +79,17 @@ const (
 	RoleVLLM      = "vllm"
 )
 
+// Intent is an operator's signed spec (package intent): the spec's canonical JSON
+// (spec.Cluster.Canonical of the defaulted spec, as `starter` read it) and its ed25519
+// signature by the key KeyID names. A deploy carries it unchanged in every request that
+// makes an agent act (containers, vLLM, model files, removals); an agent whose policy sets
+// trusted_keys verifies it and acts only on what the signed spec says.
+type Intent struct {
+	Spec  []byte `json:"spec"`
+	KeyID string `json:"key_id"`
+	Sig   []byte `json:"sig"`
+}
+
 // ProbeRequest asks a node agent to describe its node.
 type ProbeRequest struct {
 	Node string `json:"node"`
@@ -133,6 +144,8 @@ type PreflightRequest struct {
 	Image      string `json:"image"`
 	// Spec, when given, is checked against the node's policy as a whole.
 	Spec *spec.Cluster `json:"spec,omitempty"`
+	// Intent is the operator's signed spec (see Intent); the same in every request below.
+	Intent *Intent `json:"intent,omitempty"`
 }
 
 // PreflightResult reports the image as the node holds it.
@@ -150,7 +163,8 @@ type StartRayRequest struct {
 	RayAddress string           `json:"ray_address"`
 	// Replace recreates the container even when one with the same spec runs (recovery:
 	// a running container may be stale after a node rebooted).
-	Replace bool `json:"replace,omitempty"`
+	Replace bool    `json:"replace,omitempty"`
+	Intent  *Intent `json:"intent,omitempty"`
 }
 
 // ContainerRef names a container an activity started or adopted. For vLLM (role vllm) it
@@ -202,6 +216,7 @@ type LaunchRequest struct {
 	Spec       spec.Cluster `json:"spec"`
 	Plan       netplan.Plan `json:"plan"`
 	Replace    bool         `json:"replace,omitempty"`
+	Intent     *Intent      `json:"intent,omitempty"`
 }
 
 // RankRequest starts one node's `vllm serve` in vLLM's own multi-node mode (executor mp):
@@ -213,6 +228,7 @@ type RankRequest struct {
 	Plan       netplan.Plan `json:"plan"`
 	Rank       int          `json:"rank"`
 	Replace    bool         `json:"replace,omitempty"`
+	Intent     *Intent      `json:"intent,omitempty"`
 }
 
 // MasterCheck is PrepareMaster's answer: the head's rank 0 already runs this very launch
@@ -242,6 +258,7 @@ type WatchRequest struct {
 	// ReportWithin bounds how long one call runs before it returns its progress, so the
 	// workflow's queries stay current without an event per log line.
 	ReportWithin time.Duration `json:"report_within"`
+	Intent       *Intent       `json:"intent,omitempty"`
 }
 
 // ServingProgress is what the workflow knows of vLLM's way to serving.
@@ -270,6 +287,7 @@ type RemoveRequest struct {
 	DockerHost string   `json:"docker_host"`
 	Cluster    string   `json:"cluster"`
 	Roles      []string `json:"roles,omitempty"` // empty: every role
+	Intent     *Intent  `json:"intent,omitempty"`
 }
 
 // RemoveResult lists what was removed.

@@ -418,13 +418,20 @@ func (c Cluster) WorldSize() int { return c.Parallel.Tensor * max(c.Parallel.Pip
 // Hash is a stable digest of the defaulted spec; equal specs have equal hashes, so a
 // container labelled with it can be adopted instead of replaced.
 func (c Cluster) Hash() string {
+	sum := sha256.Sum256(c.Canonical())
+	return hex.EncodeToString(sum[:8])
+}
+
+// Canonical is the defaulted spec's JSON, the one encoding of a spec: what Hash digests and
+// what an operator signs (package intent). encoding/json writes struct fields in their
+// order and map keys sorted, so equal specs give equal bytes.
+func (c Cluster) Canonical() []byte {
 	b, err := json.Marshal(c.WithDefaults())
 	if err != nil {
 		// Cluster holds only strings, numbers, slices and maps: Marshal cannot fail.
-		panic(fmt.Sprintf("spec: marshal for hash: %v", err))
+		panic(fmt.Sprintf("spec: marshal: %v", err))
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	return b
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s", "2m") in YAML and JSON.
