@@ -97,12 +97,13 @@ type containerSpec struct {
 }
 
 // hash identifies everything that makes the container what it is, except the deployment
-// ID: a redeploy of an unchanged spec adopts the running container.
+// ID and the signed spec's hash: a redeploy of an unchanged spec adopts the running
+// container, and so does one of a changed spec that changes nothing of this container.
 func (s containerSpec) hash() string {
 	c := s
 	c.Labels = map[string]string{}
 	for k, v := range s.Labels {
-		if k != LabelDeployment {
+		if k != LabelDeployment && k != LabelIntent {
 			c.Labels[k] = v
 		}
 	}
@@ -301,7 +302,9 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 				owner = "cluster " + got.Container.Config.Labels[LabelCluster]
 			}
 			return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and belongs to %s: remove or rename it", s.Name, owner), contract.ErrBadRequest, nil)
-		case !replace && got.Container.Config.Labels[LabelSpecHash] == want:
+		case !replace && got.Container.Config.Labels[LabelSpecHash] == want &&
+			(s.Labels[LabelIntent] == "" || got.Container.Config.Labels[LabelIntent] != ""):
+			// (With signed intent, a container started before it was required is replaced.)
 			ref.ID, ref.Adopted = got.Container.ID, true
 			if got.Container.State != nil && got.Container.State.Running {
 				return ref, nil
@@ -422,9 +425,15 @@ func (a *Node) endpointKey(c spec.Cluster, endpoint string) (string, error) {
 }
 
 // EndpointKey is endpointKey for the operations activities this agent serves (control's
-// readiness checks on the head): a function, not a method, so that it is no activity.
-func EndpointKey(a *Node) func(c spec.Cluster, endpoint string) (string, error) {
-	return a.endpointKey
+// readiness checks on the head), for a spec signed as its policy requires: a function, not
+// a method, so that it is no activity.
+func EndpointKey(a *Node) func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
+	return func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
+		if _, err := a.signedSpec(in, c); err != nil {
+			return "", err
+		}
+		return a.endpointKey(c, endpoint)
+	}
 }
 
 func (a *Node) resolveSecret(field string, ref spec.SecretRef) (string, error) {
@@ -516,6 +525,8 @@ func (a *Node) ownContainer(name string, cfg *container.Config, cluster string, 
 		return a.deny("container %s belongs to cluster %s, not %s", name, c, cluster)
 	case strings.TrimPrefix(name, "/") != contract.ContainerName(c, a.Name, l[LabelRole]):
 		return a.deny("container %s is not named as tpdeploy names cluster %s's %s", name, c, l[LabelRole])
+	case a.enforced() && l[LabelIntent] == "":
+		return a.deny("container %s was not started for a signed spec (it predates trusted_keys on this node): redeploy to replace it", name)
 	}
 	return nil
 }

@@ -77,6 +77,10 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
+	c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment)
+	if err != nil {
+		return contract.ContainerRef{}, err
+	}
 	secrets, err := a.secretEnv(req.Spec.Secrets, req.Rank == 0)
 	if err != nil {
 		return contract.ContainerRef{}, err
@@ -91,7 +95,7 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if err != nil {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
-	ref, err := a.ensureContainer(ctx, n.DockerHost, s, req.Replace)
+	ref, err := a.ensureContainer(ctx, n.DockerHost, labelled(s, c), req.Replace)
 	if err != nil {
 		return ref, err
 	}
@@ -117,6 +121,9 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 		return contract.MasterCheck{}, err
 	}
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.MasterPort()) }); err != nil {
+		return contract.MasterCheck{}, err
+	}
+	if _, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
 		return contract.MasterCheck{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)

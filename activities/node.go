@@ -171,6 +171,21 @@ func (a *Node) PreflightNode(ctx context.Context, req contract.PreflightRequest)
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.PreflightResult{}, err
 	}
+	if a.enforced() {
+		if req.Spec == nil {
+			return contract.PreflightResult{}, a.deny("signed intent: a preflight without the spec")
+		}
+		c, err := a.signedSpec(req.Intent, *req.Spec)
+		if err != nil {
+			return contract.PreflightResult{}, err
+		}
+		if req.Image != c.Image {
+			return contract.PreflightResult{}, a.deny("signed intent: image %s is not the signed spec's %s", req.Image, c.Image)
+		}
+		if err := a.signedDockerHost(c, req.DockerHost); err != nil {
+			return contract.PreflightResult{}, err
+		}
+	}
 	if req.Spec != nil {
 		if err := a.specAllowed(*req.Spec); err != nil {
 			return contract.PreflightResult{}, err
@@ -200,11 +215,15 @@ func (a *Node) StartRayHead(ctx context.Context, req contract.StartRayRequest) (
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
+	c, err := a.signedRay(req)
+	if err != nil {
+		return contract.ContainerRef{}, err
+	}
 	n, _ := req.Spec.Node(req.Node)
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.Ray, req.Spec.Ports.Dashboard) }); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	return a.ensureContainer(ctx, n.DockerHost, rayHeadSpec(req, a.containerOptions()), req.Replace)
+	return a.ensureContainer(ctx, n.DockerHost, labelled(rayHeadSpec(req, a.containerOptions()), c), req.Replace)
 }
 
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
@@ -212,14 +231,36 @@ func (a *Node) StartRayWorker(ctx context.Context, req contract.StartRayRequest)
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
+	c, err := a.signedRay(req)
+	if err != nil {
+		return contract.ContainerRef{}, err
+	}
+	if c != nil {
+		if err := a.checkDialString(req.RayAddress); err != nil {
+			return contract.ContainerRef{}, err
+		}
+	}
 	n, _ := req.Spec.Node(req.Node)
-	return a.ensureContainer(ctx, n.DockerHost, rayWorkerSpec(req, a.containerOptions()), req.Replace)
+	return a.ensureContainer(ctx, n.DockerHost, labelled(rayWorkerSpec(req, a.containerOptions()), c), req.Replace)
+}
+
+// signedRay checks a Ray start against the signed spec: the spec and deployment signed,
+// the planned address the node's own.
+func (a *Node) signedRay(req contract.StartRayRequest) (*spec.Cluster, error) {
+	c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment)
+	if c == nil || err != nil {
+		return c, err
+	}
+	return c, a.signedAddress(req.Plan.Address)
 }
 
 // LaunchVLLM starts `vllm serve` inside the Ray head's container (vllmproc.go), or adopts
 // the vLLM already running there: a retried launch never starts a second one.
 func (a *Node) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (contract.ContainerRef, error) {
 	if err := a.checkNode(req.Node); err != nil {
+		return contract.ContainerRef{}, err
+	}
+	if _, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
 		return contract.ContainerRef{}, err
 	}
 	secrets, err := a.secretEnv(req.Spec.Secrets, true)
@@ -345,6 +386,16 @@ func (a *Node) RemoveContainers(ctx context.Context, req contract.RemoveRequest)
 	res := contract.RemoveResult{Node: a.Name, Removed: []string{}}
 	if err := a.checkNode(req.Node); err != nil {
 		return res, err
+	}
+	if c, err := a.signed(req.Intent); err != nil {
+		return res, err
+	} else if c != nil {
+		if req.Cluster != c.Name {
+			return res, a.deny("signed intent: a removal of cluster %s with the signed spec of cluster %s", req.Cluster, c.Name)
+		}
+		if err := a.signedDockerHost(c, req.DockerHost); err != nil {
+			return res, err
+		}
 	}
 	eng, addr, err := a.engine(req.DockerHost)
 	if err != nil {

@@ -177,6 +177,9 @@ func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ServingProgress{}, err
 	}
+	if _, err := a.signedSpec(req.Intent, req.Spec); err != nil {
+		return contract.ServingProgress{}, err
+	}
 	p := req.Cursor
 	if activity.HasHeartbeatDetails(ctx) {
 		var hb contract.ServingProgress

@@ -18,7 +18,9 @@ type Checks struct {
 	// APIKey resolves vLLM's API key (secrets.api_key) for a check of endpoint, on this
 	// agent and within its policy (activities.EndpointKey); nil sends no key. Deploys with
 	// an API key run their checks on the head's agent, which holds the key.
-	APIKey func(c spec.Cluster, endpoint string) (string, error)
+	// The deploy's signed intent goes with it: an agent with trusted_keys resolves the key
+	// only for a signed spec.
+	APIKey func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error)
 }
 
 // CheckDeployment reports the cluster's latest deploy and, when it completed, whether its
@@ -54,7 +56,7 @@ func (c *Checks) ready(ctx context.Context, st Status, endpoint string) error {
 	if st.Spec != nil {
 		served = st.Spec.Model.ServedName
 		if st.Spec.Secrets.APIKey != nil && c.APIKey != nil {
-			k, err := c.APIKey(*st.Spec, endpoint)
+			k, err := c.APIKey(*st.Spec, st.Intent, endpoint)
 			if err != nil {
 				return fmt.Errorf("vLLM's API key: %w", err)
 			}

@@ -17,6 +17,8 @@ import (
 type RedeployRequest struct {
 	Spec    spec.Cluster `json:"spec"`
 	Trigger string       `json:"trigger,omitempty"`
+	// Intent is the operator's signature of Spec, which the deploys it starts carry.
+	Intent *contract.Intent `json:"intent,omitempty"`
 }
 
 // Redeploy actions.
@@ -87,7 +89,7 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 		why = "not serving: " + chk.Detail
 	}
 	workflow.SetCurrentDetails(ctx, "redeploying: "+why)
-	child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(s.Name)), DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger})
+	child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(s.Name)), DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger, Intent: req.Intent})
 	var exec workflow.Execution
 	if err := child.GetChildWorkflowExecution().Get(ctx, &exec); err != nil {
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {

@@ -57,6 +57,31 @@ type Agents struct {
 	Manifests map[string]weights.Manifest
 	// OnCall, if set, runs at the start of every call with its "Method node" key.
 	OnCall func(key string)
+	// intents are the signed intents the acting calls carried, by "Method node" (nil for
+	// an unsigned one), in order.
+	intents map[string][]*contract.Intent
+}
+
+// Intents returns what the acting calls (containers, vLLM, model files, removals) carried
+// as their signed intent: "Method node" → one entry per call, nil when unsigned.
+func Intents(f *Agents) map[string][]*contract.Intent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]*contract.Intent{}
+	for k, v := range f.intents {
+		out[k] = append([]*contract.Intent(nil), v...)
+	}
+	return out
+}
+
+// signed records the intent an acting call carried.
+func (f *Agents) signed(method, node string, in *contract.Intent) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.intents == nil {
+		f.intents = map[string][]*contract.Intent{}
+	}
+	f.intents[method+" "+node] = append(f.intents[method+" "+node], in)
 }
 
 // New returns agents for the seed topology where every call succeeds.
@@ -245,6 +270,7 @@ func (f *Agents) ReadImage(ctx context.Context, req contract.ImageRequest) (rele
 }
 
 func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightRequest) (contract.PreflightResult, error) {
+	f.signed("PreflightNode", req.Node, req.Intent)
 	if err := f.record(ctx, "PreflightNode", req.Node, ""); err != nil {
 		return contract.PreflightResult{}, err
 	}
@@ -256,6 +282,7 @@ func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightReques
 }
 
 func (f *Agents) StartRayHead(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
+	f.signed("StartRayHead", req.Node, req.Intent)
 	if err := f.record(ctx, "StartRayHead", req.Node, req.Plan.Address.String()); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -263,6 +290,7 @@ func (f *Agents) StartRayHead(ctx context.Context, req contract.StartRayRequest)
 }
 
 func (f *Agents) StartRayWorker(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
+	f.signed("StartRayWorker", req.Node, req.Intent)
 	if err := f.record(ctx, "StartRayWorker", req.Node, req.Plan.Address.String()+" -> "+req.RayAddress); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -281,6 +309,7 @@ func (f *Agents) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (co
 	if req.Replace {
 		detail = "replace"
 	}
+	f.signed("LaunchVLLM", req.Node, req.Intent)
 	if err := f.record(ctx, "LaunchVLLM", req.Node, detail); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -288,6 +317,7 @@ func (f *Agents) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (co
 }
 
 func (f *Agents) WatchServing(ctx context.Context, req contract.WatchRequest) (contract.ServingProgress, error) {
+	f.signed("WatchServing", req.Node, req.Intent)
 	if req.Headless {
 		// A headless rank's watch: it fails as a test says ("WatchServing node-b headless"),
 		// else reports that the rank is still up.
@@ -321,6 +351,7 @@ func (f *Agents) WatchServing(ctx context.Context, req contract.WatchRequest) (c
 
 // PrepareMaster opens a "listener" on the head's planned address and the master port.
 func (f *Agents) PrepareMaster(ctx context.Context, req contract.RankRequest) (contract.MasterCheck, error) {
+	f.signed("PrepareMaster", req.Node, req.Intent)
 	if err := f.record(ctx, "PrepareMaster", req.Node, ""); err != nil {
 		return contract.MasterCheck{}, err
 	}
@@ -331,6 +362,7 @@ func (f *Agents) PrepareMaster(ctx context.Context, req contract.RankRequest) (c
 
 // StartVLLMRank "starts" the node's vLLM container for its rank.
 func (f *Agents) StartVLLMRank(ctx context.Context, req contract.RankRequest) (contract.ContainerRef, error) {
+	f.signed("StartVLLMRank", req.Node, req.Intent)
 	if err := f.record(ctx, "StartVLLMRank", req.Node, fmt.Sprintf("rank=%d replace=%v", req.Rank, req.Replace)); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -338,6 +370,7 @@ func (f *Agents) StartVLLMRank(ctx context.Context, req contract.RankRequest) (c
 }
 
 func (f *Agents) RemoveContainers(ctx context.Context, req contract.RemoveRequest) (contract.RemoveResult, error) {
+	f.signed("RemoveContainers", req.Node, req.Intent)
 	if err := f.record(ctx, "RemoveContainers", req.Node, strings.Join(req.Roles, ",")); err != nil {
 		return contract.RemoveResult{}, err
 	}
@@ -432,6 +465,7 @@ func (f *Agents) ModelManifest(ctx context.Context, req contract.ModelManifestRe
 }
 
 func (f *Agents) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
+	f.signed("OpenModelServer", req.Node, req.Intent)
 	if err := f.record(ctx, "OpenModelServer", req.Node, strings.Join(req.Files, ",")); err != nil {
 		return contract.ModelServer{}, err
 	}
@@ -444,6 +478,7 @@ func (f *Agents) CloseModelServer(ctx context.Context, req contract.CloseModelSe
 
 // SyncModel "copies" the files: the node's manifest then holds them.
 func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (contract.SyncResult, error) {
+	f.signed("SyncModel", req.Node, req.Intent)
 	if err := f.record(ctx, "SyncModel", req.Node, req.Root); err != nil {
 		return contract.SyncResult{}, err
 	}
@@ -460,6 +495,7 @@ func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (
 }
 
 func (f *Agents) RemovePartialModel(ctx context.Context, req contract.RemovePartialModelRequest) (contract.RemovePartialModelResult, error) {
+	f.signed("RemovePartialModel", req.Node, req.Intent)
 	return contract.RemovePartialModelResult{}, f.record(ctx, "RemovePartialModel", req.Node, req.Root)
 }
 
