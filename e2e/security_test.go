@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
 // historyHolds says whether any event of the latest run of a workflow holds s in its
@@ -81,7 +84,7 @@ func TestDeployServesWithAnAPIKey(t *testing.T) {
 		t.Errorf("readiness without the key: %v, want a 401", err)
 	}
 	// The supervisor's watch runs on the head's agent, which sends the key.
-	ctl := control.Controller{Client: tc}
+	ctl := control.Controller{Client: tc, SignKey: theLab.SignKey}
 	eventually(t, 30*time.Second, "the supervisor's check of the endpoint with the key", func() bool {
 		st, err := ctl.Status(context.Background(), s.Name)
 		return err == nil && st.Supervision != nil && st.Supervision.Healthy && strings.HasPrefix(st.Supervision.Detail, "serving at")
@@ -90,5 +93,33 @@ func TestDeployServesWithAnAPIKey(t *testing.T) {
 		if historyHolds(t, id, theLab.APIKey) {
 			t.Errorf("the history of %s holds the API key", id)
 		}
+	}
+}
+
+// The lab's agents trust only the lab operator's key: a deploy without a signature (a UI
+// start, a script, a foreign client) is refused at preflight, naming trusted_keys, and
+// nothing starts; so is one signed by another key.
+func TestUnsignedDeployIsRefusedByTheLabsAgents(t *testing.T) {
+	s := labSpec(t, "e2e-unsigned")
+	_, stranger, _ := intent.GenerateKey()
+	for _, c := range []struct {
+		name string
+		in   *contract.Intent
+		want string
+	}{{"unsigned", nil, "the request is unsigned"}, {"another key", intent.Sign(stranger, s), "a key this node does not trust"}} {
+		t.Run(c.name, func(t *testing.T) {
+			run, err := control.Controller{Client: tc}.StartDeploy(context.Background(), workflows.DeployRequest{Spec: s, Trigger: "test", Intent: c.in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = control.Reason(run.Get(context.Background(), nil))
+			var f *control.Failure
+			if !errors.As(err, &f) || f.Type != contract.ErrPolicyDenied || !strings.Contains(f.Message, c.want) || !strings.Contains(f.Message, "trusted_keys") {
+				t.Fatalf("deploy: %v, want PolicyDenied: ...%s", err, c.want)
+			}
+			if got := containersOf(t, s.Name); len(got) != 0 {
+				t.Errorf("containers %v started for an unsigned spec", got)
+			}
+		})
 	}
 }

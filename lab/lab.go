@@ -9,6 +9,7 @@ package lab
 
 import (
 	"context"
+	"crypto/ed25519"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -126,6 +127,9 @@ type Config struct {
 	// FaultProxies puts a fault proxy (lab/faultproxy) between each node's agent and the
 	// Docker engine, so a test can fail, hang or hold that node's engine calls.
 	FaultProxies bool
+	// Unsigned starts agents that trust no operator key (no trusted_keys): they act on
+	// unsigned requests, as an agent whose policy sets none. The lab's key is made anyway.
+	Unsigned bool
 	// Release names the modelled vLLM release (Releases) the lab's deploys run: Lab.Image
 	// is its image. Empty is DefaultRelease. Every release's image is built and allowed on
 	// every node either way.
@@ -145,9 +149,15 @@ type Lab struct {
 	Nodes        []Node
 	// APIKey is the value every node's agent holds as VLLM_API_KEY (random per lab): a
 	// spec with secrets.api_key {env: VLLM_API_KEY} has vLLM require it.
-	APIKey  string
-	eng     *client.Client
-	proxies map[string]*faultproxy.Proxy
+	APIKey string
+	// SignKey is the lab operator's signing key (SignKeyFile holds it): every node's agent
+	// trusts TrustedKey, its public key, so the lab deploys only signed specs, as a
+	// production fleet with trusted_keys does. Config.Unsigned leaves trust off.
+	SignKey     ed25519.PrivateKey
+	SignKeyFile string
+	TrustedKey  string
+	eng         *client.Client
+	proxies     map[string]*faultproxy.Proxy
 }
 
 // Proxy is the fault proxy in front of a node's engine (Config.FaultProxies), or nil.
@@ -316,6 +326,9 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 	if err := os.MkdirAll(state, 0o755); err != nil {
 		return fmt.Errorf("lab state: %w", err)
 	}
+	if err := l.operatorKey(state); err != nil {
+		return err
+	}
 	if withTemporal {
 		err := l.run(ctx, l.Prefix+"-temporal", &container.Config{
 			Image: TemporalImage, Labels: map[string]string{LabelLab: l.Prefix},
@@ -347,6 +360,10 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			"VLLM_API_KEY=" + l.APIKey,
 			// Every agent exports its metrics on the management network, as on a fleet.
 			"TPDEPLOY_METRICS_ADDR=:" + strconv.Itoa(MetricsPort),
+		}
+		if !cfg.Unsigned {
+			// The lab operator's public key: these agents act only on specs it signed.
+			env = append(env, "TPDEPLOY_TRUSTED_KEYS="+l.TrustedKey)
 		}
 		if i > 0 {
 			env = append(env, "TPDEPLOY_LAB_NO_DEFAULT_ROUTE=1")
