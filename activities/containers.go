@@ -109,12 +109,13 @@ type containerSpec struct {
 }
 
 // hash identifies everything that makes the container what it is, except the deployment
-// ID: a redeploy of an unchanged spec adopts the running container.
+// ID and the signed spec's hash: a redeploy of an unchanged spec adopts the running
+// container, and so does one of a changed spec that changes nothing of this container.
 func (s containerSpec) hash() string {
 	c := s
 	c.Labels = map[string]string{}
 	for k, v := range s.Labels {
-		if k != LabelDeployment {
+		if k != LabelDeployment && k != LabelIntent {
 			c.Labels[k] = v
 		}
 	}
@@ -321,7 +322,9 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 				owner = "cluster " + got.Container.Config.Labels[LabelCluster]
 			}
 			return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and belongs to %s: remove or rename it", s.Name, owner), contract.ErrBadRequest, nil)
-		case !replace && got.Container.Config.Labels[LabelSpecHash] == want:
+		case !replace && got.Container.Config.Labels[LabelSpecHash] == want &&
+			(s.Labels[LabelIntent] == "" || got.Container.Config.Labels[LabelIntent] != ""):
+			// (With signed intent, a container started before it was required is replaced.)
 			ref.ID, ref.Adopted = got.Container.ID, true
 			if got.Container.State != nil && got.Container.State.Running {
 				return ref, nil
@@ -360,7 +363,7 @@ func (a *Node) removeContainer(ctx context.Context, eng containerEngine, addr, i
 
 // agentEnv are the variables the agent itself sets from its own secrets, never from a
 // request; the env check does not apply to them.
-var agentEnv = map[string]bool{"HF_TOKEN": true}
+var agentEnv = map[string]bool{"HF_TOKEN": true, "VLLM_API_KEY": true}
 
 // envNames are the names of KEY=VALUE entries the request chose (the node's env and the
 // plan's), for the policy's env check.
@@ -400,17 +403,57 @@ const maxSecretSize = 64 << 10
 
 // secretEnv resolves the spec's secret references on this node, within its policy: an
 // agent variable secret_env names, or a regular file under secret_dirs (opened beneath it
-// without following links, at most maxSecretSize). Values go into an exec's environment
-// only, never into a container's configuration, a workflow input, result, log or error.
-func (a *Node) secretEnv(s spec.Secrets) (map[string]string, error) {
-	if s.HFToken == nil {
+// without following links, at most maxSecretSize). HF_TOKEN is for every vLLM process;
+// VLLM_API_KEY (withAPIKey) only for the one that runs the API server, on the head. Values
+// go into an exec's environment only, never into a container's configuration, a workflow
+// input, result, log or error.
+func (a *Node) secretEnv(s spec.Secrets, withAPIKey bool) (map[string]string, error) {
+	out := map[string]string{}
+	if s.HFToken != nil {
+		v, err := a.resolveSecret("secrets.hf_token", *s.HFToken)
+		if err != nil {
+			return nil, err
+		}
+		out["HF_TOKEN"] = v
+	}
+	if s.APIKey != nil && withAPIKey {
+		v, err := a.resolveSecret("secrets.api_key", *s.APIKey)
+		if err != nil {
+			return nil, err
+		}
+		out["VLLM_API_KEY"] = v
+	}
+	if len(out) == 0 {
 		return nil, nil
 	}
-	v, err := a.resolveSecret("secrets.hf_token", *s.HFToken)
-	if err != nil {
-		return nil, err
+	return out, nil
+}
+
+// endpointKey is vLLM's API key for a readiness check of endpoint (secrets.api_key,
+// resolved on this node within its policy), or "" when the spec has none. The key goes
+// only to this node's own address at the spec's vLLM port: vLLM's API server runs on the
+// head, the node that checks it, so a request naming any other endpoint would be asking
+// the agent to hand the key to someone else.
+func (a *Node) endpointKey(c spec.Cluster, endpoint string) (string, error) {
+	if c.Secrets.APIKey == nil {
+		return "", nil
 	}
-	return map[string]string{"HF_TOKEN": v}, nil
+	if err := a.checkOwnEndpoint(endpoint, c.WithDefaults().Ports.VLLM); err != nil {
+		return "", err
+	}
+	return a.resolveSecret("secrets.api_key", *c.Secrets.APIKey)
+}
+
+// EndpointKey is endpointKey for the operations activities this agent serves (control's
+// readiness checks on the head), for a spec signed as its policy requires: a function, not
+// a method, so that it is no activity.
+func EndpointKey(a *Node) func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
+	return func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
+		if _, err := a.signedSpec(in, c); err != nil {
+			return "", err
+		}
+		return a.endpointKey(c, endpoint)
+	}
 }
 
 func (a *Node) resolveSecret(field string, ref spec.SecretRef) (string, error) {
@@ -502,6 +545,8 @@ func (a *Node) ownContainer(name string, cfg *container.Config, cluster string, 
 		return a.deny("container %s belongs to cluster %s, not %s", name, c, cluster)
 	case strings.TrimPrefix(name, "/") != contract.ContainerName(c, a.Name, l[LabelRole]):
 		return a.deny("container %s is not named as tpdeploy names cluster %s's %s", name, c, l[LabelRole])
+	case a.enforced() && l[LabelIntent] == "":
+		return a.deny("container %s was not started for a signed spec (it predates trusted_keys on this node): redeploy to replace it", name)
 	}
 	return nil
 }

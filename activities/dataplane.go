@@ -53,6 +53,10 @@ func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (c
 	if err != nil {
 		return contract.ProofResult{}, engineError(addr, "inspect "+req.Container, err)
 	}
+	// The proof runs only in what the agent itself started: a Ray container of its node.
+	if err := a.ownContainer(req.Container, info.Container.Config, "", contract.RoleRayHead, contract.RoleRayWorker); err != nil {
+		return contract.ProofResult{}, err
+	}
 	if hc := info.Container.HostConfig; hc != nil {
 		for _, d := range hc.Devices {
 			if strings.HasPrefix(d.PathInContainer, "/dev/infiniband/uverbs") {
@@ -124,7 +128,11 @@ const proofLauncher = `f=$1; p=$2; shift 2; mkdir -p "$(dirname "$f")" && printf
 func (a *Node) proveInFreshContainer(ctx context.Context, req contract.ProofRequest, rank dataplane.Node) (contract.ProofResult, error) {
 	fr := *req.Fresh
 	n, _ := fr.Spec.Node(req.Node)
-	s, err := rankSpec(fr, a.containerOptions(), nil)
+	c, err := a.signedDeployment(fr.Intent, fr.Spec, fr.Deployment)
+	if err != nil {
+		return contract.ProofResult{}, err
+	}
+	s, _, err := rankSpec(fr, a.containerOptions())
 	if err != nil {
 		return contract.ProofResult{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
@@ -137,7 +145,7 @@ func (a *Node) proveInFreshContainer(ctx context.Context, req contract.ProofRequ
 	for _, d := range a.rdmaMapping(np).Mapped {
 		rank.Mapped = append(rank.Mapped, path.Base(d))
 	}
-	ref, err := a.ensureContainer(ctx, n.DockerHost, s, true)
+	ref, err := a.ensureContainer(ctx, n.DockerHost, labelled(s, c), true)
 	if err != nil {
 		return contract.ProofResult{}, err
 	}

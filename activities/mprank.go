@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sort"
 	"strconv"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -20,13 +19,17 @@ import (
 // vLLM's own multi-node mode (executor mp): every node runs `vllm serve` in a container of
 // its own (role vllm), node rank 0 on the head with the API server, --headless elsewhere;
 // all of them join torch.distributed at the head's planned address and the master port.
-// The container's main process is the same wrapper that keeps vLLM in the Ray head's
-// container (pid with start time, lock, exit code, output file read by offset), so the
-// watch reads every node's vLLM the same way; after vLLM ends the container stays up (an
-// idle loop) so its output and exit code can still be read, and a stop ends vLLM first.
-const vllmRankEntrypoint = `pid=
-trap 'if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null; wait "$pid"; fi; exit 0' TERM INT
-` + vllmLaunchScript + `while :; do sleep 1 & wait $!; done
+// The container's main process only waits: vLLM is started in it by an exec, through the
+// same wrapper that keeps vLLM in the Ray head's container (pid with start time, lock,
+// exit code, output file read by offset), so the watch reads every node's vLLM the same
+// way and the secrets (HF_TOKEN, and VLLM_API_KEY on rank 0) are in the exec's environment
+// only, never in the container's configuration (`docker inspect`), as over Ray. The
+// container's command is vLLM's argument vector, which the main process does not run: it
+// is there so that the container's hash, and what `docker inspect` shows, follow the
+// launch. After vLLM ends the container stays up, so its output and exit code can still be
+// read; a stop ends vLLM first.
+const vllmRankEntrypoint = vllmPrelude + `trap 'if alive; then kill -TERM "$pid" 2>/dev/null; while alive; do sleep 1; done; fi; exit 0' TERM INT
+while :; do sleep 1 & wait $!; done
 `
 
 // mpArgs is one node's `vllm serve` in vLLM's own multi-node mode (vllm/engine/arg_utils.py:
@@ -48,30 +51,25 @@ func mpArgs(c spec.Cluster, masterAddr netip.Addr, rank int) []string {
 	return append(cmd, c.Model.ExtraArgs...)
 }
 
-// rankSpec is the container of one node's vLLM in mp mode.
-func rankSpec(req contract.RankRequest, o ContainerOptions, secrets map[string]string) (containerSpec, error) {
+// rankSpec is the container of one node's vLLM in mp mode, and vLLM's argument vector,
+// which an exec starts in it.
+func rankSpec(req contract.RankRequest, o ContainerOptions) (containerSpec, []string, error) {
 	n, _ := req.Spec.Node(req.Node)
 	np, ok := req.Plan.Node(req.Node)
 	head, hok := req.Plan.Node(req.Spec.Head().Name)
 	if !ok || !hok {
-		return containerSpec{}, fmt.Errorf("the plan has no address for %s or the head", req.Node)
-	}
-	var extra map[string]string
-	if len(secrets) > 0 {
-		extra = secrets
+		return containerSpec{}, nil, fmt.Errorf("the plan has no address for %s or the head", req.Node)
 	}
 	argv := mpArgs(req.Spec, head.Address, req.Rank)
-	env := containerEnv(np, n, extra)
-	keys := append([]string(nil), env...)
-	sort.Strings(keys)
 	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleVLLM, o)
-	s.Entrypoint = []string{"/bin/sh", "-c", vllmRankEntrypoint, "sh", launchHash(argv, keys, nil)}
-	s.Cmd, s.Env = argv, env
-	return s, nil
+	s.Entrypoint = []string{"/bin/sh", "-c", vllmRankEntrypoint, "sh"}
+	s.Cmd, s.Env = argv, containerEnv(np, n, nil)
+	return s, argv, nil
 }
 
-// StartVLLMRank creates (or adopts) the node's vLLM container for its rank. A container
-// adopted with the same spec whose vLLM has ended is replaced: it would never join again.
+// StartVLLMRank creates (or adopts) the node's vLLM container for its rank and starts vLLM
+// in it (or adopts the vLLM running there with the same launch): a vLLM of the same launch
+// that has ended is started again, since it would never join again.
 func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (contract.ContainerRef, error) {
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
@@ -79,7 +77,11 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
-	secrets, err := a.secretEnv(req.Spec.Secrets)
+	c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment)
+	if err != nil {
+		return contract.ContainerRef{}, err
+	}
+	secrets, err := a.secretEnv(req.Spec.Secrets, req.Rank == 0)
 	if err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -89,26 +91,26 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 			return contract.ContainerRef{}, err
 		}
 	}
-	s, err := rankSpec(req, a.containerOptions(), secrets)
+	s, argv, err := rankSpec(req, a.containerOptions())
 	if err != nil {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	np, _ := req.Plan.Node(req.Node)
 	s = a.withRDMA(s, np)
-	ref, err := a.ensureContainer(ctx, n.DockerHost, s, req.Replace)
-	if err != nil || !ref.Adopted {
+	ref, err := a.ensureContainer(ctx, n.DockerHost, labelled(s, c), req.Replace)
+	if err != nil {
 		return ref, err
 	}
 	eng, addr, err := a.engine(n.DockerHost)
 	if err != nil {
 		return ref, err
 	}
-	if st, err := vllmProcStatus(ctx, eng, ref.Name); err == nil && st.State == "running" {
-		ref.PID = st.PID
-		return ref, nil
+	pid, adopted, err := a.launchVLLM(ctx, eng, addr, ref.Name, argv, secretList(secrets), nil, false)
+	if err != nil {
+		return ref, err
 	}
-	a.logger().Info("vllm in the adopted container has ended; replacing it", zap.String("container", ref.Name), zap.String("engine", addr))
-	return a.ensureContainer(ctx, n.DockerHost, s, true)
+	ref.PID, ref.Adopted = pid, ref.Adopted && adopted
+	return ref, nil
 }
 
 // PrepareMaster readies the head for vLLM's rendezvous: when the head's rank 0 already
@@ -123,12 +125,15 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.MasterPort()) }); err != nil {
 		return contract.MasterCheck{}, err
 	}
+	if _, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
+		return contract.MasterCheck{}, err
+	}
 	n, _ := req.Spec.Node(req.Node)
-	secrets, err := a.secretEnv(req.Spec.Secrets)
+	secrets, err := a.secretEnv(req.Spec.Secrets, req.Rank == 0)
 	if err != nil {
 		return contract.MasterCheck{}, err
 	}
-	s, err := rankSpec(req, a.containerOptions(), secrets)
+	s, argv, err := rankSpec(req, a.containerOptions())
 	if err != nil {
 		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
@@ -147,7 +152,7 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 		}
 		running := info.Container.State != nil && info.Container.State.Running
 		if !req.Replace && running && info.Container.Config.Labels[LabelSpecHash] == s.hash() {
-			if st, err := vllmProcStatus(ctx, eng, s.Name); err == nil && st.State == "running" {
+			if st, err := vllmProcStatus(ctx, eng, s.Name); err == nil && st.State == "running" && st.Hash == launchHash(argv, secretList(secrets), nil) {
 				return contract.MasterCheck{Adopted: true}, nil
 			}
 		}

@@ -139,3 +139,33 @@ func (a *Node) checkEndpoint(endpoint string) error {
 	}
 	return a.checkDialString(net.JoinHostPort(u.Hostname(), port))
 }
+
+// checkOwnEndpoint allows an http:// URL whose host is one of this node's own addresses
+// and whose port is port: where a check that carries a secret (vLLM's API key) may go.
+func (a *Node) checkOwnEndpoint(endpoint string, port int) error {
+	if a.Policy == nil {
+		return nil
+	}
+	deny := func(why string) error {
+		return a.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: %s", endpoint, why) })
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "http" || u.User != nil || (u.Path != "" && u.Path != "/") {
+		return deny("not an http://ADDRESS:PORT URL")
+	}
+	addr, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		return deny("not an IP address")
+	}
+	if u.Port() != strconv.Itoa(port) {
+		return deny(fmt.Sprintf("vLLM's API key goes only to the spec's vLLM port %d", port))
+	}
+	own, err := a.ownPrefixes()
+	if err != nil {
+		return err
+	}
+	if !ownsAddr(own, addr) {
+		return deny("vLLM's API key goes only to vLLM on this node's own addresses")
+	}
+	return nil
+}

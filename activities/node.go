@@ -171,6 +171,21 @@ func (a *Node) PreflightNode(ctx context.Context, req contract.PreflightRequest)
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.PreflightResult{}, err
 	}
+	if a.enforced() {
+		if req.Spec == nil {
+			return contract.PreflightResult{}, a.deny("signed intent: a preflight without the spec")
+		}
+		c, err := a.signedSpec(req.Intent, *req.Spec)
+		if err != nil {
+			return contract.PreflightResult{}, err
+		}
+		if req.Image != c.Image {
+			return contract.PreflightResult{}, a.deny("signed intent: image %s is not the signed spec's %s", req.Image, c.Image)
+		}
+		if err := a.signedDockerHost(c, req.DockerHost); err != nil {
+			return contract.PreflightResult{}, err
+		}
+	}
 	if req.Spec != nil {
 		if err := a.specAllowed(*req.Spec); err != nil {
 			return contract.PreflightResult{}, err
@@ -200,11 +215,15 @@ func (a *Node) StartRayHead(ctx context.Context, req contract.StartRayRequest) (
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
+	c, err := a.signedRay(req)
+	if err != nil {
+		return contract.ContainerRef{}, err
+	}
 	n, _ := req.Spec.Node(req.Node)
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.Ray, req.Spec.Ports.Dashboard) }); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	return a.ensureContainer(ctx, n.DockerHost, a.withRDMA(rayHeadSpec(req, a.containerOptions()), req.Plan), req.Replace)
+	return a.ensureContainer(ctx, n.DockerHost, labelled(a.withRDMA(rayHeadSpec(req, a.containerOptions()), req.Plan), c), req.Replace)
 }
 
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
@@ -212,8 +231,27 @@ func (a *Node) StartRayWorker(ctx context.Context, req contract.StartRayRequest)
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
+	c, err := a.signedRay(req)
+	if err != nil {
+		return contract.ContainerRef{}, err
+	}
+	if c != nil {
+		if err := a.checkDialString(req.RayAddress); err != nil {
+			return contract.ContainerRef{}, err
+		}
+	}
 	n, _ := req.Spec.Node(req.Node)
-	return a.ensureContainer(ctx, n.DockerHost, a.withRDMA(rayWorkerSpec(req, a.containerOptions()), req.Plan), req.Replace)
+	return a.ensureContainer(ctx, n.DockerHost, labelled(a.withRDMA(rayWorkerSpec(req, a.containerOptions()), req.Plan), c), req.Replace)
+}
+
+// signedRay checks a Ray start against the signed spec: the spec and deployment signed,
+// the planned address the node's own.
+func (a *Node) signedRay(req contract.StartRayRequest) (*spec.Cluster, error) {
+	c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment)
+	if c == nil || err != nil {
+		return c, err
+	}
+	return c, a.signedAddress(req.Plan.Address)
 }
 
 // LaunchVLLM starts `vllm serve` inside the Ray head's container (vllmproc.go), or adopts
@@ -222,7 +260,10 @@ func (a *Node) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (cont
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	secrets, err := a.secretEnv(req.Spec.Secrets)
+	if _, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
+		return contract.ContainerRef{}, err
+	}
+	secrets, err := a.secretEnv(req.Spec.Secrets, true)
 	if err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -248,66 +289,79 @@ func (a *Node) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (cont
 	if st := info.Container.State; st == nil || !st.Running {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is not running: vllm runs inside it", head), contract.ErrContainerExited, nil)
 	}
-	mu := launchLock(info.Container.ID)
-	mu.Lock()
-	defer mu.Unlock()
-	ref := contract.ContainerRef{Node: a.Name, Role: contract.RoleVLLM, Name: head, ID: info.Container.ID}
-	var env []string
-	for k, v := range secrets {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
+	env := secretList(secrets)
 	noCarry := req.Plan.NCCL.NoCarryOver
 	if len(noCarry) > 0 {
 		env = append(env, "VLLM_CONFIG_ROOT="+vllmConfigRoot)
 	}
-	argv := vllmArgs(req.Spec)
+	ref := contract.ContainerRef{Node: a.Name, Role: contract.RoleVLLM, Name: head, ID: info.Container.ID}
+	ref.PID, ref.Adopted, err = a.launchVLLM(ctx, eng, addr, head, vllmArgs(req.Spec), env, noCarry, req.Replace)
+	return ref, err
+}
+
+// secretList is the resolved secrets as an exec's KEY=VALUE environment, sorted.
+func secretList(secrets map[string]string) []string {
+	env := make([]string, 0, len(secrets))
+	for k, v := range secrets {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
+// launchVLLM starts argv (`vllm serve ...`) in container through the wrapper
+// (vllmproc.go), by an exec whose environment is env (the secrets, which are thus in no
+// container's configuration), or adopts the vLLM running there with the same launch hash
+// (never when replace): a retried launch never starts a second vLLM. It returns vLLM's pid
+// (0 when it ended at once: the watch reads why).
+func (a *Node) launchVLLM(ctx context.Context, eng containerEngine, addr, container string, argv, env, noCarry []string, replace bool) (int, bool, error) {
+	mu := launchLock(container)
+	mu.Lock()
+	defer mu.Unlock()
 	hash := launchHash(argv, env, noCarry)
-	st, err := vllmProcStatus(ctx, eng, head)
+	st, err := vllmProcStatus(ctx, eng, container)
 	if err != nil {
-		return ref, engineError(addr, "vllm status in "+head, err)
+		return 0, false, engineError(addr, "vllm status in "+container, err)
 	}
 	if st.State == "running" {
-		if !req.Replace && st.Hash == hash {
-			ref.Adopted, ref.PID = true, st.PID
-			return ref, nil
+		if !replace && st.Hash == hash {
+			return st.PID, true, nil
 		}
 		// Another launch (a changed spec), or a forced replacement.
-		if err := a.stopVLLM(ctx, eng, addr, head); err != nil {
-			return ref, err
+		if err := a.stopVLLM(ctx, eng, addr, container); err != nil {
+			return 0, false, err
 		}
-		a.logger().Info("vllm replaced", zap.String("container", head), zap.Bool("forced", req.Replace))
+		a.logger().Info("vllm replaced", zap.String("container", container), zap.Bool("forced", replace))
 	}
 	if len(noCarry) > 0 {
 		tarball, err := nonCarryOverArchive(noCarry)
 		if err != nil {
-			return ref, err
+			return 0, false, err
 		}
-		if _, err := eng.CopyToContainer(ctx, head, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(tarball)}); err != nil {
-			return ref, engineError(addr, "write ray_non_carry_over_env_vars.json in "+head, err)
+		if _, err := eng.CopyToContainer(ctx, container, client.CopyToContainerOptions{DestinationPath: "/", Content: bytes.NewReader(tarball)}); err != nil {
+			return 0, false, engineError(addr, "write ray_non_carry_over_env_vars.json in "+container, err)
 		}
 	}
-	if err := execDetached(ctx, eng, head, shScript(vllmLaunchScript, append([]string{hash}, argv...)...), env); err != nil {
-		return ref, engineError(addr, "launch vllm in "+head, err)
+	if err := execDetached(ctx, eng, container, shScript(vllmLaunchScript, append([]string{hash}, argv...)...), env); err != nil {
+		return 0, false, engineError(addr, "launch vllm in "+container, err)
 	}
 	// The wrapper records vLLM's pid at once; wait for it so the result names the process.
 	for i := 0; i < 50; i++ {
-		st, err := vllmProcStatus(ctx, eng, head)
+		st, err := vllmProcStatus(ctx, eng, container)
 		if err != nil {
-			return ref, engineError(addr, "vllm status in "+head, err)
+			return 0, false, engineError(addr, "vllm status in "+container, err)
 		}
 		switch st.State {
 		case "running":
-			ref.PID = st.PID
-			a.logger().Info("vllm launched", zap.String("container", head), zap.Int("pid", st.PID))
-			return ref, nil
+			a.logger().Info("vllm launched", zap.String("container", container), zap.Int("pid", st.PID))
+			return st.PID, false, nil
 		case "exited":
 			// Ended at once; the watch reads why.
-			return ref, nil
+			return 0, false, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return ref, fmt.Errorf("vllm in %s: no process recorded 5 s after the launch", head)
+	return 0, false, fmt.Errorf("vllm in %s: no process recorded 5 s after the launch", container)
 }
 
 // stopVLLM stops vLLM in the head's container (SIGTERM, then SIGKILL after the stop
@@ -332,6 +386,16 @@ func (a *Node) RemoveContainers(ctx context.Context, req contract.RemoveRequest)
 	res := contract.RemoveResult{Node: a.Name, Removed: []string{}}
 	if err := a.checkNode(req.Node); err != nil {
 		return res, err
+	}
+	if c, err := a.signed(req.Intent); err != nil {
+		return res, err
+	} else if c != nil {
+		if req.Cluster != c.Name {
+			return res, a.deny("signed intent: a removal of cluster %s with the signed spec of cluster %s", req.Cluster, c.Name)
+		}
+		if err := a.signedDockerHost(c, req.DockerHost); err != nil {
+			return res, err
+		}
 	}
 	eng, addr, err := a.engine(req.DockerHost)
 	if err != nil {

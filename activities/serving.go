@@ -159,22 +159,11 @@ func (a *Node) RayNodesAlive(ctx context.Context, req contract.PlacementRequest)
 	return report, err
 }
 
-func (a *Node) fetch(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
+func (a *Node) fetch(ctx context.Context, hc *http.Client, url, apiKey string) ([]byte, error) {
 	var body []byte
 	err := a.inNetNS(func() error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, err = io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
+		var err error
+		body, err = readiness.Get(ctx, hc, url, apiKey, 8<<20)
 		return err
 	})
 	return body, err
@@ -189,6 +178,9 @@ func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.ServingProgress{}, err
 	}
+	if _, err := a.signedSpec(req.Intent, req.Spec); err != nil {
+		return contract.ServingProgress{}, err
+	}
 	p := req.Cursor
 	if activity.HasHeartbeatDetails(ctx) {
 		var hb contract.ServingProgress
@@ -196,10 +188,16 @@ func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 			p = hb
 		}
 	}
+	var apiKey string
 	if !req.Headless {
 		if err := a.checkEndpoint(req.Endpoint); err != nil {
 			return p, err
 		}
+		key, err := a.endpointKey(req.Spec, req.Endpoint)
+		if err != nil {
+			return p, err
+		}
+		apiKey = key
 	}
 	if req.Plan != nil && req.Plan.RayAddress != "" {
 		if err := a.checkDialString(req.Plan.RayAddress); err != nil {
@@ -211,7 +209,7 @@ func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 	if err != nil {
 		return p, err
 	}
-	w := &watch{a: a, req: req, eng: eng, addr: addr, p: p, out: vllmOutput{eng: eng, container: req.Container.Name}}
+	w := &watch{a: a, req: req, eng: eng, addr: addr, p: p, out: vllmOutput{eng: eng, container: req.Container.Name}, apiKey: apiKey}
 	if err := w.containerRunning(ctx); err != nil {
 		return p, err
 	}
@@ -255,6 +253,8 @@ type watch struct {
 	// lastNew is when the last output arrived; lastRayCheck when Ray was last asked.
 	lastNew, lastRayCheck, lastReady time.Time
 	pending                          *logscan.Finding
+	// apiKey is vLLM's API key (secrets.api_key), resolved on this node; "" without one.
+	apiKey string
 }
 
 // stallAfter is how long without new output before the watch asks Ray whether a planned
@@ -305,7 +305,7 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 	// node serves nothing itself: its vLLM only has to stay up.
 	if !w.req.Headless && (w.p.Phase == "ready" || now.Sub(w.lastReady) >= time.Second) {
 		w.lastReady = now
-		if w.a.serving(ctx, w.req) {
+		if w.a.serving(ctx, w.req, w.apiKey) {
 			w.p.Serving, w.p.Phase = true, "serving"
 			return len(lines) > 0, nil
 		}
@@ -451,24 +451,22 @@ func clipLine(s string) string {
 }
 
 // serving is vLLM's readiness: /health answers 200, /v1/models lists the served model,
-// and, when the spec asks for a smoke test, one completion answers.
-func (a *Node) serving(ctx context.Context, req contract.WatchRequest) bool {
-	hc := &http.Client{Timeout: 3 * time.Second, CheckRedirect: noRedirects}
-	fetch := func(ctx context.Context, url string) ([]byte, error) { return a.fetch(ctx, hc, url) }
+// and, when the spec asks for a smoke test, one completion answers; with an API key, the
+// /v1/* requests carry it.
+func (a *Node) serving(ctx context.Context, req contract.WatchRequest, apiKey string) bool {
+	hc := readiness.Client(3 * time.Second)
+	fetch := func(ctx context.Context, url string) ([]byte, error) { return a.fetch(ctx, hc, url, apiKey) }
 	if readiness.Check(ctx, fetch, req.Endpoint, req.Spec.Model.ServedName) != nil {
 		return false
 	}
 	if req.Spec.SmokeTest {
-		return a.smokeTest(ctx, req) == nil
+		return a.smokeTest(ctx, req, apiKey) == nil
 	}
 	return true
 }
 
-// noRedirects keeps a health check or smoke test on the endpoint it was given: a
-// redirect is answered as it is (not 200), never followed elsewhere.
-func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-
-func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest) error {
+// smokeTest asks for one completion; like the health checks it follows no redirect.
+func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest, apiKey string) error {
 	return a.inNetNS(func() error {
 		b, _ := json.Marshal(map[string]any{"model": req.Spec.Model.ServedName, "prompt": "tpdeploy smoke test", "max_tokens": 4})
 		r, err := http.NewRequestWithContext(ctx, http.MethodPost, req.Endpoint+"/v1/completions", strings.NewReader(string(b)))
@@ -476,7 +474,8 @@ func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest) error {
 			return err
 		}
 		r.Header.Set("Content-Type", "application/json")
-		resp, err := (&http.Client{Timeout: 30 * time.Second, CheckRedirect: noRedirects}).Do(r)
+		readiness.Authorize(r, apiKey)
+		resp, err := readiness.Client(30 * time.Second).Do(r)
 		if err != nil {
 			return err
 		}
@@ -486,7 +485,7 @@ func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest) error {
 				Text string `json:"text"`
 			} `json:"choices"`
 		}
-		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&out) != nil || len(out.Choices) == 0 {
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out) != nil || len(out.Choices) == 0 {
 			return fmt.Errorf("completion: %s", resp.Status)
 		}
 		return nil

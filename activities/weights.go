@@ -160,6 +160,9 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	if !req.Addr.IsValid() {
 		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError("a model server needs the node's address", contract.ErrBadRequest, nil)
 	}
+	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+		return contract.ModelServer{}, err
+	}
 	files := map[string]bool{}
 	for _, f := range req.Files {
 		if !fs.ValidPath(f) || f == "." {
@@ -366,6 +369,9 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 	}
 	if err := checkSyncRequest(req); err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
+	}
+	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+		return res, err
 	}
 	if len(req.Files) > maxSyncFiles {
 		return res, a.deny("%d files asked for: at most %d per copy", len(req.Files), maxSyncFiles)
@@ -992,6 +998,9 @@ func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartia
 	}
 	if req.Root == "" {
 		return res, temporal.NewNonRetryableApplicationError("no directory to clean", contract.ErrBadRequest, nil)
+	}
+	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+		return res, err
 	}
 	dir, root, err := a.beneath(req.Root, "model directory")
 	if err != nil {

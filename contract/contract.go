@@ -84,6 +84,17 @@ const (
 	RoleProof = "proof"
 )
 
+// Intent is an operator's signed spec (package intent): the spec's canonical JSON
+// (spec.Cluster.Canonical of the defaulted spec, as `starter` read it) and its ed25519
+// signature by the key KeyID names. A deploy carries it unchanged in every request that
+// makes an agent act (containers, vLLM, model files, removals); an agent whose policy sets
+// trusted_keys verifies it and acts only on what the signed spec says.
+type Intent struct {
+	Spec  []byte `json:"spec"`
+	KeyID string `json:"key_id"`
+	Sig   []byte `json:"sig"`
+}
+
 // ProbeRequest asks a node agent to describe its node.
 type ProbeRequest struct {
 	Node string `json:"node"`
@@ -138,6 +149,8 @@ type PreflightRequest struct {
 	Image      string `json:"image"`
 	// Spec, when given, is checked against the node's policy as a whole.
 	Spec *spec.Cluster `json:"spec,omitempty"`
+	// Intent is the operator's signed spec (see Intent); the same in every request below.
+	Intent *Intent `json:"intent,omitempty"`
 }
 
 // PreflightResult reports the image as the node holds it.
@@ -155,7 +168,8 @@ type StartRayRequest struct {
 	RayAddress string           `json:"ray_address"`
 	// Replace recreates the container even when one with the same spec runs (recovery:
 	// a running container may be stale after a node rebooted).
-	Replace bool `json:"replace,omitempty"`
+	Replace bool    `json:"replace,omitempty"`
+	Intent  *Intent `json:"intent,omitempty"`
 }
 
 // ContainerRef names a container an activity started or adopted. For vLLM (role vllm) it
@@ -207,6 +221,7 @@ type LaunchRequest struct {
 	Spec       spec.Cluster `json:"spec"`
 	Plan       netplan.Plan `json:"plan"`
 	Replace    bool         `json:"replace,omitempty"`
+	Intent     *Intent      `json:"intent,omitempty"`
 }
 
 // RankRequest starts one node's `vllm serve` in vLLM's own multi-node mode (executor mp):
@@ -218,6 +233,7 @@ type RankRequest struct {
 	Plan       netplan.Plan `json:"plan"`
 	Rank       int          `json:"rank"`
 	Replace    bool         `json:"replace,omitempty"`
+	Intent     *Intent      `json:"intent,omitempty"`
 }
 
 // MasterCheck is PrepareMaster's answer: the head's rank 0 already runs this very launch
@@ -250,6 +266,7 @@ type WatchRequest struct {
 	// ReportWithin bounds how long one call runs before it returns its progress, so the
 	// workflow's queries stay current without an event per log line.
 	ReportWithin time.Duration `json:"report_within"`
+	Intent       *Intent       `json:"intent,omitempty"`
 }
 
 // ServingProgress is what the workflow knows of vLLM's way to serving.
@@ -278,6 +295,7 @@ type RemoveRequest struct {
 	DockerHost string   `json:"docker_host"`
 	Cluster    string   `json:"cluster"`
 	Roles      []string `json:"roles,omitempty"` // empty: every role
+	Intent     *Intent  `json:"intent,omitempty"`
 }
 
 // RemoveResult lists what was removed.
@@ -359,6 +377,11 @@ const (
 	ActivityWaitClosed      = "WaitClosed"
 	ActivityWatchCluster    = "WatchCluster"
 )
+
+// HeadChecks are the operations activities every agent also serves on its own node's
+// queue: a cluster with vLLM's API key (secrets.api_key) has its readiness checks run by
+// the head's agent, which resolves the key, rather than by any agent.
+var HeadChecks = []string{ActivityCheckDeployment, ActivityWatchCluster}
 
 // WatchClusterRequest asks for a cluster's health to be watched until something happens:
 // Unhealthy failed checks in a row (every Every), or For of health.

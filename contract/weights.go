@@ -64,7 +64,8 @@ type OpenModelServerRequest struct {
 	Files []string `json:"files"`
 	// TTL closes the server by itself after this long without a request in flight, if the
 	// close never arrives (default 5 minutes, at most an hour).
-	TTL time.Duration `json:"ttl,omitempty"`
+	TTL    time.Duration `json:"ttl,omitempty"`
+	Intent *Intent       `json:"intent,omitempty"`
 }
 
 // ModelServer is a server OpenModelServer opened, and the token that reads from and closes
@@ -98,7 +99,8 @@ type SyncModelRequest struct {
 	// Files are what to copy (weights.Lacking), with the head's sizes and hashes.
 	Files []weights.File `json:"files"`
 	// Parallel is how many files are copied at once (default 4).
-	Parallel int `json:"parallel,omitempty"`
+	Parallel int     `json:"parallel,omitempty"`
+	Intent   *Intent `json:"intent,omitempty"`
 }
 
 // SyncProgress is SyncModel's heartbeat.
@@ -133,7 +135,8 @@ type SyncResult struct {
 type RemovePartialModelRequest struct {
 	Node string `json:"node"`
 	// Root is SyncModel's destination directory on the node.
-	Root string `json:"root"`
+	Root   string  `json:"root"`
+	Intent *Intent `json:"intent,omitempty"`
 }
 
 // RemovePartialModelResult names the partial files removed, relative to Root.

@@ -3,12 +3,11 @@ package control
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/readiness"
+	"github.com/tpdeploy/tpdeploy/spec"
 )
 
 // Checks are the operations activities the node agents serve on the workflow queue (they
@@ -16,6 +15,12 @@ import (
 // are the activity names (contract.ActivityCheckDeployment).
 type Checks struct {
 	Controller Controller
+	// APIKey resolves vLLM's API key (secrets.api_key) for a check of endpoint, on this
+	// agent and within its policy (activities.EndpointKey); nil sends no key. Deploys with
+	// an API key run their checks on the head's agent, which holds the key.
+	// The deploy's signed intent goes with it: an agent with trusted_keys resolves the key
+	// only for a signed spec.
+	APIKey func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error)
 }
 
 // CheckDeployment reports the cluster's latest deploy and, when it completed, whether its
@@ -36,11 +41,7 @@ func (c *Checks) CheckDeployment(ctx context.Context, req contract.CheckDeployme
 	}
 	chk.Endpoint = st.Result.Endpoint
 	chk.Plan = &st.Result.Plan
-	served := ""
-	if st.Spec != nil {
-		served = st.Spec.Model.ServedName
-	}
-	if err := readiness.Check(ctx, fetchOK, chk.Endpoint, served); err != nil {
+	if err := c.ready(ctx, st, chk.Endpoint); err != nil {
 		chk.Detail = err.Error()
 		return chk, nil
 	}
@@ -48,25 +49,34 @@ func (c *Checks) CheckDeployment(ctx context.Context, req contract.CheckDeployme
 	return chk, nil
 }
 
-// CheckEndpoint is the readiness check from this process: /health 200 and /v1/models
-// listing served.
-func CheckEndpoint(ctx context.Context, endpoint, served string) error {
-	return readiness.Check(ctx, fetchOK, endpoint, served)
+// ready is the readiness check of a deploy's endpoint from this agent, with vLLM's API key
+// when the deploy's spec has one.
+func (c *Checks) ready(ctx context.Context, st Status, endpoint string) error {
+	served, key := "", ""
+	if st.Spec != nil {
+		served = st.Spec.Model.ServedName
+		if st.Spec.Secrets.APIKey != nil && c.APIKey != nil {
+			k, err := c.APIKey(*st.Spec, st.Intent, endpoint)
+			if err != nil {
+				return fmt.Errorf("vLLM's API key: %w", err)
+			}
+			key = k
+		}
+	}
+	return readiness.Check(ctx, fetcher(key), endpoint, served)
 }
 
-// fetchOK GETs url and returns the body of a 200 answer.
-func fetchOK(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
+// CheckEndpoint is the readiness check from this process: /health 200 and /v1/models
+// listing served, with apiKey when it is set.
+func CheckEndpoint(ctx context.Context, endpoint, served, apiKey string) error {
+	return readiness.Check(ctx, fetcher(apiKey), endpoint, served)
+}
+
+// fetcher GETs a URL, with apiKey when set, following no redirect, and returns the body
+// of a 200 answer.
+func fetcher(apiKey string) func(ctx context.Context, url string) ([]byte, error) {
+	hc := readiness.Client(3 * time.Second)
+	return func(ctx context.Context, url string) ([]byte, error) {
+		return readiness.Get(ctx, hc, url, apiKey, 1<<20)
 	}
-	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 }

@@ -4,6 +4,7 @@ package control
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
@@ -43,12 +45,26 @@ type Controller struct {
 	// DataConverter decodes payloads read straight from history (a deploy's spec); it must
 	// be the client's (with the codec when payloads are encrypted). Nil: the default.
 	DataConverter converter.DataConverter
+	// SignKey, when set, is the operator's key: deploys, schedules and teardowns carry the
+	// spec signed with it (package intent), which agents with trusted_keys require.
+	SignKey ed25519.PrivateKey
+}
+
+// sign is s signed with the operator's key, or nil without one.
+func (c Controller) sign(s spec.Cluster) *contract.Intent {
+	if c.SignKey == nil {
+		return nil
+	}
+	return intent.Sign(c.SignKey, s)
 }
 
 // StartDeploy starts the cluster's deploy under its one workflow ID; a running deploy of
 // the same cluster is refused with *AlreadyRunningError.
 func (c Controller) StartDeploy(ctx context.Context, req workflows.DeployRequest) (client.WorkflowRun, error) {
 	id := contract.DeployWorkflowID(req.Spec.Name)
+	if req.Intent == nil {
+		req.Intent = c.sign(req.Spec)
+	}
 	run, err := c.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                contract.WorkflowQueue,
@@ -119,6 +135,8 @@ type Status struct {
 	Result *workflows.DeployResult
 	Err    error
 	Spec   *spec.Cluster
+	// Intent is the operator's signature the deploy carried, if any.
+	Intent *contract.Intent
 	// Supervision is the cluster supervisor's state (incidents), when one has run.
 	Supervision *workflows.Supervision
 	// Copies are the model copies in flight (model.sync), from their heartbeats.
@@ -208,8 +226,9 @@ func (c Controller) latest(ctx context.Context, cluster string) (Status, error) 
 			st.Result = &res
 		}
 	}
-	if s, err := c.deploySpec(ctx, id, st.RunID); err == nil {
-		st.Spec = &s
+	if req, err := c.deployRequest(ctx, id, st.RunID); err == nil {
+		s := req.Spec.WithDefaults()
+		st.Spec, st.Intent = &s, req.Intent
 	}
 	return st, nil
 }
@@ -258,11 +277,15 @@ func closedName(s enumspb.WorkflowExecutionStatus) string {
 // deploySpec reads the spec a deploy was started with from its first history event, so
 // `teardown CLUSTER` needs no spec file.
 func (c Controller) deploySpec(ctx context.Context, id, runID string) (spec.Cluster, error) {
+	req, err := c.deployRequest(ctx, id, runID)
+	return req.Spec.WithDefaults(), err
+}
+
+// deployRequest reads a deploy's input: its spec and the operator's signature.
+func (c Controller) deployRequest(ctx context.Context, id, runID string) (workflows.DeployRequest, error) {
 	var req workflows.DeployRequest
-	if err := c.firstInput(ctx, id, runID, &req); err != nil {
-		return spec.Cluster{}, err
-	}
-	return req.Spec.WithDefaults(), nil
+	err := c.firstInput(ctx, id, runID, &req)
+	return req, err
 }
 
 // firstInput decodes the input a workflow was started with (its first history event),
@@ -293,13 +316,22 @@ func (c Controller) firstInput(ctx context.Context, id, runID string, v any) err
 // Teardown stops the cluster: TeardownCluster stops the supervisor, pauses the schedule,
 // cancels a running deploy (its compensations remove what it started) and then removes
 // every container of the cluster on every node. s may be nil, in which case the spec of the
-// latest deploy is used. A teardown already running with the same spec is joined; one with
-// another spec is waited for, then this one runs (never a stale result).
+// latest deploy is used, with the signature it carried (SignKey, when set, signs the spec
+// torn down). A teardown already running with the same spec is joined; one with another
+// spec is waited for, then this one runs (never a stale result).
 func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluster) (workflows.TeardownResult, error) {
 	var res workflows.TeardownResult
 	id := contract.DeployWorkflowID(cluster)
-	if s == nil {
-		got, err := c.deploySpec(ctx, id, "")
+	var in *contract.Intent
+	if s != nil {
+		in = c.sign(*s)
+	} else {
+		req, err := c.deployRequest(ctx, id, "")
+		got := req.Spec.WithDefaults()
+		in = req.Intent
+		if c.SignKey != nil {
+			in = c.sign(got)
+		}
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {
 			// Never deployed: nothing of it can be running, so there is nothing to do.
@@ -319,7 +351,7 @@ func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluste
 			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 			WorkflowExecutionErrorWhenAlreadyStarted: true,
 			StaticSummary:                            "teardown " + cluster,
-		}, workflows.TeardownCluster, workflows.TeardownRequest{Spec: *s})
+		}, workflows.TeardownCluster, workflows.TeardownRequest{Spec: *s, Intent: in})
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		if errors.As(err, &started) {
 			running, rerr := c.teardownSpec(ctx, tid, started.RunId)

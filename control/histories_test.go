@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"crypto/ed25519"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -33,7 +35,10 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	if os.Getenv("TPDEPLOY_UPDATE_HISTORY") != "" {
 		dir = "../workflows/testdata"
 	}
-	ctl := Controller{Client: temporalClient}
+	// Signed, as an operator with a key deploys: the histories hold the intent in every
+	// acting request. (The fake agents do not verify it; the lab's agents do.)
+	key := historyKey
+	ctl := Controller{Client: temporalClient, SignKey: key}
 	recorded := map[string][2]string{} // file → workflow ID, run ID
 	record := func(file, id, runID string) {
 		writeHistory(t, ctx, id, runID, filepath.Join(dir, file))
@@ -44,7 +49,7 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	// 1000 checks to call that an incident), hears node b reboot and recovers.
 	s, f := cluster(t, "hist-a", "a", "b")
 	sup, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.SuperviseWorkflowID(s.Name), TaskQueue: contract.WorkflowQueue},
-		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: s, Unhealthy: 1000, CheckEvery: spec.Duration(time.Second)})
+		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: s, Intent: intent.Sign(key, s), Unhealthy: 1000, CheckEvery: spec.Duration(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +153,7 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	// A schedule's trigger for a cluster never deployed: it deploys as a child.
 	x, _ := cluster(t, "hist-x", "a", "b")
 	trig, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.RedeployWorkflowID(x.Name), TaskQueue: contract.WorkflowQueue},
-		workflows.RedeployCluster, workflows.RedeployRequest{Spec: x, Trigger: "schedule"})
+		workflows.RedeployCluster, workflows.RedeployRequest{Spec: x, Trigger: "schedule", Intent: intent.Sign(key, x)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +169,10 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 		}
 	}
 }
+
+// historyKey signs the recorded histories' deploys (fixed, so a re-recording differs from
+// the last only where the workflows do).
+var historyKey = ed25519.NewKeyFromSeed([]byte("tpdeploy histories operator key."))
 
 func terminateRunning(t *testing.T, ctx context.Context, workflowType string) {
 	t.Helper()

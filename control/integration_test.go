@@ -103,7 +103,7 @@ func cluster(t *testing.T, name string, agents ...string) (spec.Cluster, *fakeag
 
 func TestDeployCompletesOnDevServer(t *testing.T) {
 	s, f := cluster(t, "it-happy", "a", "b")
-	ctl := Controller{Client: temporalClient}
+	ctl := Controller{Client: temporalClient, SignKey: historyKey}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	run, err := ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "test"})

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/raygcs"
-	"github.com/tpdeploy/tpdeploy/readiness"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
@@ -129,13 +128,9 @@ func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
 	if st.Result == nil {
 		return "latest deploy ended " + st.Closed, false
 	}
-	served := ""
-	if st.Spec != nil {
-		served = st.Spec.Model.ServedName
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := readiness.Check(ctx, fetchOK, st.Result.Endpoint, served); err != nil {
+	if err := c.ready(ctx, st, st.Result.Endpoint); err != nil {
 		return err.Error(), false
 	}
 	plan := st.Result.Plan

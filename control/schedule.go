@@ -42,11 +42,11 @@ func (w When) spec() (client.ScheduleSpec, error) {
 	return client.ScheduleSpec{}, errors.New("give --every DURATION or --cron 'EXPRESSION'")
 }
 
-func redeployAction(s spec.Cluster) *client.ScheduleWorkflowAction {
+func (c Controller) redeployAction(s spec.Cluster) *client.ScheduleWorkflowAction {
 	return &client.ScheduleWorkflowAction{
 		ID:                    contract.RedeployWorkflowID(s.Name),
 		Workflow:              workflows.RedeployCluster,
-		Args:                  []any{workflows.RedeployRequest{Spec: s, Trigger: "schedule"}},
+		Args:                  []any{workflows.RedeployRequest{Spec: s, Trigger: "schedule", Intent: c.sign(s)}},
 		TaskQueue:             contract.WorkflowQueue,
 		WorkflowRunTimeout:    s.Timeouts.Serving.D() + 15*time.Minute,
 		TypedSearchAttributes: temporal.NewSearchAttributes(searchattr.ClusterName.ValueSet(s.Name)),
@@ -63,7 +63,7 @@ func (c Controller) Schedule(ctx context.Context, s spec.Cluster, w When) (creat
 	}
 	sc := c.Client.ScheduleClient()
 	_, err = sc.Create(ctx, client.ScheduleOptions{
-		ID: ScheduleID(s.Name), Spec: ss, Action: redeployAction(s),
+		ID: ScheduleID(s.Name), Spec: ss, Action: c.redeployAction(s),
 		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, PauseOnFailure: true,
 		Note: "created by starter schedule create",
 	})
@@ -77,7 +77,7 @@ func (c Controller) Schedule(ctx context.Context, s spec.Cluster, w When) (creat
 		DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
 			sched := in.Description.Schedule
 			sched.Spec = &ss
-			sched.Action = redeployAction(s)
+			sched.Action = c.redeployAction(s)
 			return &client.ScheduleUpdate{Schedule: &sched}, nil
 		},
 	})

@@ -36,7 +36,7 @@ func BenchmarkDataPlaneProof(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	ctl := control.Controller{Client: c}
+	ctl := control.Controller{Client: c, SignKey: l.SignKey}
 	var proofs, deploys []time.Duration
 	for range benchPairs() {
 		s := benchSpec(b, "bench-proof")

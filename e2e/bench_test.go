@@ -70,7 +70,7 @@ func deployTimed(b *testing.B, s spec.Cluster) (time.Duration, string, time.Dura
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	run, err := control.Controller{Client: tc}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
+	run, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func BenchmarkDeployVsScript(b *testing.B) {
 	} {
 		s := benchSpec(b, "bench-"+ex.executor)
 		s.Executor = ex.executor
-		ctl := control.Controller{Client: tc}
+		ctl := control.Controller{Client: tc, SignKey: theLab.SignKey}
 		var wf, script, reads []time.Duration
 		var lastRun string
 		for i := 0; i < benchPairs(); i++ {
@@ -193,7 +193,7 @@ func BenchmarkSeedFailure1(b *testing.B) {
 	for i := 0; i < benchPairs(); i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		start := time.Now()
-		run, err := control.Controller{Client: tc}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
+		run, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -218,7 +218,9 @@ func BenchmarkSeedFailure1(b *testing.B) {
 func BenchmarkSupervisorHealthyEvents(b *testing.B) {
 	s := benchSpec(b, "bench-quiet")
 	deployOnce(b, s)
-	defer func() { _, _ = (control.Controller{Client: tc}).Teardown(context.Background(), s.Name, nil) }()
+	defer func() {
+		_, _ = (control.Controller{Client: tc, SignKey: theLab.SignKey}).Teardown(context.Background(), s.Name, nil)
+	}()
 	ctx := context.Background()
 	id := contract.SuperviseWorkflowID(s.Name)
 	// The deploy's supervisor (1 h cycle) gives way to one with a 30 s cycle.
@@ -230,7 +232,7 @@ func BenchmarkSupervisorHealthyEvents(b *testing.B) {
 	cancel()
 	cycle := 30 * time.Second
 	run, err := tc.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: "tpdeploy"},
-		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: s, WatchFor: spec.Duration(cycle)})
+		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: s, Intent: theLab.Sign(s), WatchFor: spec.Duration(cycle)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -268,7 +270,7 @@ func BenchmarkModelSync(b *testing.B) {
 			b.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		run, err := control.Controller{Client: tc}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
+		run, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -282,7 +284,7 @@ func BenchmarkModelSync(b *testing.B) {
 			b.Fatalf("copies %+v", res.ModelCopies)
 		}
 		mbps = append(mbps, res.ModelCopies[0].MBps)
-		_, _ = (control.Controller{Client: tc}).Teardown(context.Background(), s.Name, nil)
+		_, _ = (control.Controller{Client: tc, SignKey: theLab.SignKey}).Teardown(context.Background(), s.Name, nil)
 	}
 	slices.Sort(mbps)
 	b.ReportMetric(mbps[1], "MB/s")

@@ -49,7 +49,7 @@ func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(cctx, starter, args...)
-		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+l.Temporal)
+		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+l.Temporal, "TPDEPLOY_SIGN_KEY_FILE="+l.SignKeyFile)
 		out, err := cmd.CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); ok {
 			return string(out), ee.ExitCode()

@@ -126,7 +126,7 @@ func runStarter(t *testing.T, args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, starter, args...)
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+theLab.Temporal)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+theLab.Temporal, "TPDEPLOY_SIGN_KEY_FILE="+theLab.SignKeyFile)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -169,7 +169,7 @@ func finishCluster(t *testing.T, cluster string) {
 	if len(left) > 0 || clusterActive(cluster) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if _, err := (control.Controller{Client: tc}).Teardown(ctx, cluster, nil); err != nil {
+		if _, err := (control.Controller{Client: tc, SignKey: theLab.SignKey}).Teardown(ctx, cluster, nil); err != nil {
 			t.Logf("teardown of %s after the test: %v", cluster, err)
 		}
 	}
@@ -242,7 +242,7 @@ func TestExternalOnlySubnetRefusedAtPlanning(t *testing.T) {
 
 func deployFor(t *testing.T, s spec.Cluster) tclient.WorkflowRun {
 	t.Helper()
-	run, err := control.Controller{Client: tc}.StartDeploy(context.Background(), workflows.DeployRequest{Spec: s, Trigger: "test", ReportEvery: spec.Duration(time.Second)})
+	run, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.StartDeploy(context.Background(), workflows.DeployRequest{Spec: s, Trigger: "test", ReportEvery: spec.Duration(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func waitPhase(t *testing.T, run tclient.WorkflowRun, phase string) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	st, _ := control.Controller{Client: tc}.Status(context.Background(), strings.TrimPrefix(run.GetID(), contract.DeployWorkflowID("")))
+	st, _ := control.Controller{Client: tc, SignKey: theLab.SignKey}.Status(context.Background(), strings.TrimPrefix(run.GetID(), contract.DeployWorkflowID("")))
 	t.Fatalf("deploy never reached %s within 2 min: last progress %+v; state %s: %s", phase, last, st.State.Phase, st.State.Details)
 }
 
@@ -380,13 +380,13 @@ func TestAgentRestartDuringLoading(t *testing.T) {
 	defer cancel()
 	var res workflows.DeployResult
 	if err := run.Get(ctx, &res); err != nil {
-		st, _ := control.Controller{Client: tc}.Status(context.Background(), s.Name)
+		st, _ := control.Controller{Client: tc, SignKey: theLab.SignKey}.Status(context.Background(), s.Name)
 		t.Fatalf("deploy after agent restart: %v (state: %+v)", control.Reason(err), st.State)
 	}
 	if got := containersOf(t, s.Name); len(got) != 2 {
 		t.Errorf("containers %v, want exactly the ray head and worker", got)
 	}
-	if _, err := (control.Controller{Client: tc}).Teardown(context.Background(), s.Name, nil); err != nil {
+	if _, err := (control.Controller{Client: tc, SignKey: theLab.SignKey}).Teardown(context.Background(), s.Name, nil); err != nil {
 		t.Fatal(err)
 	}
 }

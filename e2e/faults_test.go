@@ -371,7 +371,7 @@ func (c *cell) steadyOutcome(t *testing.T) {
 	if ok && inc.Outcome == "left to the running deploy" {
 		// A deploy another trigger started is the recovery: it must end serving.
 		eventually(t, 4*time.Minute, "the running deploy ends", func() bool {
-			st, err := control.Controller{Client: tc}.Status(context.Background(), c.spec.Name)
+			st, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.Status(context.Background(), c.spec.Name)
 			return err == nil && !st.Running
 		})
 		if endpointServes(t, c.spec) == nil {
@@ -402,7 +402,7 @@ func (c *cell) steadyOutcome(t *testing.T) {
 	}
 	// Let a redeploy the triggers started end before counting.
 	eventually(t, 4*time.Minute, "no deploy running", func() bool {
-		st, err := control.Controller{Client: tc}.Status(context.Background(), c.spec.Name)
+		st, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.Status(context.Background(), c.spec.Name)
 		return err == nil && !st.Running
 	})
 	if strings.HasPrefix(c.res.Outcome, "degraded") || strings.HasPrefix(c.res.Outcome, "not serving") {
@@ -512,7 +512,7 @@ func (c *cell) check(t *testing.T) {
 // Start Workflow form, the supervisor's redeploy, and `starter deploy`.
 func (c *cell) triggerAll(t *testing.T) {
 	ctx := context.Background()
-	ctl := control.Controller{Client: tc}
+	ctl := control.Controller{Client: tc, SignKey: theLab.SignKey}
 	if _, err := ctl.Schedule(ctx, c.spec, control.When{Every: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +528,7 @@ func (c *cell) triggerAll(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		_, _ = tc.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: contract.DeployWorkflowID(c.spec.Name), TaskQueue: "tpdeploy"},
-			workflows.DeployCluster, workflows.DeployRequest{Spec: c.spec, Trigger: "ui"})
+			workflows.DeployCluster, workflows.DeployRequest{Spec: c.spec, Trigger: "ui", Intent: theLab.Sign(c.spec)})
 	}()
 	go func() {
 		defer wg.Done()

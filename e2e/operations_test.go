@@ -34,7 +34,7 @@ func deployServing(t *testing.T, s spec.Cluster) {
 
 func teardown(t *testing.T, cluster string) {
 	t.Helper()
-	if _, err := (control.Controller{Client: tc}).Teardown(context.Background(), cluster, nil); err != nil {
+	if _, err := (control.Controller{Client: tc, SignKey: theLab.SignKey}).Teardown(context.Background(), cluster, nil); err != nil {
 		t.Errorf("teardown: %v", err)
 	}
 }
@@ -60,7 +60,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 }
 
 func endpointServes(t *testing.T, s spec.Cluster) error {
-	return control.CheckEndpoint(context.Background(), fmt.Sprintf("http://%s:%d", theLab.Nodes[0].Fast, s.Ports.VLLM), s.Model.ServedName)
+	return control.CheckEndpoint(context.Background(), fmt.Sprintf("http://%s:%d", theLab.Nodes[0].Fast, s.Ports.VLLM), s.Model.ServedName, "")
 }
 
 // `docker restart node-b` while serving: the supervisor notices (node-b's agent reports a
@@ -135,7 +135,7 @@ func TestScheduleNoopThenRedeploy(t *testing.T) {
 	s := labSpec(t, "e2e-sched")
 	deployServing(t, s)
 	defer teardown(t, s.Name)
-	ctl := control.Controller{Client: tc}
+	ctl := control.Controller{Client: tc, SignKey: theLab.SignKey}
 	if created, err := ctl.Schedule(context.Background(), s, control.When{Every: 4 * time.Second}); err != nil || !created {
 		t.Fatalf("schedule: created %v, %v", created, err)
 	}
@@ -224,7 +224,7 @@ func TestConcurrentTriggersMakeOneDeploy(t *testing.T) {
 	eventually(t, 30*time.Second, "the supervisor runs", func() bool { _, ok := supervision(t, s.Name); return ok })
 	changed := s
 	changed.Model.ExtraArgs = []string{"--max-model-len", "1024"}
-	ctl := control.Controller{Client: tc}
+	ctl := control.Controller{Client: tc, SignKey: theLab.SignKey}
 	if _, err := ctl.Schedule(context.Background(), changed, control.When{Every: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestConcurrentTriggersMakeOneDeploy(t *testing.T) {
 	go func() {
 		// What the UI's Start Workflow form does: DeployCluster under the cluster's ID.
 		_, err := tc.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: contract.DeployWorkflowID(s.Name), TaskQueue: "tpdeploy"},
-			workflows.DeployCluster, workflows.DeployRequest{Spec: changed, Trigger: "ui"})
+			workflows.DeployCluster, workflows.DeployRequest{Spec: changed, Trigger: "ui", Intent: theLab.Sign(changed)})
 		errs <- err
 	}()
 	go func() {

@@ -159,7 +159,7 @@ func TestFailedChangedDeployRollsBack(t *testing.T) {
 		if t.Failed() {
 			sv, _ := supervision(t, s.Name)
 			t.Logf("supervisor's incidents: %+v", sv.Incidents)
-			if st, err := (control.Controller{Client: tc}).Status(context.Background(), s.Name); err == nil {
+			if st, err := (control.Controller{Client: tc, SignKey: theLab.SignKey}).Status(context.Background(), s.Name); err == nil {
 				t.Logf("latest deploy: running %v, closed %q, err %v, phase %s: %s", st.Running, st.Closed, st.Err, st.State.Phase, st.State.Details)
 			}
 		}

@@ -39,7 +39,8 @@ func TestStartFromTheTemporalUI(t *testing.T) {
 	}
 	s := labSpec(t, "e2e-ui")
 	defer teardown(t, s.Name)
-	in, err := json.Marshal(workflows.DeployRequest{Spec: s, Trigger: "ui"})
+	// The lab's agents want a signed spec: the input is what `starter sign` prints.
+	in, err := json.Marshal(workflows.DeployRequest{Spec: s, Trigger: "ui", Intent: theLab.Sign(s)})
 	if err != nil {
 		t.Fatal(err)
 	}

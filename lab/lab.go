@@ -9,6 +9,7 @@ package lab
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net"
@@ -107,6 +108,9 @@ type Config struct {
 	// FaultProxies puts a fault proxy (lab/faultproxy) between each node's agent and the
 	// Docker engine, so a test can fail, hang or hold that node's engine calls.
 	FaultProxies bool
+	// Unsigned starts agents that trust no operator key (no trusted_keys): they act on
+	// unsigned requests, as an agent whose policy sets none. The lab's key is made anyway.
+	Unsigned bool
 	// Release names the modelled vLLM release (Releases) the lab's deploys run: Lab.Image
 	// is its image. Empty is DefaultRelease. Every release's image is built and allowed on
 	// every node either way.
@@ -135,8 +139,17 @@ type Lab struct {
 	// nodes; UI is its Web UI.
 	Temporal, UI string
 	Nodes        []Node
-	eng          *client.Client
-	proxies      map[string]*faultproxy.Proxy
+	// APIKey is the value every node's agent holds as VLLM_API_KEY (random per lab): a
+	// spec with secrets.api_key {env: VLLM_API_KEY} has vLLM require it.
+	APIKey string
+	// SignKey is the lab operator's signing key (SignKeyFile holds it): every node's agent
+	// trusts TrustedKey, its public key, so the lab deploys only signed specs, as a
+	// production fleet with trusted_keys does. Config.Unsigned leaves trust off.
+	SignKey     ed25519.PrivateKey
+	SignKeyFile string
+	TrustedKey  string
+	eng         *client.Client
+	proxies     map[string]*faultproxy.Proxy
 }
 
 // Proxy is the fault proxy in front of a node's engine (Config.FaultProxies), or nil.
@@ -240,7 +253,7 @@ func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config)
 	if cfg.Topology != "" && cfg.Topology != TopologySpark {
 		return nil, fmt.Errorf("lab: no topology %q (empty or %q)", cfg.Topology, TopologySpark)
 	}
-	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng, Topology: cfg.Topology}
+	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng, Topology: cfg.Topology, APIKey: "sk-lab-" + randomHex(16)}
 	if err := l.networks(ctx, cfg.Index); err != nil {
 		_ = Down(ctx, eng, cfg.Prefix)
 		return nil, err
@@ -318,6 +331,9 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 	if err := os.MkdirAll(state, 0o755); err != nil {
 		return fmt.Errorf("lab state: %w", err)
 	}
+	if err := l.operatorKey(state); err != nil {
+		return err
+	}
 	if withTemporal {
 		err := l.run(ctx, l.Prefix+"-temporal", &container.Config{
 			Image: TemporalImage, Labels: map[string]string{LabelLab: l.Prefix},
@@ -349,8 +365,14 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			// The simulator's own settings (pacing, faults) are node env like NCCL_DEBUG.
 			"TPDEPLOY_ALLOW_ENV=TPDEPLOY_SIM_*",
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
+			// vLLM's API key, for specs with secrets.api_key {env: VLLM_API_KEY}.
+			"VLLM_API_KEY=" + l.APIKey,
 			// Every agent exports its metrics on the management network, as on a fleet.
 			"TPDEPLOY_METRICS_ADDR=:" + strconv.Itoa(MetricsPort),
+		}
+		if !cfg.Unsigned {
+			// The lab operator's public key: these agents act only on specs it signed.
+			env = append(env, "TPDEPLOY_TRUSTED_KEYS="+l.TrustedKey)
 		}
 		if i > 0 {
 			env = append(env, "TPDEPLOY_LAB_NO_DEFAULT_ROUTE=1")

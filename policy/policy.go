@@ -13,6 +13,11 @@
 //	secret_dirs: [/etc/tpdeploy/secrets]
 //	secret_env: [HF_TOKEN]
 //	rdma_devices: planned   # or none: map no /dev/infiniband/uverbsN into containers
+//	trusted_keys: [{id: alice, ed25519: "BASE64 of 32 bytes"}]
+//
+// With trusted_keys set, the agent acts (containers, vLLM, model files, removals) only on
+// requests carrying a spec signed by one of those keys (package intent), and only as that
+// spec says; without, it checks requests against the rest of the policy alone.
 //
 // Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports,
 // --allow-env, --allow-secret-dir, --allow-secret-env) add to the file's lists (or to the
@@ -28,6 +33,7 @@
 package policy
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net/url"
@@ -40,6 +46,7 @@ import (
 	"github.com/distribution/reference"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -81,6 +88,7 @@ const (
 	SettingSecretDirs  = "secret_dirs"
 	SettingSecretEnv   = "secret_env"
 	SettingRDMA        = "rdma_devices"
+	SettingTrustedKeys = "trusted_keys"
 
 	FlagImage      = "--allow-image"
 	FlagMount      = "--allow-mount"
@@ -89,6 +97,7 @@ const (
 	FlagEnv        = "--allow-env"
 	FlagSecretDir  = "--allow-secret-dir"
 	FlagSecretEnv  = "--allow-secret-env"
+	FlagTrustKey   = "--trust-key"
 	FlagRDMA       = "--rdma-devices"
 )
 
@@ -112,6 +121,9 @@ type Policy struct {
 	SecretEnv   []string // agent variables secret references may name, exactly
 	// RDMA is RDMAPlanned or RDMANone.
 	RDMA string
+	// TrustedKeys are the operators' public keys; set, every acting request must carry a
+	// spec one of them signed.
+	TrustedKeys []TrustedKey
 	// File is the policy file an operator edits to change it (DefaultFile when none was read).
 	File  string
 	ports []portRange
@@ -128,17 +140,33 @@ type Overrides struct {
 	SecretEnv   []string
 	// RDMA, when set, replaces the file's rdma_devices.
 	RDMA string
+	// TrustedKeys are "ID=BASE64" or "BASE64" (the ID is then the key's fingerprint).
+	TrustedKeys []string
+}
+
+// TrustedKey is an operator's public key; ID is the operator's name for it (in logs and
+// refusals), the key itself is matched by its fingerprint (intent.KeyID).
+type TrustedKey struct {
+	ID  string            `json:"id,omitempty"`
+	Key ed25519.PublicKey `json:"-"`
+}
+
+// trustedKeyEntry is a trusted_keys entry of the file.
+type trustedKeyEntry struct {
+	ID      string `json:"id"`
+	Ed25519 string `json:"ed25519"`
 }
 
 type file struct {
-	Images      *[]string `json:"allowed_images"`
-	Mounts      *[]string `json:"allowed_mounts"`
-	DockerHosts *[]string `json:"allowed_docker_hosts"`
-	Ports       *[]string `json:"allowed_ports"`
-	Env         *[]string `json:"allowed_env"`
-	SecretDirs  *[]string `json:"secret_dirs"`
-	SecretEnv   *[]string `json:"secret_env"`
-	RDMA        *string   `json:"rdma_devices"`
+	Images      *[]string         `json:"allowed_images"`
+	Mounts      *[]string         `json:"allowed_mounts"`
+	DockerHosts *[]string         `json:"allowed_docker_hosts"`
+	Ports       *[]string         `json:"allowed_ports"`
+	Env         *[]string         `json:"allowed_env"`
+	SecretDirs  *[]string         `json:"secret_dirs"`
+	SecretEnv   *[]string         `json:"secret_env"`
+	RDMA        *string           `json:"rdma_devices"`
+	TrustedKeys []trustedKeyEntry `json:"trusted_keys"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -231,6 +259,30 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		if e == "" || strings.ContainsAny(e, "*?[= ") {
 			problems = append(problems, fmt.Errorf("%s: %q is not a variable name", SettingSecretEnv, e))
 		}
+	}
+	entries := append([]trustedKeyEntry{}, f.TrustedKeys...)
+	for _, o := range add.TrustedKeys {
+		for _, one := range strings.Split(o, ",") {
+			if one = strings.TrimSpace(one); one == "" {
+				continue
+			}
+			id, key, ok := strings.Cut(one, "=")
+			if !ok || key == "" {
+				id, key = "", one // a bare key: base64 of 32 bytes ends in its one '='
+			}
+			entries = append(entries, trustedKeyEntry{ID: id, Ed25519: key})
+		}
+	}
+	for _, e := range entries {
+		pub, err := intent.ParsePublicKey(e.Ed25519)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%s: %w", SettingTrustedKeys, err))
+			continue
+		}
+		if e.ID == "" {
+			e.ID = intent.KeyID(pub)
+		}
+		p.TrustedKeys = append(p.TrustedKeys, TrustedKey{ID: e.ID, Key: pub})
 	}
 	for i, h := range p.DockerHosts {
 		norm, err := normalizeDockerHost(h)
@@ -491,4 +543,29 @@ func normalizeDockerHost(h string) (string, error) {
 		return strings.TrimSuffix(h, "/"), nil
 	}
 	return "", fmt.Errorf("%q: scheme must be unix, tcp or ssh", h)
+}
+
+// Enforced says whether the policy trusts only signed specs (trusted_keys is set).
+func (p Policy) Enforced() bool { return len(p.TrustedKeys) > 0 }
+
+// TrustedKey returns the trusted key whose fingerprint is keyID.
+func (p Policy) TrustedKey(keyID string) (TrustedKey, bool) {
+	for _, k := range p.TrustedKeys {
+		if intent.KeyID(k.Key) == keyID {
+			return k, true
+		}
+	}
+	return TrustedKey{}, false
+}
+
+// TrustedKeyNames are the trusted keys as "ID (FINGERPRINT)", for logs and refusals.
+func (p Policy) TrustedKeyNames() []string {
+	out := make([]string, len(p.TrustedKeys))
+	for i, k := range p.TrustedKeys {
+		out[i] = k.ID
+		if id := intent.KeyID(k.Key); id != k.ID {
+			out[i] += " (" + id + ")"
+		}
+	}
+	return out
 }

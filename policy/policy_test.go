@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tpdeploy/tpdeploy/intent"
 )
 
 func TestDefaults(t *testing.T) {
@@ -249,5 +251,37 @@ func TestRDMADevices(t *testing.T) {
 	}
 	if _, err := Parse([]byte("rdma_devices: all\n"), "x", Overrides{}); err == nil {
 		t.Fatal("accepted rdma_devices: all")
+	}
+}
+
+// trusted_keys: entries of the file and of --trust-key (ID=KEY or a bare key) are parsed,
+// matched by fingerprint, and a bad key refuses the policy; none means not enforced.
+func TestTrustedKeys(t *testing.T) {
+	if Default().Enforced() {
+		t.Fatal("the default policy requires signed specs")
+	}
+	a, _, _ := intent.GenerateKey()
+	b, _, _ := intent.GenerateKey()
+	yaml := "trusted_keys: [{id: alice, ed25519: \"" + intent.PublicKeyString(a) + "\"}]\n"
+	p, err := Parse([]byte(yaml), "p.yaml", Overrides{TrustedKeys: []string{intent.PublicKeyString(b)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Enforced() || len(p.TrustedKeys) != 2 {
+		t.Fatalf("trusted keys %v", p.TrustedKeyNames())
+	}
+	if k, ok := p.TrustedKey(intent.KeyID(a)); !ok || k.ID != "alice" {
+		t.Errorf("alice's key: %+v %v", k, ok)
+	}
+	if k, ok := p.TrustedKey(intent.KeyID(b)); !ok || k.ID != intent.KeyID(b) {
+		t.Errorf("the flag's key: %+v %v", k, ok)
+	}
+	if p, err := Parse(nil, "p.yaml", Overrides{TrustedKeys: []string{"bob=" + intent.PublicKeyString(b)}}); err != nil || p.TrustedKeys[0].ID != "bob" {
+		t.Errorf("ID=KEY: %+v %v", p.TrustedKeys, err)
+	}
+	for _, bad := range []string{"trusted_keys: [{id: x, ed25519: c2hvcnQ=}]\n", "trusted_keys: [{id: x}]\n"} {
+		if _, err := Parse([]byte(bad), "p.yaml", Overrides{}); err == nil || !strings.Contains(err.Error(), "trusted_keys") {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }

@@ -17,7 +17,9 @@ up() {
   bin/labctl up --prefix "$PREFIX" --temporal bin/temporal | tee "$DATA/lab.env"
   TEMPORAL_ADDRESS=$(sed -n 's/^TEMPORAL_ADDRESS=//p' "$DATA/lab.env")
   UI=$(sed -n 's/^TEMPORAL_UI=//p' "$DATA/lab.env")
-  export TEMPORAL_ADDRESS
+  # The lab's agents trust only specs signed by the lab operator's key (trusted_keys).
+  TPDEPLOY_SIGN_KEY_FILE=$(sed -n 's/^TPDEPLOY_SIGN_KEY_FILE=//p' "$DATA/lab.env")
+  export TEMPORAL_ADDRESS TPDEPLOY_SIGN_KEY_FILE
   sleep 2 # the agents connect
 
   echo

@@ -150,6 +150,10 @@ func (p Ports) MasterPort() int {
 // Secrets are references resolved on the node, never values.
 type Secrets struct {
 	HFToken *SecretRef `json:"hf_token,omitempty"`
+	// APIKey is vLLM's API key (VLLM_API_KEY in the environment of vLLM's process on the
+	// head): with one, vLLM answers /v1/* only with `Authorization: Bearer KEY`, and
+	// tpdeploy's readiness checks send it, resolved by the head's agent.
+	APIKey *SecretRef `json:"api_key,omitempty"`
 }
 
 // SecretRef names where a node agent finds a secret: an environment variable of the agent
@@ -427,13 +431,20 @@ func (c Cluster) WorldSize() int { return c.Parallel.Tensor * max(c.Parallel.Pip
 // Hash is a stable digest of the defaulted spec; equal specs have equal hashes, so a
 // container labelled with it can be adopted instead of replaced.
 func (c Cluster) Hash() string {
+	sum := sha256.Sum256(c.Canonical())
+	return hex.EncodeToString(sum[:8])
+}
+
+// Canonical is the defaulted spec's JSON, the one encoding of a spec: what Hash digests and
+// what an operator signs (package intent). encoding/json writes struct fields in their
+// order and map keys sorted, so equal specs give equal bytes.
+func (c Cluster) Canonical() []byte {
 	b, err := json.Marshal(c.WithDefaults())
 	if err != nil {
 		// Cluster holds only strings, numbers, slices and maps: Marshal cannot fail.
-		panic(fmt.Sprintf("spec: marshal for hash: %v", err))
+		panic(fmt.Sprintf("spec: marshal: %v", err))
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
+	return b
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s", "2m") in YAML and JSON.

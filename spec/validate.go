@@ -119,16 +119,23 @@ func (c Cluster) Validate() error {
 	if c.HFCache != "" && !strings.HasPrefix(c.HFCache, "/") {
 		v.add("hf_cache", fmt.Sprintf("%q must be an absolute path on the node", c.HFCache))
 	}
-	if ref := c.Secrets.HFToken; ref != nil {
+	for _, sr := range []struct {
+		field string
+		ref   *SecretRef
+	}{{"secrets.hf_token", c.Secrets.HFToken}, {"secrets.api_key", c.Secrets.APIKey}} {
+		ref := sr.ref
+		if ref == nil {
+			continue
+		}
 		switch {
 		case ref.Env == "" && ref.File == "":
-			v.add("secrets.hf_token", "set exactly one of env (a variable of the node agent) or file (a path on the node)")
+			v.add(sr.field, "set exactly one of env (a variable of the node agent) or file (a path on the node)")
 		case ref.Env != "" && ref.File != "":
-			v.add("secrets.hf_token", "set only one of env and file")
+			v.add(sr.field, "set only one of env and file")
 		case ref.Env != "" && !envKeyRE.MatchString(ref.Env):
-			v.add("secrets.hf_token.env", fmt.Sprintf("%q is not an environment variable name (give the name, not the token)", ref.Env))
+			v.add(sr.field+".env", fmt.Sprintf("%q is not an environment variable name (give the name, not the secret)", ref.Env))
 		case ref.File != "" && !strings.HasPrefix(ref.File, "/"):
-			v.add("secrets.hf_token.file", fmt.Sprintf("%q must be an absolute path on the node", ref.File))
+			v.add(sr.field+".file", fmt.Sprintf("%q must be an absolute path on the node", ref.File))
 		}
 	}
 	switch c.ImageMismatch {
@@ -204,8 +211,11 @@ func (v *validator) model(m Model) {
 		}
 		if name := "--" + strings.ReplaceAll(strings.TrimLeft(flag, "-"), "_", "-"); strings.HasPrefix(flag, "--") && secretArgs[name] {
 			hint := secretsPointer
-			if name == "--hf-token" {
+			switch name {
+			case "--hf-token":
 				hint = "secret values do not belong in the spec, which Temporal's history records; use secrets.hf_token with env or file"
+			case "--api-key":
+				hint = "secret values do not belong in the spec, which Temporal's history records; use secrets.api_key with env or file"
 			}
 			v.add(fmt.Sprintf("model.extra_args[%d]", i), fmt.Sprintf("%s: %s", flag, hint))
 		}
@@ -300,6 +310,8 @@ func (v *validator) nodes(nodes []Node) {
 				v.add(field, "is set per node from "+plannedEnv[k])
 			case secretEnv[k]:
 				v.add(field, "secret values do not belong in the spec; use secrets.hf_token with env or file")
+			case k == "VLLM_API_KEY":
+				v.add(field, "secret values do not belong in the spec; use secrets.api_key with env or file")
 			case secretLooking(k):
 				v.add(field, "looks like a secret: "+secretsPointer)
 			}

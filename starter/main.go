@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/connect"
 	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/logging"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -34,12 +36,18 @@ Commands:
   schedule list [--json] | pause CLUSTER | unpause CLUSTER | delete CLUSTER
   codec-server --codec-key-file FILE [--addr 127.0.0.1:8081] [--ui-origin URL]
                                   decrypt payloads for the Temporal UI and CLI (their codec endpoint)
+  keygen -o FILE                  write a new operator signing key (ed25519, mode 0600); print its
+                                  public key for the agents' trusted_keys
+  sign -f spec.yaml --sign-key-file FILE
+                                  print the Start Workflow input (JSON) of a signed deploy, for the UI
 
 Every command takes the connection flags --address, --namespace, --api-key, --tls,
 --tls-cert-path, --tls-key-path, --tls-ca-path, --tls-server-name, --profile, --config-file
 (or the Temporal CLI's environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
 TEMPORAL_TLS_*, TEMPORAL_PROFILE, TEMPORAL_CONFIG_FILE), --codec-key-file (env
-TEMPORAL_CODEC_KEY_FILE) when the agents encrypt payloads, and --help.
+TEMPORAL_CODEC_KEY_FILE) when the agents encrypt payloads, --sign-key-file (env
+TPDEPLOY_SIGN_KEY_FILE) to sign the spec of deploys, schedules and teardowns with the
+operator's key (required by agents whose policy sets trusted_keys), and --help.
 Exit status: 0 on success, 1 with a one-line reason on failure, 2 on usage errors.
 `
 
@@ -84,6 +92,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdSchedule(ctx, rest, stdout, stderr)
 	case "codec-server":
 		return cmdCodecServer(ctx, rest, stdout, stderr)
+	case "keygen":
+		return cmdKeygen(rest, stdout, stderr)
+	case "sign":
+		return cmdSign(rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "starter: unknown command %q\n\n%s", cmd, usage)
 		return errUsage
@@ -94,6 +106,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type command struct {
 	fs   *flag.FlagSet
 	conn connect.Options
+	// signKeyFile is the operator's signing key (--sign-key-file, TPDEPLOY_SIGN_KEY_FILE).
+	signKeyFile string
 }
 
 func newCommand(name, synopsis string, stderr io.Writer) *command {
@@ -104,7 +118,25 @@ func newCommand(name, synopsis string, stderr io.Writer) *command {
 		c.fs.PrintDefaults()
 	}
 	c.conn.Register(c.fs)
+	c.fs.StringVar(&c.signKeyFile, "sign-key-file", connect.EnvOr("TPDEPLOY_SIGN_KEY_FILE", ""),
+		"the operator's ed25519 key (starter keygen): deploys, schedules and teardowns carry the spec signed with it, which agents with trusted_keys require (env TPDEPLOY_SIGN_KEY_FILE)")
 	return c
+}
+
+// signKey reads the operator's signing key, or nil when none is given.
+func (c *command) signKey() (ed25519.PrivateKey, error) {
+	if c.signKeyFile == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(c.signKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("signing key: %w", err)
+	}
+	k, err := intent.ParsePrivateKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s: %w", c.signKeyFile, err)
+	}
+	return k, nil
 }
 
 // parse parses flags; positional arguments may come before or after flags.
@@ -144,6 +176,10 @@ func (c *command) controller() (control.Controller, func(), error) {
 	if err != nil {
 		return control.Controller{}, nil, err
 	}
+	key, err := c.signKey()
+	if err != nil {
+		return control.Controller{}, nil, err
+	}
 	opts, err := c.conn.ClientOptions(nil)
 	if err != nil {
 		return control.Controller{}, nil, err
@@ -152,7 +188,7 @@ func (c *command) controller() (control.Controller, func(), error) {
 	if err != nil {
 		return control.Controller{}, nil, err
 	}
-	return control.Controller{Client: cl, DataConverter: opts.DataConverter}, cl.Close, nil
+	return control.Controller{Client: cl, DataConverter: opts.DataConverter, SignKey: key}, cl.Close, nil
 }
 
 // specAndController reads and validates the spec before connecting, so bad input is

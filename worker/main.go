@@ -89,6 +89,7 @@ func run(ctx context.Context, args []string) error {
 		{&allow.Env, "allow-env", "TPDEPLOY_ALLOW_ENV", "also allow node env variables matching this glob, e.g. 'SITE_*' (repeatable; code-executing ones such as LD_PRELOAD are never allowed)"},
 		{&allow.SecretDirs, "allow-secret-dir", "TPDEPLOY_ALLOW_SECRET_DIRS", "also allow secret files under this directory (repeatable; default policy: /etc/tpdeploy/secrets)"},
 		{&allow.SecretEnv, "allow-secret-env", "TPDEPLOY_ALLOW_SECRET_ENV", "also allow secret references to this agent variable (repeatable; default policy: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, VLLM_API_KEY)"},
+		{&allow.TrustedKeys, "trust-key", "TPDEPLOY_TRUSTED_KEYS", "also trust specs signed by this operator key, ID=BASE64 or BASE64 as `starter keygen` prints it (repeatable); with any trusted key, the agent acts only on signed specs"},
 	} {
 		_ = (*listFlag)(f.list).Set(os.Getenv(f.env))
 		fs.Var((*listFlag)(f.list), f.name, f.usage+" (env "+f.env+")")
@@ -126,7 +127,12 @@ func run(ctx context.Context, args []string) error {
 	z.Info("node policy", zap.String("file", nodePolicy.File), zap.Strings("allowed_images", nodePolicy.Images),
 		zap.Strings("allowed_mounts", nodePolicy.Mounts), zap.Strings("allowed_docker_hosts", nodePolicy.DockerHosts),
 		zap.Strings("allowed_ports", nodePolicy.Ports), zap.Strings("allowed_env", nodePolicy.Env),
-		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA))
+		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA),
+		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()))
+	if !nodePolicy.Enforced() {
+		z.Warn("no trusted_keys in the node policy: this agent acts on unsigned requests from anyone who can start a workflow in the namespace, within the rest of its policy; set trusted_keys (docs/security.md)",
+			zap.String("file", nodePolicy.File))
+	}
 
 	live := &metrics.Liveness{}
 	live.Set(false, "starting")
@@ -164,7 +170,8 @@ func run(ctx context.Context, args []string) error {
 	workflows.RegisterAll(wf)
 	nodeWorker := worker.New(c, contract.NodeQueue(*node), workerOpts)
 	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, SysRoot: *sysRoot, Containers: ctr, Policy: &nodePolicy}
-	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter}})
+	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter},
+		APIKey: activities.EndpointKey(agent)})
 
 	if err := wf.Start(); err != nil {
 		return fmt.Errorf("start workflow worker: %w", err)

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,11 @@ import (
 // Workflow form accepts as it is.
 type DeployRequest struct {
 	Spec spec.Cluster `json:"spec"`
+	// Intent is the operator's signature of Spec (package intent, `starter --sign-key-file`),
+	// passed unchanged in every request that makes an agent act; agents whose policy sets
+	// trusted_keys refuse requests without it. Redeploys, schedules and recoveries of the
+	// spec carry the same one.
+	Intent *contract.Intent `json:"intent,omitempty"`
 	// Trigger says who started the deploy (cli, ui, schedule, recovery); for the record only.
 	Trigger string `json:"trigger,omitempty"`
 	// ReportEvery is how often the serving watch reports progress to the workflow
@@ -341,7 +347,7 @@ func (d *deployment) preflight(ctx workflow.Context) error {
 		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
 			return workflow.ExecuteActivity(d.onNode(ctx, node, "preflight "+node, o), contract.ActivityPreflightNode,
-				contract.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec})
+				contract.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec, Intent: d.req.Intent})
 		}, func(string, contract.PreflightResult) {})
 		if err != nil {
 			return err
@@ -401,7 +407,7 @@ func (d *deployment) removeOnNode(node, role string) {
 		}
 		actx := d.onNode(ctx, node, fmt.Sprintf("remove %s on %s", role, node), cleanupStep(d.spec))
 		err := workflow.ExecuteActivity(actx, contract.ActivityRemoveContainers, contract.RemoveRequest{
-			Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name, Roles: []string{role},
+			Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name, Roles: []string{role}, Intent: d.req.Intent,
 		}).Get(ctx, nil)
 		if err != nil && classify("remove", node, err).Type == contract.ErrNodeAgentDown {
 			d.down[node] = "its agent did not answer the removal"
@@ -418,9 +424,9 @@ func (d *deployment) ensureSupervisor(ctx workflow.Context) {
 	// The supervisor redeploys the operator's spec (executor auto stays auto: a new image
 	// decides again).
 	operators := d.req.Spec.WithDefaults()
-	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: operators}).GetChildWorkflowExecution().Get(ctx, nil)
+	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: operators, Intent: d.req.Intent}).GetChildWorkflowExecution().Get(ctx, nil)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-		err = workflow.SignalExternalWorkflow(ctx, id, "", contract.SignalDeployed, operators).Get(ctx, nil)
+		err = workflow.SignalExternalWorkflow(ctx, id, "", contract.SignalDeployed, Deployed{Spec: operators, Intent: d.req.Intent}).Get(ctx, nil)
 	}
 	if err != nil {
 		d.state.Warnings = append(d.state.Warnings, "supervisor: "+err.Error())
@@ -435,6 +441,11 @@ func (d *deployment) validate(ctx workflow.Context) error {
 	})
 	if err := workflow.ExecuteLocalActivity(lctx, ValidateSpec, d.spec).Get(ctx, nil); err != nil {
 		return &stepError{Step: "validate spec", Type: contract.ErrSpecInvalid, Msg: message(err)}
+	}
+	if in := d.req.Intent; in != nil && !bytes.Equal(in.Spec, d.req.Spec.Canonical()) {
+		// Said here, before any node is asked; the agents verify the signature itself.
+		return &stepError{Step: "validate spec", Type: contract.ErrSpecInvalid,
+			Msg: "the intent (signed by " + in.KeyID + ") signs another spec than the one given: sign the spec you deploy"}
 	}
 	return nil
 }

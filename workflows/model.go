@@ -130,7 +130,7 @@ func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manife
 			dir, _, _ := root(n)
 			d.saga.add("remove partial model files on "+n, func(ctx workflow.Context) error {
 				return workflow.ExecuteActivity(d.onNode(ctx, n, "remove partial model files on "+n, cleanupStep(d.spec)),
-					contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: n, Root: dir}).Get(ctx, nil)
+					contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: n, Root: dir, Intent: d.req.Intent}).Get(ctx, nil)
 			})
 		}
 		// The head's agent restarting loses its server (ModelServerGone): open another and
@@ -153,7 +153,7 @@ func (d *deployment) copyOnce(ctx workflow.Context, head string, addr netip.Addr
 	var srv contract.ModelServer
 	o := deployStep(30*time.Second, stepAttempts)
 	err := workflow.ExecuteActivity(d.onNode(ctx, head, "serve model files on "+head, o), contract.ActivityOpenModelServer,
-		contract.OpenModelServerRequest{Node: head, Addr: addr, Root: dir, Files: files, TTL: 10 * time.Minute}).Get(ctx, &srv)
+		contract.OpenModelServerRequest{Node: head, Addr: addr, Root: dir, Files: files, TTL: 10 * time.Minute, Intent: d.req.Intent}).Get(ctx, &srv)
 	if err != nil {
 		return classify("serve model files", head, err)
 	}
@@ -167,7 +167,7 @@ func (d *deployment) copyOnce(ctx workflow.Context, head string, addr netip.Addr
 		dir, layout, ref := root(node)
 		return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("copy %d model files to %s", len(lacking[node]), node), copyOpts),
 			contract.ActivitySyncModel, contract.SyncModelRequest{Node: node, From: srv.Addr, Token: srv.Token, Root: dir,
-				Layout: layout, Ref: ref, Files: lacking[node]})
+				Layout: layout, Ref: ref, Files: lacking[node], Intent: d.req.Intent})
 	}, func(node string, r contract.SyncResult) {
 		d.state.ModelCopies = append(d.state.ModelCopies, ModelCopy{Node: node, Files: len(r.Copied), Bytes: r.Bytes,
 			Reused: r.Reused, Seconds: r.Seconds, MBps: r.MBps})

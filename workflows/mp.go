@@ -50,7 +50,7 @@ func (d *deployment) workers() []string {
 
 func (d *deployment) rankRequest(node string, replace bool) contract.RankRequest {
 	return contract.RankRequest{Node: node, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan,
-		Rank: d.spec.NodeRank(node), Replace: replace}
+		Rank: d.spec.NodeRank(node), Replace: replace, Intent: d.req.Intent}
 }
 
 // proveMaster has the head listen on the master address and port and every other node

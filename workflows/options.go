@@ -71,6 +71,17 @@ func onNode(ctx workflow.Context, c spec.Cluster, node, summary string, o stepOp
 	return withStep(ctx, contract.NodeQueue(node), wait, summary, o)
 }
 
+// checksQueue is where a cluster's readiness checks run (the supervisor's watch, a
+// redeploy's look at the deploy that serves): on any agent, or, when the spec has vLLM's
+// API key, on the head's agent, which resolves the key (contract.HeadChecks). The head's
+// agent being down then leaves the check waiting for it; its reboot is an incident anyway.
+func checksQueue(c spec.Cluster) string {
+	if c.Secrets.APIKey != nil {
+		return contract.NodeQueue(c.Head().Name)
+	}
+	return contract.WorkflowQueue
+}
+
 // onWorkflowQueue returns ctx set to run an operations activity (served by any agent).
 func onWorkflowQueue(ctx workflow.Context, summary string, o stepOptions) workflow.Context {
 	return withStep(ctx, contract.WorkflowQueue, 0, summary, o)

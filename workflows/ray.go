@@ -42,6 +42,7 @@ func (d *deployment) startHead(ctx workflow.Context) error {
 func (d *deployment) startRayRequest(n netplan.NodePlan) contract.StartRayRequest {
 	return contract.StartRayRequest{
 		Node: n.Name, Deployment: d.deploymentRef(), Spec: d.spec, Plan: n, RayAddress: d.state.Plan.RayAddress, Replace: d.req.Replace,
+		Intent: d.req.Intent,
 	}
 }
 
@@ -89,7 +90,7 @@ func (d *deployment) launch(ctx workflow.Context) error {
 		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
 		var ref contract.ContainerRef
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "vllm on "+head, o), contract.ActivityLaunchVLLM,
-			contract.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace},
+			contract.LaunchRequest{Node: head, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan, Replace: d.req.Replace, Intent: d.req.Intent},
 		).Get(ctx, &ref)
 		if err != nil {
 			return classify("launch vllm", head, err)

@@ -17,6 +17,8 @@ import (
 type RedeployRequest struct {
 	Spec    spec.Cluster `json:"spec"`
 	Trigger string       `json:"trigger,omitempty"`
+	// Intent is the operator's signature of Spec, which the deploys it starts carry.
+	Intent *contract.Intent `json:"intent,omitempty"`
 }
 
 // Redeploy actions.
@@ -48,11 +50,16 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(s.Name)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           contract.WorkflowQueue,
+	ao := workflow.ActivityOptions{
+		TaskQueue:           checksQueue(s),
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
+	}
+	if ao.TaskQueue != contract.WorkflowQueue {
+		// One agent, the head's, can answer: one that is down fails the run in bounded time.
+		ao.ScheduleToStartTimeout = max(3*s.Timeouts.NodeAgent.D(), 30*time.Second)
+	}
+	actx := workflow.WithActivityOptions(ctx, ao)
 	var chk contract.DeploymentCheck
 	if err := workflow.ExecuteActivity(actx, contract.ActivityCheckDeployment,
 		contract.CheckDeploymentRequest{Cluster: s.Name}).Get(ctx, &chk); err != nil {
@@ -82,7 +89,7 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 		why = "not serving: " + chk.Detail
 	}
 	workflow.SetCurrentDetails(ctx, "redeploying: "+why)
-	child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(s.Name)), DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger})
+	child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(s.Name)), DeployCluster, DeployRequest{Spec: s, Trigger: req.Trigger, Intent: req.Intent})
 	var exec workflow.Execution
 	if err := child.GetChildWorkflowExecution().Get(ctx, &exec); err != nil {
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {

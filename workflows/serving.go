@@ -52,7 +52,8 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 			var rankErr *stepError
 			hctx, stopHead := workflow.WithCancel(ctx)
 			f := workflow.ExecuteActivity(d.onNode(hctx, head, "watch vllm on "+head, o), contract.ActivityWatchServing,
-				contract.WatchRequest{Node: head, Container: refs[head], Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every, Plan: rayPlan, Engine: d.state.Engine, DataPlane: d.state.DataPlane})
+				contract.WatchRequest{Node: head, Container: refs[head], Spec: d.spec, Endpoint: endpoint, Cursor: cursor, ReportWithin: every, Plan: rayPlan, Engine: d.state.Engine, DataPlane: d.state.DataPlane,
+					Intent: d.req.Intent})
 			sel := workflow.NewSelector(ctx)
 			sel.AddFuture(f, func(f workflow.Future) { err = f.Get(ctx, &p) })
 			sel.AddReceive(failed, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &rankErr) })
@@ -91,7 +92,8 @@ func (d *deployment) watchHeadlessRank(ctx workflow.Context, node string, ref co
 		for {
 			var p contract.ServingProgress
 			err := workflow.ExecuteActivity(d.onNode(gctx, node, "watch vllm rank on "+node, o), contract.ActivityWatchServing,
-				contract.WatchRequest{Node: node, Container: ref, Spec: d.spec, Cursor: cursor, ReportWithin: every, Headless: true, Engine: d.state.Engine, DataPlane: d.state.DataPlane},
+				contract.WatchRequest{Node: node, Container: ref, Spec: d.spec, Cursor: cursor, ReportWithin: every, Headless: true, Engine: d.state.Engine, DataPlane: d.state.DataPlane,
+					Intent: d.req.Intent},
 			).Get(gctx, &p)
 			if gctx.Err() != nil {
 				return

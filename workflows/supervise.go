@@ -18,6 +18,8 @@ import (
 // continue-as-new.
 type SuperviseRequest struct {
 	Spec spec.Cluster `json:"spec"`
+	// Intent is the operator's signature of Spec, which recoveries and rollbacks carry.
+	Intent *contract.Intent `json:"intent,omitempty"`
 	// CheckEvery is the health-check period (default 5s); Unhealthy the failed checks in a
 	// row that count as an incident (default 3); MaxAttempts the redeploys per incident
 	// (default 5) before the supervisor waits for the next incident.
@@ -78,6 +80,13 @@ type Supervision struct {
 	NextTry   time.Time `json:"next_try,omitzero"`
 	// Redeploys is how many redeploys the supervisor started, all incidents together.
 	Redeploys int `json:"redeploys"`
+}
+
+// Deployed is what contract.SignalDeployed carries: the spec that now serves and the
+// operator's signature of it.
+type Deployed struct {
+	Spec   spec.Cluster     `json:"spec"`
+	Intent *contract.Intent `json:"intent,omitempty"`
 }
 
 // keptIncidents bounds the incidents carried across continue-as-new.
@@ -143,7 +152,7 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 		} else {
 			o := stepOptions{startToClose: sv.watchFor + 2*time.Minute, heartbeat: 30 * time.Second}
 			actx := workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
-				TaskQueue: contract.WorkflowQueue, StartToCloseTimeout: o.startToClose, HeartbeatTimeout: o.heartbeat,
+				TaskQueue: checksQueue(sv.spec), StartToCloseTimeout: o.startToClose, HeartbeatTimeout: o.heartbeat,
 				Summary:     "watch " + sv.spec.Name,
 				RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
 			})
@@ -168,7 +177,7 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 			}
 		})
 		sel.AddReceive(deployed, func(c workflow.ReceiveChannel, _ bool) {
-			var s spec.Cluster
+			var s Deployed
 			c.Receive(ctx, &s)
 			sv.deployed(ctx, s)
 		})
@@ -199,7 +208,7 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 func (sv *supervisor) pending(ctx workflow.Context, booted, deployed, manual, failed workflow.ReceiveChannel) *Incident {
 	for {
 		var b contract.NodeBoot
-		var s spec.Cluster
+		var s Deployed
 		var why string
 		var df DeployFailure
 		switch {
@@ -235,8 +244,8 @@ func (sv *supervisor) health(ctx workflow.Context, h contract.ClusterHealth) *In
 
 // deployed is a deploy that reached serving: the spec the supervisor puts back from now
 // on; a degraded cluster is healthy again.
-func (sv *supervisor) deployed(ctx workflow.Context, s spec.Cluster) {
-	sv.spec = s.WithDefaults()
+func (sv *supervisor) deployed(ctx workflow.Context, s Deployed) {
+	sv.spec, sv.intent = s.Spec.WithDefaults(), s.Intent
 	sv.rearm(ctx, "a deploy serves spec "+sv.spec.Hash())
 	sv.state.Healthy, sv.state.Failures = true, 0
 }
@@ -296,6 +305,7 @@ func incidentCause(seen string) string {
 
 type supervisor struct {
 	spec        spec.Cluster
+	intent      *contract.Intent
 	every       time.Duration
 	unhealthy   int
 	maxAttempts int
@@ -310,7 +320,7 @@ type supervisor struct {
 
 func newSupervisor(req SuperviseRequest) *supervisor {
 	s := req.Spec.WithDefaults()
-	sv := &supervisor{spec: s, every: req.CheckEvery.D(), unhealthy: req.Unhealthy, maxAttempts: req.MaxAttempts,
+	sv := &supervisor{spec: s, intent: req.Intent, every: req.CheckEvery.D(), unhealthy: req.Unhealthy, maxAttempts: req.MaxAttempts,
 		state: Supervision{Cluster: s.Name, BootIDs: req.BootIDs, Incidents: req.Incidents}}
 	if sv.every <= 0 {
 		sv.every = 5 * time.Second
@@ -349,7 +359,7 @@ func (sv *supervisor) continueAsNew(ctx workflow.Context) error {
 		inc = inc[len(inc)-keptIncidents:]
 	}
 	return workflow.NewContinueAsNewError(ctx, SuperviseCluster, SuperviseRequest{
-		Spec: sv.spec, CheckEvery: spec.Duration(sv.every), Unhealthy: sv.unhealthy, MaxAttempts: sv.maxAttempts,
+		Spec: sv.spec, Intent: sv.intent, CheckEvery: spec.Duration(sv.every), Unhealthy: sv.unhealthy, MaxAttempts: sv.maxAttempts,
 		MaxLoops: sv.maxLoops, BootIDs: sv.state.BootIDs, Incidents: inc,
 		WatchFor: spec.Duration(sv.watchFor), Cooldown: spec.Duration(sv.cooldown), Degraded: sv.state.Degraded,
 		LastCause: sv.state.LastCause, NextCooldown: spec.Duration(sv.nextCooldown), Spent: sv.state.Redeploys,
@@ -413,7 +423,7 @@ func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	for inc.Attempts < budget {
 		inc.Attempts++
 		sv.state.Redeploys++
-		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Trigger: "recovery", Replace: true})
+		child := workflow.ExecuteChildWorkflow(clusterChild(ctx, contract.DeployWorkflowID(sv.spec.Name)), DeployCluster, DeployRequest{Spec: sv.spec, Intent: sv.intent, Trigger: "recovery", Replace: true})
 		if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 			if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 				if inc.rollbackOf != "" && workflow.Now(ctx).Sub(inc.At) < rollbackWait {

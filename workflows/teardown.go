@@ -13,6 +13,9 @@ import (
 // TeardownRequest is TeardownCluster's input.
 type TeardownRequest struct {
 	Spec spec.Cluster `json:"spec"`
+	// Intent is the operator's signature of Spec (DeployRequest.Intent): agents with
+	// trusted_keys remove a cluster's containers only for a signed spec of that cluster.
+	Intent *contract.Intent `json:"intent,omitempty"`
 }
 
 // TeardownResult lists what was removed on each node.
@@ -27,7 +30,7 @@ type TeardownResult struct {
 // TeardownCluster removes every container of the cluster on every node (all roles, any
 // deployment). Removing a cluster that runs nothing is a no-op, not an error.
 func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult, error) {
-	d := newDeployment(ctx, DeployRequest{Spec: req.Spec, Trigger: "teardown"})
+	d := newDeployment(ctx, DeployRequest{Spec: req.Spec, Trigger: "teardown", Intent: req.Intent})
 	if err := d.validate(ctx); err != nil {
 		var se *stepError
 		errors.As(err, &se)
@@ -42,7 +45,7 @@ func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult,
 	err := forEachNode(ctx, "teardown", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 		n, _ := d.spec.Node(node)
 		return workflow.ExecuteActivity(d.onNode(ctx, node, "remove cluster containers on "+node, o), contract.ActivityRemoveContainers,
-			contract.RemoveRequest{Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name})
+			contract.RemoveRequest{Node: node, DockerHost: n.DockerHost, Cluster: d.spec.Name, Intent: req.Intent})
 	}, func(_ string, r contract.RemoveResult) { res.Removed = append(res.Removed, r) })
 	if err != nil {
 		var se *stepError

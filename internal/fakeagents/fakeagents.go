@@ -63,6 +63,31 @@ type Agents struct {
 	Manifests map[string]weights.Manifest
 	// OnCall, if set, runs at the start of every call with its "Method node" key.
 	OnCall func(key string)
+	// intents are the signed intents the acting calls carried, by "Method node" (nil for
+	// an unsigned one), in order.
+	intents map[string][]*contract.Intent
+}
+
+// Intents returns what the acting calls (containers, vLLM, model files, removals) carried
+// as their signed intent: "Method node" → one entry per call, nil when unsigned.
+func Intents(f *Agents) map[string][]*contract.Intent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]*contract.Intent{}
+	for k, v := range f.intents {
+		out[k] = append([]*contract.Intent(nil), v...)
+	}
+	return out
+}
+
+// signed records the intent an acting call carried.
+func (f *Agents) signed(method, node string, in *contract.Intent) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.intents == nil {
+		f.intents = map[string][]*contract.Intent{}
+	}
+	f.intents[method+" "+node] = append(f.intents[method+" "+node], in)
 }
 
 // New returns agents for the seed topology where every call succeeds.
@@ -283,6 +308,7 @@ func (f *Agents) ProveDataPlane(ctx context.Context, req contract.ProofRequest) 
 }
 
 func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightRequest) (contract.PreflightResult, error) {
+	f.signed("PreflightNode", req.Node, req.Intent)
 	if err := f.record(ctx, "PreflightNode", req.Node, ""); err != nil {
 		return contract.PreflightResult{}, err
 	}
@@ -294,6 +320,7 @@ func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightReques
 }
 
 func (f *Agents) StartRayHead(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
+	f.signed("StartRayHead", req.Node, req.Intent)
 	if err := f.record(ctx, "StartRayHead", req.Node, req.Plan.Address.String()); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -301,6 +328,7 @@ func (f *Agents) StartRayHead(ctx context.Context, req contract.StartRayRequest)
 }
 
 func (f *Agents) StartRayWorker(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
+	f.signed("StartRayWorker", req.Node, req.Intent)
 	if err := f.record(ctx, "StartRayWorker", req.Node, req.Plan.Address.String()+" -> "+req.RayAddress); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -319,6 +347,7 @@ func (f *Agents) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (co
 	if req.Replace {
 		detail = "replace"
 	}
+	f.signed("LaunchVLLM", req.Node, req.Intent)
 	if err := f.record(ctx, "LaunchVLLM", req.Node, detail); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -326,6 +355,7 @@ func (f *Agents) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (co
 }
 
 func (f *Agents) WatchServing(ctx context.Context, req contract.WatchRequest) (contract.ServingProgress, error) {
+	f.signed("WatchServing", req.Node, req.Intent)
 	if req.Headless {
 		// A headless rank's watch: it fails as a test says ("WatchServing node-b headless"),
 		// else reports that the rank is still up.
@@ -359,6 +389,7 @@ func (f *Agents) WatchServing(ctx context.Context, req contract.WatchRequest) (c
 
 // PrepareMaster opens a "listener" on the head's planned address and the master port.
 func (f *Agents) PrepareMaster(ctx context.Context, req contract.RankRequest) (contract.MasterCheck, error) {
+	f.signed("PrepareMaster", req.Node, req.Intent)
 	if err := f.record(ctx, "PrepareMaster", req.Node, ""); err != nil {
 		return contract.MasterCheck{}, err
 	}
@@ -369,6 +400,7 @@ func (f *Agents) PrepareMaster(ctx context.Context, req contract.RankRequest) (c
 
 // StartVLLMRank "starts" the node's vLLM container for its rank.
 func (f *Agents) StartVLLMRank(ctx context.Context, req contract.RankRequest) (contract.ContainerRef, error) {
+	f.signed("StartVLLMRank", req.Node, req.Intent)
 	if err := f.record(ctx, "StartVLLMRank", req.Node, fmt.Sprintf("rank=%d replace=%v", req.Rank, req.Replace)); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -376,6 +408,7 @@ func (f *Agents) StartVLLMRank(ctx context.Context, req contract.RankRequest) (c
 }
 
 func (f *Agents) RemoveContainers(ctx context.Context, req contract.RemoveRequest) (contract.RemoveResult, error) {
+	f.signed("RemoveContainers", req.Node, req.Intent)
 	if err := f.record(ctx, "RemoveContainers", req.Node, strings.Join(req.Roles, ",")); err != nil {
 		return contract.RemoveResult{}, err
 	}
@@ -470,6 +503,7 @@ func (f *Agents) ModelManifest(ctx context.Context, req contract.ModelManifestRe
 }
 
 func (f *Agents) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
+	f.signed("OpenModelServer", req.Node, req.Intent)
 	if err := f.record(ctx, "OpenModelServer", req.Node, strings.Join(req.Files, ",")); err != nil {
 		return contract.ModelServer{}, err
 	}
@@ -482,6 +516,7 @@ func (f *Agents) CloseModelServer(ctx context.Context, req contract.CloseModelSe
 
 // SyncModel "copies" the files: the node's manifest then holds them.
 func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (contract.SyncResult, error) {
+	f.signed("SyncModel", req.Node, req.Intent)
 	if err := f.record(ctx, "SyncModel", req.Node, req.Root); err != nil {
 		return contract.SyncResult{}, err
 	}
@@ -498,6 +533,7 @@ func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (
 }
 
 func (f *Agents) RemovePartialModel(ctx context.Context, req contract.RemovePartialModelRequest) (contract.RemovePartialModelResult, error) {
+	f.signed("RemovePartialModel", req.Node, req.Intent)
 	return contract.RemovePartialModelResult{}, f.record(ctx, "RemovePartialModel", req.Node, req.Root)
 }
 

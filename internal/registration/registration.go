@@ -5,16 +5,23 @@
 package registration
 
 import (
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 )
 
 // Agent registers the agent's activities: checks (control.Checks) on workflowQueue, the
 // worker of contract.WorkflowQueue; node (activities.Node) on nodeQueue, the worker of
-// contract.NodeQueue(node.Name). The SDK names each activity after its method.
+// contract.NodeQueue(node.Name), with the checks of contract.HeadChecks there too (a
+// cluster with vLLM's API key is checked by its head's agent). The SDK names each activity
+// after its method.
 func Agent(workflowQueue, nodeQueue worker.ActivityRegistry, node *activities.Node, checks *control.Checks) {
 	workflowQueue.RegisterActivity(checks)
 	nodeQueue.RegisterActivity(node)
+	for name, fn := range map[string]any{contract.ActivityCheckDeployment: checks.CheckDeployment, contract.ActivityWatchCluster: checks.WatchCluster} {
+		nodeQueue.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/tpdeploy/tpdeploy/activities"
+	tpcontract "github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
 )
 
@@ -183,9 +184,20 @@ func TestContractNamesWhatIsRegistered(t *testing.T) {
 		}
 	}
 	for _, name := range wf {
-		if slices.Contains(node, name) {
+		if slices.Contains(node, name) && !slices.Contains(tpcontract.HeadChecks, name) {
 			t.Errorf("activity %q is registered on both the workflow queue and the node queue", name)
 		}
 	}
 	t.Logf("%d activities on the node queue, %d on the workflow queue", len(node), len(wf))
+}
+
+// TestHeadChecksOnTheNodeQueue: the checks a cluster with vLLM's API key runs on its head's
+// agent are served there, by the same methods as on the workflow queue.
+func TestHeadChecksOnTheNodeQueue(t *testing.T) {
+	wf, node := registered(t)
+	for _, name := range tpcontract.HeadChecks {
+		if !slices.Contains(wf, name) || !slices.Contains(node, name) {
+			t.Errorf("%s: on the workflow queue %v, on the node queue %v; want both", name, slices.Contains(wf, name), slices.Contains(node, name))
+		}
+	}
 }

@@ -53,7 +53,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("TEMPORAL_ADDRESS=%s\nTEMPORAL_UI=%s\n", l.Temporal, l.UI)
+		fmt.Printf("TEMPORAL_ADDRESS=%s\nTEMPORAL_UI=%s\nTPDEPLOY_SIGN_KEY_FILE=%s\n", l.Temporal, l.UI, l.SignKeyFile)
 		for _, n := range l.Nodes {
 			fmt.Printf("# %s: container %s, fast %s, mgmt %s", n.Name, n.Container, n.Fast, n.Mgmt)
 			if n.Ext.IsValid() {

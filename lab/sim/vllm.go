@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,8 @@ type serveFlags struct {
 	masterPort       int
 	headless         bool
 	backendSet       bool
+	// apiKeys are --api-key's values (cli_args.py), which win over VLLM_API_KEY.
+	apiKeys []string
 	// rel is the release the image holds.
 	rel release
 }
@@ -133,6 +136,10 @@ func parseServe(args []string, rel release) (serveFlags, error) {
 			f.backendSet = true
 		case "--host":
 			f.host, err = takeVal()
+		case "--api-key":
+			if v, err = takeVal(); err == nil {
+				f.apiKeys = append(f.apiKeys, v)
+			}
 		case "--served-model-name":
 			f.served, err = takeVal()
 		default:
@@ -782,7 +789,7 @@ func (e *engine) serve(ctx context.Context) error {
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Started server process [%d]", os.Getpid(), os.Getpid()))
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Waiting for application startup.", os.Getpid()))
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Application startup complete.", os.Getpid()))
-	srv := &http.Server{Handler: e.api()}
+	srv := &http.Server{Handler: authenticate(e.api(), e.apiTokens())}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -834,6 +841,48 @@ func (e *engine) api() http.Handler {
 			"usage":   map[string]int{"prompt_tokens": len(strings.Fields(req.Prompt)), "completion_tokens": n, "total_tokens": len(strings.Fields(req.Prompt)) + n}})
 	})
 	return mux
+}
+
+// apiTokens are the keys vLLM's API server wants: --api-key's, else VLLM_API_KEY
+// (api_server.py build_app: `args.api_key or [envs.VLLM_API_KEY]`, empty ones dropped).
+func (e *engine) apiTokens() []string {
+	keys := e.flags.apiKeys
+	if len(keys) == 0 {
+		keys = []string{os.Getenv("VLLM_API_KEY")}
+	}
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == "" })
+}
+
+// authenticate is vLLM's AuthenticationMiddleware (vllm/entrypoints/serve/utils/
+// server_utils.py), added only when there is a key: a request under /v1 (of the guarded
+// prefixes, the only one this API has) without `Authorization: Bearer KEY` (the scheme in
+// any case) is answered 401 {"error": "Unauthorized"}; OPTIONS and every other path
+// (/health) pass.
+func authenticate(next http.Handler, tokens []string) http.Handler {
+	if len(tokens) == 0 {
+		return next
+	}
+	sums := make([][32]byte, len(tokens))
+	for i, t := range tokens {
+		sums[i] = sha256.Sum256([]byte(t))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodOptions && strings.HasPrefix(r.URL.Path, "/v1") {
+			scheme, param, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			got := sha256.Sum256([]byte(param))
+			ok := 0
+			for _, s := range sums {
+				ok |= subtle.ConstantTimeCompare(got[:], s[:])
+			}
+			if !strings.EqualFold(scheme, "bearer") || ok == 0 {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"error":"Unauthorized"}`))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // completion is deterministic text for a prompt: the same prompt always gets the same words.

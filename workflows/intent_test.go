@@ -1,0 +1,150 @@
+package workflows
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/intent"
+	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// carriesIntent checks that every acting call carried exactly in, and that the calls named in
+// want were among them.
+func carriesIntent(t *testing.T, f *fakeagents.Agents, in *contract.Intent, want ...string) {
+	t.Helper()
+	got := fakeagents.Intents(f)
+	var keys []string
+	for k, list := range got {
+		keys = append(keys, k)
+		for i, x := range list {
+			if !intent.Same(x, in) {
+				t.Errorf("%s call %d carried %v, not the deploy's intent", k, i+1, x)
+			}
+		}
+	}
+	sort.Strings(keys)
+	for _, w := range want {
+		if !slices.Contains(keys, w) {
+			t.Errorf("no %s among the acting calls %q", w, keys)
+		}
+	}
+}
+
+// Every request that makes an agent act carries the deploy's signed intent unchanged, over
+// Ray, in vLLM's own multi-node mode, through model.sync's copy and the compensations.
+func TestEveryActingRequestCarriesTheIntent(t *testing.T) {
+	_, priv, _ := intent.GenerateKey()
+	t.Run("ray", func(t *testing.T) {
+		f := fakeagents.New()
+		s := fakeagents.SeedSpec()
+		in := intent.Sign(priv, s)
+		env := newEnv(t, f)
+		executeDeploy(env, DeployRequest{Spec: s, Intent: in})
+		if err := env.GetWorkflowError(); err != nil {
+			t.Fatal(err)
+		}
+		carriesIntent(t, f, in, "PreflightNode node-a", "PreflightNode node-b", "StartRayHead node-a", "StartRayWorker node-b", "LaunchVLLM node-a", "WatchServing node-a")
+	})
+	t.Run("mp", func(t *testing.T) {
+		f := fakeagents.New()
+		for _, n := range []string{"node-a", "node-b"} {
+			img := fakeagents.SeedImage(n)
+			img.VLLM, img.Ray, img.RayBin, img.ID = "0.22.1", "", false, "sha256:3333333333333333"
+			f.Images[n] = img
+		}
+		s := fakeagents.SeedSpec()
+		in := intent.Sign(priv, s)
+		env := newEnv(t, f)
+		executeDeploy(env, DeployRequest{Spec: s, Intent: in})
+		if err := env.GetWorkflowError(); err != nil {
+			t.Fatal(err)
+		}
+		carriesIntent(t, f, in, "PrepareMaster node-a", "StartVLLMRank node-a", "StartVLLMRank node-b", "WatchServing node-a", "WatchServing node-b")
+	})
+	t.Run("model copy and compensations", func(t *testing.T) {
+		f := fakeagents.New()
+		m := fakeagents.SeedManifest()
+		m.Files = m.Files[:2]
+		m.Missing = []string{"model-00002-of-00003.safetensors"}
+		f.Manifests["node-b"] = m
+		f.Failures["LaunchVLLM node-a"] = temporal.NewNonRetryableApplicationError("no", contract.ErrBadRequest, nil)
+		s := fakeagents.SeedSpec()
+		s.Model.Sync = spec.SyncFromHead
+		in := intent.Sign(priv, s)
+		env := newEnv(t, f)
+		executeDeploy(env, DeployRequest{Spec: s, Intent: in})
+		if err := env.GetWorkflowError(); err == nil {
+			t.Fatal("the deploy served with a failing launch")
+		}
+		carriesIntent(t, f, in, "OpenModelServer node-a", "SyncModel node-b", "RemovePartialModel node-b", "RemoveContainers node-a", "RemoveContainers node-b")
+	})
+	t.Run("teardown", func(t *testing.T) {
+		f := fakeagents.New()
+		s := fakeagents.SeedSpec()
+		in := intent.Sign(priv, s)
+		env := newEnv(t, f)
+		env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: contract.TeardownWorkflowID(s.Name)})
+		env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: s, Intent: in})
+		if err := env.GetWorkflowError(); err != nil {
+			t.Fatal(err)
+		}
+		carriesIntent(t, f, in, "RemoveContainers node-a", "RemoveContainers node-b")
+	})
+}
+
+// An intent that signs another spec than the deploy's is refused before any node is asked.
+func TestAnIntentOfAnotherSpecIsRefused(t *testing.T) {
+	_, priv, _ := intent.GenerateKey()
+	f := fakeagents.New()
+	s := fakeagents.SeedSpec()
+	other := s
+	other.Image = "vllm/vllm-openai:v0.11.0"
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s, Intent: intent.Sign(priv, other)})
+	err := env.GetWorkflowError()
+	if err == nil || !strings.Contains(err.Error(), contract.ErrSpecInvalid) || !strings.Contains(err.Error(), "signs another spec") {
+		t.Fatalf("deploy = %v, want SpecInvalid", err)
+	}
+	if calls := fakeagents.Calls(f, "ReadImage", "ProbeNode", "PreflightNode"); len(calls) > 0 {
+		t.Errorf("nodes were asked: %q", calls)
+	}
+}
+
+// The supervisor's recoveries repeat the spec it supervises with that spec's signature,
+// carry it across continue-as-new, and take the new one with a new spec that serves.
+func TestSupervisorRecoversWithTheSignatureOfItsSpec(t *testing.T) {
+	_, priv, _ := intent.GenerateKey()
+	f := fakeagents.New()
+	w := &fakeWatch{answers: []string{"block", "healthy"}}
+	env := watchEnv(t, f, w)
+	s := fakeagents.SeedSpec()
+	in := intent.Sign(priv, s)
+	changed := s
+	changed.Model.ExtraArgs = []string{"--max-model-len", "8192"}
+	newer := intent.Sign(priv, changed)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
+	}, 0)
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: s, Intent: in, MaxLoops: 2})
+	next := carried(t, env)
+	if len(next.Incidents) != 1 || next.Incidents[0].Outcome != "serving again" {
+		t.Fatalf("incidents %+v", next.Incidents)
+	}
+	carriesIntent(t, f, in, "StartRayHead node-a", "LaunchVLLM node-a")
+	if !intent.Same(next.Intent, in) {
+		t.Errorf("continue-as-new carried %v, want the spec's intent", next.Intent)
+	}
+
+	sv := newSupervisor(SuperviseRequest{Spec: s, Intent: in})
+	sv.deployed(nil, Deployed{Spec: changed, Intent: newer})
+	if sv.spec.Hash() != changed.Hash() || !intent.Same(sv.intent, newer) {
+		t.Errorf("after a new spec served: spec %s intent %v", sv.spec.Hash(), sv.intent)
+	}
+}
