@@ -239,3 +239,11 @@ func TestServingTransportAgainstTheProof(t *testing.T) {
 		t.Errorf("no proof ran, yet: %q", w)
 	}
 }
+
+// A proof that never ran (the image has no python3) says so, not a guess about NCCL.
+func TestProofThatNeverRan(t *testing.T) {
+	v := Decide(Expect{Mode: "require", RDMA: true, Rails: 1}, []Node{{Node: "node-a", HCAs: []string{"mlx5_0:1"}, Mapped: []string{"uverbs0"}, Verbs: true, ExitCode: 127, Output: Parse("env: can't execute 'python3': No such file or directory\n")}})
+	if v.ErrType == "" || !strings.Contains(v.Err, "the proof's program did not run (exit 127") || strings.Contains(v.Err, "NCCL_IB_HCA") {
+		t.Fatalf("%+v", v)
+	}
+}

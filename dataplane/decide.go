@@ -205,6 +205,10 @@ func plural(n int, one, many string) string {
 func cause(n Node) string {
 	o := n.Output
 	switch {
+	case o.NCCL == "" && o.Transport == "" && !o.Finished && o.Error == "" && (n.ExitCode == 126 || n.ExitCode == 127):
+		// The shell's "not found" / "not executable": the program never ran, so nothing
+		// was learnt about NCCL.
+		return fmt.Sprintf("the proof's program did not run (exit %d: no python3 with torch in the image's PATH?); NCCL was never asked", n.ExitCode)
 	case !n.Verbs:
 		return "the image has no libibverbs (libibverbs.so.1), so NCCL cannot load verbs; use an image with libibverbs1 and its provider (libmlx5), as stock vLLM images have"
 	case n.EnvDisables != "":
