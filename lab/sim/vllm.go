@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -846,6 +847,9 @@ func (a *apiServer) api() http.Handler {
 			apiError(w, http.StatusBadRequest, "BadRequestError", err.Error())
 			return
 		}
+		// The body read to its end: from here a client that goes away cancels the request
+		// (net/http watches the connection only then), as vLLM aborts it.
+		_, _ = io.Copy(io.Discard, r.Body)
 		if req.Model != f.served {
 			apiError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
 			return
