@@ -298,6 +298,13 @@ type RemoveRequest struct {
 	Intent     *Intent  `json:"intent,omitempty"`
 }
 
+// LastOutputRequest asks a node for what the cluster's containers there printed last.
+type LastOutputRequest struct {
+	Node       string `json:"node"`
+	DockerHost string `json:"docker_host"`
+	Cluster    string `json:"cluster"`
+}
+
 // RemoveResult lists what was removed.
 type RemoveResult struct {
 	Node    string   `json:"node"`
@@ -360,6 +367,7 @@ const (
 	ActivityLaunchVLLM          = "LaunchVLLM"
 	ActivityWatchServing        = "WatchServing"
 	ActivityRemoveContainers    = "RemoveContainers"
+	ActivityLastOutput          = "LastOutput"
 	ActivityBootID              = "BootID"
 	ActivityRayNodesAlive       = "RayNodesAlive"
 	ActivityAddressHolds        = "AddressHolds"
@@ -390,7 +398,22 @@ type WatchClusterRequest struct {
 	Every     time.Duration `json:"every"`
 	Unhealthy int           `json:"unhealthy"`
 	For       time.Duration `json:"for"`
+	// Canary is the spec's canary.* (defaults filled); zero Every is no canary.
+	Canary CanaryRequest `json:"canary,omitzero"`
 }
+
+// CanaryRequest: one one-token completion every Every, each bounded by Timeout; Failures
+// in a row are the incident EngineWedged.
+type CanaryRequest struct {
+	Every    time.Duration `json:"every,omitempty"`
+	Timeout  time.Duration `json:"timeout,omitempty"`
+	Failures int           `json:"failures,omitempty"`
+}
+
+// IncidentEngineWedged is the cause of an incident the canary found: the API server
+// answers (/health 200, /v1/models) but the engine produces no token (EngineCore frozen,
+// or a rank its collectives wait for).
+const IncidentEngineWedged = "EngineWedged"
 
 // ClusterHealth is what a watch saw: serving or not, why, and how many checks it made.
 type ClusterHealth struct {
@@ -400,6 +423,11 @@ type ClusterHealth struct {
 	LastCheck time.Time `json:"last_check"`
 	// Deploying says a deploy of the cluster was running at the last check.
 	Deploying bool `json:"deploying,omitempty"`
+	// Cause names what an unhealthy watch found when it is more than "not serving":
+	// IncidentEngineWedged.
+	Cause string `json:"cause,omitempty"`
+	// Canary is the canary's last verdict, for status.
+	Canary string `json:"canary,omitempty"`
 }
 
 // PauseRequest pauses a cluster's redeploy schedule, if it has one.

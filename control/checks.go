@@ -55,15 +55,30 @@ func (c *Checks) ready(ctx context.Context, st Status, endpoint string) error {
 	served, key := "", ""
 	if st.Spec != nil {
 		served = st.Spec.Model.ServedName
-		if st.Spec.Secrets.APIKey != nil && c.APIKey != nil {
-			k, err := c.APIKey(*st.Spec, st.Intent, endpoint)
-			if err != nil {
-				return fmt.Errorf("vLLM's API key: %w", err)
-			}
-			key = k
+		k, err := c.apiKey(st, endpoint)
+		if err != nil {
+			return fmt.Errorf("vLLM's API key: %w", err)
 		}
+		key = k
 	}
 	return readiness.Check(ctx, fetcher(key), endpoint, served)
+}
+
+// apiKey resolves vLLM's API key for a check of the deploy's endpoint ("" when its spec
+// has none, or this agent cannot resolve keys).
+func (c *Checks) apiKey(st Status, endpoint string) (string, error) {
+	if st.Spec == nil || st.Spec.Secrets.APIKey == nil || c.APIKey == nil {
+		return "", nil
+	}
+	return c.APIKey(*st.Spec, st.Intent, endpoint)
+}
+
+// endpointKey is apiKey for the canary: a key that cannot be resolved sends none, and the
+// endpoint's 401 is then the canary's error answer (never EngineWedged); the readiness
+// check beside it reports why.
+func (c *Checks) endpointKey(st Status, endpoint string) string {
+	k, _ := c.apiKey(st, endpoint)
+	return k
 }
 
 // CheckEndpoint is the readiness check from this process: /health 200 and /v1/models

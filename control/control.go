@@ -183,6 +183,9 @@ func (c Controller) freshHealth(ctx context.Context, sv *workflows.Supervision) 
 		var h contract.ClusterHealth
 		if dc.FromPayloads(pa.GetHeartbeatDetails(), &h) == nil && h.LastCheck.After(sv.LastCheck) {
 			sv.LastCheck, sv.Healthy, sv.Detail = h.LastCheck, h.Healthy, h.Detail
+			if h.Canary != "" {
+				sv.Canary = h.Canary
+			}
 		}
 	}
 }

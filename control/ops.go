@@ -76,10 +76,12 @@ func (c *Checks) WaitClosed(ctx context.Context, req contract.WaitRequest) (stri
 }
 
 // WatchCluster checks the cluster every Every — the endpoint serves the model, and every
-// planned node is alive in Ray under its address (read from the GCS) — and returns only
-// when Unhealthy checks in a row failed or after For of health, heartbeating meanwhile.
-// The supervisor thus writes a few history events per For, not per check. A check that
-// cannot be made (Temporal or Ray's GCS not answering) counts as neither.
+// planned node is alive in Ray under its address (read from the GCS) — and, with a canary,
+// sends one tiny completion every Canary.Every (control/canary.go); it returns only when
+// Unhealthy checks in a row failed, Canary.Failures canaries in a row did (EngineWedged),
+// or after For of health, heartbeating meanwhile. The supervisor thus writes a few history
+// events per For, not per check. A check that cannot be made (Temporal or Ray's GCS not
+// answering) counts as neither.
 func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequest) (contract.ClusterHealth, error) {
 	every := max(req.Every, time.Second)
 	end := time.Now().Add(req.For)
@@ -89,6 +91,15 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 		runID string
 		st    Status
 	}
+	cn := newCanary(req.Canary)
+	var results <-chan canaryResult
+	if cn != nil {
+		cctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go cn.run(cctx)
+		results = cn.results
+	}
+	canaryFails, unanswered := 0, false
 	for {
 		h.Checks++
 		h.LastCheck = time.Now()
@@ -98,8 +109,15 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 			h.Detail = "check not made: " + err.Error()
 		case st.Running:
 			failures, h.Healthy, h.Deploying, h.Detail = 0, true, true, "a deploy is running"
+			cn.aim(nil)
+			canaryFails, unanswered = 0, false
 		default:
 			h.Deploying = false
+			if st.Result != nil && st.Spec != nil {
+				cn.aim(&canaryTarget{endpoint: st.Result.Endpoint, served: st.Spec.Model.ServedName, key: c.endpointKey(st, st.Result.Endpoint)})
+			} else {
+				cn.aim(nil)
+			}
 			if detail, ok := c.serves(ctx, st); ok {
 				failures, h.Healthy, h.Detail = 0, true, detail
 			} else {
@@ -115,10 +133,38 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 		if !time.Now().Before(end) {
 			return h, nil
 		}
-		select {
-		case <-ctx.Done():
-			return h, ctx.Err()
-		case <-time.After(every):
+		tick := time.After(every)
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return h, ctx.Err()
+			case <-tick:
+				waiting = false
+			case r := <-results:
+				if h.Deploying {
+					continue // aimed before the deploy began
+				}
+				if r.ok {
+					canaryFails, unanswered = 0, false
+					h.Canary = "answered: " + r.detail
+				} else {
+					canaryFails++
+					unanswered = unanswered || r.timedOut
+					h.Canary = fmt.Sprintf("%d of %d in a row failed: %s", canaryFails, cn.req.Failures, r.detail)
+				}
+				activity.RecordHeartbeat(ctx, h)
+				if canaryFails >= cn.req.Failures {
+					h.Healthy = false
+					if unanswered {
+						h.Cause = contract.IncidentEngineWedged
+						h.Detail = fmt.Sprintf("%s: %d canary completions in a row failed (last: %s) while the endpoint answers /health and /v1/models (%s)",
+							contract.IncidentEngineWedged, canaryFails, r.detail, h.Detail)
+					} else {
+						h.Detail = fmt.Sprintf("%d canary completions in a row failed: %s", canaryFails, r.detail)
+					}
+					return h, nil
+				}
+			}
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,6 +146,30 @@ var faults = []fault{
 		c.triggerAll(t)
 		return ""
 	}},
+	{Name: "engine wedged", inject: func(t *testing.T, c *cell) string {
+		// SIGSTOP of vLLM's EngineCore process in the head's container: the API server
+		// lives on (/health 200), the engine answers nothing.
+		return c.freeze(t, "node-a", "VLLM::EngineCore", "no EngineCore yet")
+	}},
+	{Name: "rank hung", inject: func(t *testing.T, c *cell) string {
+		// SIGSTOP of node-b's rank (its Ray actor's worker process, or its headless
+		// worker in mp mode): the engine's collectives wait for it; Ray, the containers and
+		// /health see nothing.
+		return c.freeze(t, "node-b", rankTitle(c.spec), "no rank on node-b yet")
+	}},
+}
+
+// freeze stops a process of the cluster with SIGSTOP; it stays stopped until the cluster's
+// containers are removed.
+func (c *cell) freeze(t *testing.T, node, title, none string) string {
+	pid, container, _ := findProcess(t, c.spec.Name, node, title)
+	if pid == 0 {
+		return none
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %s (pid %d in %s): %v", title, pid, container, err)
+	}
+	return ""
 }
 
 // faultSubset is what `make test` runs: every fault once, at a step where it bites.
@@ -159,6 +184,8 @@ var faultSubset = map[[2]string]bool{
 	{"ray workers", "node-b down"}:        true,
 	{"placement", "Ray killed"}:           true,
 	{"reachability", "fast link cut 5 s"}: true,
+	{"steady", "engine wedged"}:           true,
+	{"steady", "rank hung"}:               true,
 }
 
 // cellResult is one cell of the matrix.
@@ -193,11 +220,22 @@ func TestFaultMatrix(t *testing.T) {
 			t.Fatalf("faultSubset names %q × %q, which the matrix does not have", cell[0], cell[1])
 		}
 	}
+	// TPDEPLOY_FAULTS: "all" runs every cell; a comma-separated list of faults runs their
+	// columns at every step (`-run 'TestFaultMatrix/(loading|steady)/'` narrows the steps).
 	all := os.Getenv("TPDEPLOY_FAULTS") == "all"
+	columns := map[string]bool{}
+	if v := os.Getenv("TPDEPLOY_FAULTS"); v != "" && !all {
+		for _, name := range strings.Split(v, ",") {
+			if !slices.ContainsFunc(faults, func(f fault) bool { return f.Name == strings.TrimSpace(name) }) {
+				t.Fatalf("TPDEPLOY_FAULTS names %q, which the matrix does not have", name)
+			}
+			columns[strings.TrimSpace(name)] = true
+		}
+	}
 	var results []cellResult
 	for i, st := range faultSteps {
 		for j, f := range faults {
-			if !all && !faultSubset[[2]string{st.Name, f.Name}] {
+			if !all && !columns[f.Name] && (len(columns) > 0 || !faultSubset[[2]string{st.Name, f.Name}]) {
 				continue
 			}
 			name := fmt.Sprintf("%s/%s", st.Name, f.Name)
@@ -243,6 +281,9 @@ func runCell(t *testing.T, name string, st faultStep, f fault) (r cellResult) {
 		slowLoading(&c.spec)
 	}
 	if st.Name == "steady" {
+		// Short canary settings, so that a wedged engine is an incident within seconds (the
+		// defaults are 60s, 30s, 2) and "kept serving" is judged by answers.
+		c.spec.Canary = testCanary
 		c.run = deployFor(t, c.spec)
 		deployResult(t, c.run, 3*time.Minute)
 		eventually(t, 30*time.Second, "the supervisor knows both boot IDs", func() bool {
@@ -437,7 +478,7 @@ func (c *cell) waitRecovery(t *testing.T, within time.Duration) (workflows.Incid
 			}
 			return workflows.Incident{}, false
 		}
-		if last == nil && sv.Redeploys == c.redeploys && time.Since(c.start) > 30*time.Second && endpointServes(t, c.spec) == nil {
+		if last == nil && sv.Redeploys == c.redeploys && time.Since(c.start) > 30*time.Second && endpointServes(t, c.spec) == nil && complete(t, c.spec, 10*time.Second) == nil {
 			return workflows.Incident{}, false
 		}
 		time.Sleep(500 * time.Millisecond)

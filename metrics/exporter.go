@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -53,6 +55,43 @@ func NewExporter() (*Exporter, error) {
 		OnError:              otel.Handle, // a bad instrument is logged by otel, never a panic in a worker
 	})
 	return &Exporter{Handler: handler, registry: reg, provider: provider}, nil
+}
+
+// Agent series (Prometheus conventions: an info metric is a gauge of 1 whose labels carry
+// the information; an up gauge is 1 or 0), present from the agent's start, before any
+// deploy records tpdeploy's other instruments.
+const (
+	// BuildInfo is tpdeploy_build_info{version, revision, goversion} 1.
+	BuildInfo = "tpdeploy_build_info"
+	// AgentUp is tpdeploy_agent_up{node} 1 while the agent's worker polls Temporal (what
+	// /healthz answers 200 for), else 0.
+	AgentUp = "tpdeploy_agent_up"
+)
+
+// RegisterAgent adds the node agent's build info and its up gauge, which follows live.
+func (e *Exporter) RegisterAgent(node string, live *Liveness) error {
+	version, revision := "(devel)", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: BuildInfo, Help: "tpdeploy's build: version, VCS revision and Go version, as labels.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()}})
+	info.Set(1)
+	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: AgentUp, Help: "1 while the node agent's worker polls Temporal, else 0.",
+		ConstLabels: prometheus.Labels{"node": node}}, func() float64 {
+		if ok, _ := live.Live(); ok {
+			return 1
+		}
+		return 0
+	})
+	return errors.Join(e.registry.Register(info), e.registry.Register(up))
 }
 
 // HTTPHandler serves the metrics in Prometheus' text format.

@@ -247,3 +247,20 @@ func TestDashboardUsesExportedNames(t *testing.T) {
 		t.Errorf("the dashboard queries only %d tpdeploy metrics", used)
 	}
 }
+
+// An idle agent's /metrics has tpdeploy series before any deploy: its build and whether
+// its worker polls.
+func TestIdleAgentShowsBuildInfoAndUp(t *testing.T) {
+	e, live, base := serve(t)
+	if err := e.RegisterAgent("node-a", live); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, base+"/metrics")
+	wantLines(t, body, `tpdeploy_agent_up{node="node-a"} 0`, `# TYPE tpdeploy_build_info gauge`)
+	if !strings.Contains(body, `tpdeploy_build_info{goversion="go`) || !strings.Contains(body, `} 1`) {
+		t.Errorf("no tpdeploy_build_info:\n%s", body)
+	}
+	live.Set(true, "polling")
+	_, body = get(t, base+"/metrics")
+	wantLines(t, body, `tpdeploy_agent_up{node="node-a"} 1`)
+}

@@ -50,6 +50,42 @@ type Cluster struct {
 	// serves and says so, "skip" runs no proof. Empty is require when the plan has RDMA,
 	// skip otherwise.
 	DataPlane string `json:"data_plane,omitempty"`
+	// Canary is the supervisor's request to the serving endpoint; it is not part of the
+	// spec's hash (a changed canary changes nothing vLLM runs).
+	Canary Canary `json:"canary,omitempty"`
+}
+
+// Canary: every Every the supervisor sends one tiny completion (one token) and waits up
+// to Timeout for it; Failures unanswered in a row are the incident EngineWedged. /health
+// does not tell a frozen engine from a serving one (vLLM PR #36451); only an answer does.
+type Canary struct {
+	Every    Duration `json:"every,omitempty"`
+	Timeout  Duration `json:"timeout,omitempty"`
+	Failures int      `json:"failures,omitempty"`
+	// Off turns the canary off (the supervisor then checks /health, /v1/models, Ray's
+	// node table and the ranks' containers only).
+	Off bool `json:"off,omitempty"`
+}
+
+// Canary defaults: a request a minute, 30 s for its one token, two in a row.
+const (
+	DefaultCanaryEvery    = Duration(time.Minute)
+	DefaultCanaryTimeout  = Duration(30 * time.Second)
+	DefaultCanaryFailures = 2
+)
+
+// WithDefaults fills what is zero.
+func (c Canary) WithDefaults() Canary {
+	if c.Every == 0 {
+		c.Every = DefaultCanaryEvery
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultCanaryTimeout
+	}
+	if c.Failures == 0 {
+		c.Failures = DefaultCanaryFailures
+	}
+	return c
 }
 
 // Data-plane modes (spec data_plane).
@@ -355,6 +391,7 @@ func (c Cluster) WithDefaults() Cluster {
 		c.ImageMismatch = "fail"
 	}
 	c.Timeouts = c.Timeouts.withDefaults()
+	c.Canary = c.Canary.WithDefaults()
 	nodes := make([]Node, len(c.Nodes))
 	for i, n := range c.Nodes {
 		if n.DockerHost == "" {
@@ -437,9 +474,12 @@ func (c Cluster) Hash() string {
 
 // Canonical is the defaulted spec's JSON, the one encoding of a spec: what Hash digests and
 // what an operator signs (package intent). encoding/json writes struct fields in their
-// order and map keys sorted, so equal specs give equal bytes.
+// order and map keys sorted, so equal specs give equal bytes. The canary is left out: it
+// changes nothing vLLM runs, only how the supervisor asks.
 func (c Cluster) Canonical() []byte {
-	b, err := json.Marshal(c.WithDefaults())
+	d := c.WithDefaults()
+	d.Canary = Canary{}
+	b, err := json.Marshal(d)
 	if err != nil {
 		// Cluster holds only strings, numbers, slices and maps: Marshal cannot fail.
 		panic(fmt.Sprintf("spec: marshal: %v", err))

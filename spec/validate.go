@@ -7,6 +7,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // FieldError is one problem with the spec, at a field path such as "nodes[1].name".
@@ -149,6 +150,7 @@ func (c Cluster) Validate() error {
 		v.add("data_plane", fmt.Sprintf("%q must be \"require\", \"warn\" or \"skip\"", c.DataPlane))
 	}
 	v.timeouts(c.Timeouts)
+	v.canary(c.Canary)
 	return v.err()
 }
 
@@ -418,6 +420,18 @@ func (v *validator) ports(p Ports) {
 			v.add(f.name, fmt.Sprintf("%d is also %s", f.port, other))
 		}
 		seen[f.port] = f.name
+	}
+}
+
+func (v *validator) canary(c Canary) {
+	if c.Every < 0 || (c.Every > 0 && c.Every.D() < time.Second) {
+		v.add("canary.every", fmt.Sprintf("%s: the canary runs at most once a second", c.Every.D()))
+	}
+	if c.Timeout < 0 || (c.Timeout > 0 && c.Timeout.D() < 100*time.Millisecond) {
+		v.add("canary.timeout", fmt.Sprintf("%s: want at least 100ms", c.Timeout.D()))
+	}
+	if c.Failures < 0 || c.Failures > 100 {
+		v.add("canary.failures", fmt.Sprintf("%d: want 1 to 100 failures in a row", c.Failures))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -185,13 +186,43 @@ func printSupervision(w io.Writer, sv *workflows.Supervision) {
 		}
 		fmt.Fprintf(w, "  supervisor: %s at last check %s (%s)\n", health, clockOrDash(sv.LastCheck), sv.Detail)
 	}
+	if sv.Canary != "" {
+		fmt.Fprintf(w, "  canary: %s\n", sv.Canary)
+	}
 	fmt.Fprintf(w, "  supervisor: %d incidents, %d redeploys\n", len(sv.Incidents), sv.Redeploys)
 	for _, inc := range sv.Incidents {
 		where := ""
 		if inc.Node != "" {
 			where = " " + inc.Node
 		}
-		fmt.Fprintf(w, "  incident %s%s: %s -> %s; %s (took %s)\n", clockOrDash(inc.At), where, inc.Seen, inc.Action, inc.Outcome, inc.Took.Round(time.Second))
+		cause := ""
+		if inc.Cause != "" && !strings.HasPrefix(inc.Seen, inc.Cause) {
+			cause = inc.Cause + ": "
+		}
+		fmt.Fprintf(w, "  incident %s%s: %s%s -> %s; %s (took %s)\n", clockOrDash(inc.At), where, cause, inc.Seen, inc.Action, inc.Outcome, inc.Took.Round(time.Second))
+	}
+	// What the nodes printed last before the latest recovery tore the cluster down.
+	for i := len(sv.Incidents) - 1; i >= 0; i-- {
+		inc := sv.Incidents[i]
+		if len(inc.LastOutput) == 0 {
+			continue
+		}
+		nodes := make([]string, 0, len(inc.LastOutput))
+		for n := range inc.LastOutput {
+			nodes = append(nodes, n)
+		}
+		sort.Strings(nodes)
+		for _, n := range nodes {
+			lines := strings.Split(strings.TrimRight(inc.LastOutput[n], "\n"), "\n")
+			if len(lines) > 6 {
+				lines = lines[len(lines)-6:]
+			}
+			fmt.Fprintf(w, "  last output on %s before the recovery of %s:\n", n, clockOrDash(inc.At))
+			for _, l := range lines {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
+		break
 	}
 }
 

@@ -137,7 +137,7 @@ func run(ctx context.Context, args []string) error {
 	live := &metrics.Liveness{}
 	live.Set(false, "starting")
 	if *metricsAt != "" {
-		exp, stopMetrics, err := serveMetrics(*metricsAt, live, z)
+		exp, stopMetrics, err := serveMetrics(*metricsAt, *node, live, z)
 		if err != nil {
 			return err
 		}
@@ -196,9 +196,12 @@ func run(ctx context.Context, args []string) error {
 }
 
 // serveMetrics starts the agent's /metrics and /healthz endpoint; stop ends it.
-func serveMetrics(addr string, live *metrics.Liveness, z *zap.Logger) (exp *metrics.Exporter, stop func(), err error) {
+func serveMetrics(addr, node string, live *metrics.Liveness, z *zap.Logger) (exp *metrics.Exporter, stop func(), err error) {
 	exp, err = metrics.NewExporter()
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := exp.RegisterAgent(node, live); err != nil {
 		return nil, nil, err
 	}
 	srv, err := metrics.Serve(addr, exp, live)

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,6 +55,12 @@ type Incident struct {
 	Attempts int           `json:"attempts"`
 	Outcome  string        `json:"outcome"`
 	Took     time.Duration `json:"took"`
+	// Cause names the incident when it is more than its Seen text says:
+	// contract.IncidentEngineWedged.
+	Cause string `json:"cause,omitempty"`
+	// LastOutput is what each node's vLLM and Ray printed last, collected before the
+	// recovery tore the cluster down.
+	LastOutput map[string]string `json:"last_output,omitempty"`
 	// rollbackOf is the failed deploy run that asked for this rollback: recover waits for
 	// it to close rather than mistake it for a deploy someone else started.
 	rollbackOf string
@@ -72,7 +79,9 @@ type Supervision struct {
 	LastCheck time.Time         `json:"last_check,omitzero"`
 	Failures  int               `json:"failures"`
 	Detail    string            `json:"detail,omitempty"`
-	Incidents []Incident        `json:"incidents"`
+	// Canary is the canary's last verdict.
+	Canary    string     `json:"canary,omitempty"`
+	Incidents []Incident `json:"incidents"`
 	// Degraded says recovery gave up: no redeploy until something changes (a new spec
 	// serving, a node reboot, `starter redeploy`) or the cool-down passes; LastCause is why.
 	Degraded  bool      `json:"degraded,omitempty"`
@@ -89,8 +98,12 @@ type Deployed struct {
 	Intent *contract.Intent `json:"intent,omitempty"`
 }
 
-// keptIncidents bounds the incidents carried across continue-as-new.
-const keptIncidents = 50
+// keptIncidents bounds the incidents carried across continue-as-new; keptOutputs the
+// incidents among them that keep what the nodes printed last.
+const (
+	keptIncidents = 50
+	keptOutputs   = 3
+)
 
 // SuperviseCluster watches a serving cluster: one long-lived activity (WatchCluster)
 // checks the endpoint every CheckEvery, and node agents report their boot ID when they
@@ -157,7 +170,7 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 				RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
 			})
 			f := workflow.ExecuteActivity(actx, contract.ActivityWatchCluster, contract.WatchClusterRequest{
-				Cluster: sv.spec.Name, Every: sv.every, Unhealthy: sv.unhealthy, For: sv.watchFor})
+				Cluster: sv.spec.Name, Every: sv.every, Unhealthy: sv.unhealthy, For: sv.watchFor, Canary: canaryRequest(sv.spec)})
 			sel.AddFuture(f, func(f workflow.Future) {
 				var h contract.ClusterHealth
 				if err := f.Get(ctx, &h); err != nil {
@@ -230,16 +243,27 @@ func (sv *supervisor) pending(ctx workflow.Context, booted, deployed, manual, fa
 	}
 }
 
+// canaryRequest is the watch's canary from the spec (none when canary.off).
+func canaryRequest(s spec.Cluster) contract.CanaryRequest {
+	c := s.Canary.WithDefaults()
+	if c.Off {
+		return contract.CanaryRequest{}
+	}
+	return contract.CanaryRequest{Every: c.Every.D(), Timeout: c.Timeout.D(), Failures: c.Failures}
+}
+
 // health records what a watch saw; unhealthy is an incident.
 func (sv *supervisor) health(ctx workflow.Context, h contract.ClusterHealth) *Incident {
-	sv.state.LastCheck, sv.state.Healthy, sv.state.Detail = h.LastCheck, h.Healthy, h.Detail
+	sv.state.LastCheck, sv.state.Healthy, sv.state.Detail, sv.state.Canary = h.LastCheck, h.Healthy, h.Detail, h.Canary
 	metrics.Workflow(ctx).SupervisorState(sv.spec.Name, h.Healthy)
 	if h.Healthy {
 		sv.state.Failures = 0
 		return nil
 	}
 	sv.state.Failures = sv.unhealthy
-	return sv.newIncident(ctx, "", h.Detail)
+	inc := sv.newIncident(ctx, "", h.Detail)
+	inc.Cause = h.Cause
+	return inc
 }
 
 // deployed is a deploy that reached serving: the spec the supervisor puts back from now
@@ -275,7 +299,7 @@ func (sv *supervisor) rearm(ctx workflow.Context, why string) {
 // breaker opens after a recovery that gave up (the cluster is degraded, with its cause)
 // and closes after one that served.
 func (sv *supervisor) breaker(ctx workflow.Context, inc *Incident) {
-	metrics.Workflow(ctx).Incident(sv.spec.Name, inc.Node, incidentCause(inc.Seen))
+	metrics.Workflow(ctx).Incident(sv.spec.Name, inc.Node, incidentCause(inc))
 	if inc.Outcome == "serving again" || inc.Outcome == "left to the running deploy" {
 		sv.rearm(ctx, inc.Outcome)
 		return
@@ -290,7 +314,11 @@ func (sv *supervisor) breaker(ctx workflow.Context, inc *Incident) {
 }
 
 // incidentCause is an incident's cause as a metric label: a few values, never free text.
-func incidentCause(seen string) string {
+func incidentCause(inc *Incident) string {
+	if inc.Cause != "" {
+		return inc.Cause
+	}
+	seen := inc.Seen
 	switch {
 	case strings.HasPrefix(seen, "boot ID changed"):
 		return "reboot"
@@ -358,6 +386,11 @@ func (sv *supervisor) continueAsNew(ctx workflow.Context) error {
 	if len(inc) > keptIncidents {
 		inc = inc[len(inc)-keptIncidents:]
 	}
+	// What the nodes printed is kept for the last few incidents only: it is large.
+	inc = slices.Clone(inc)
+	for i := range max(len(inc)-keptOutputs, 0) {
+		inc[i].LastOutput = nil
+	}
 	return workflow.NewContinueAsNewError(ctx, SuperviseCluster, SuperviseRequest{
 		Spec: sv.spec, Intent: sv.intent, CheckEvery: spec.Duration(sv.every), Unhealthy: sv.unhealthy, MaxAttempts: sv.maxAttempts,
 		MaxLoops: sv.maxLoops, BootIDs: sv.state.BootIDs, Incidents: inc,
@@ -383,6 +416,31 @@ func (sv *supervisor) baseline(ctx workflow.Context) {
 			sv.state.BootIDs[n.Name] = id
 		}
 	}
+}
+
+// lastOutput asks every node for what the cluster's containers printed last, before the
+// recovery's redeploy replaces them; a node that does not answer is left out.
+func (sv *supervisor) lastOutput(ctx workflow.Context) map[string]string {
+	futures := map[string]workflow.Future{}
+	for _, n := range sv.spec.Nodes {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue: contract.NodeQueue(n.Name), ScheduleToStartTimeout: sv.spec.Timeouts.NodeAgent.D(),
+			StartToCloseTimeout: 30 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+			Summary: "last output on " + n.Name,
+		})
+		futures[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityLastOutput, contract.LastOutputRequest{
+			Node: n.Name, DockerHost: n.DockerHost, Cluster: sv.spec.Name})
+	}
+	out := map[string]string{}
+	for _, n := range sv.spec.Nodes {
+		var s string
+		if err := futures[n.Name].Get(ctx, &s); err != nil {
+			out[n.Name] = "not collected: " + err.Error()
+			continue
+		}
+		out[n.Name] = s
+	}
+	return out
 }
 
 func (sv *supervisor) newIncident(ctx workflow.Context, node, seen string) *Incident {
@@ -415,6 +473,9 @@ func short(id string) string {
 // finish: there is never a second one.
 func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	workflow.SetCurrentDetails(ctx, "incident: "+inc.Seen+"; redeploying")
+	if c := incidentCause(inc); c == contract.IncidentEngineWedged || c == "unhealthy" {
+		inc.LastOutput = sv.lastOutput(ctx)
+	}
 	backoff := 10 * time.Second
 	budget := sv.maxAttempts
 	if sv.state.Degraded {

@@ -46,6 +46,11 @@ func watchEnv(t *testing.T, f *fakeagents.Agents, w *fakeWatch) *testsuite.TestW
 		switch w.next() {
 		case "unhealthy":
 			return contract.ClusterHealth{Detail: "not serving for 3 checks: GET http://192.168.200.12:8000/health: 503 Service Unavailable", Checks: 3}, nil
+		case "wedged":
+			if req.Canary.Every <= 0 || req.Canary.Failures != spec.DefaultCanaryFailures {
+				return contract.ClusterHealth{}, errors.New("the watch was asked for no canary, or not the spec's")
+			}
+			return contract.ClusterHealth{Cause: contract.IncidentEngineWedged, Detail: "EngineWedged: 2 canary completions in a row failed (last: no answer within 30s)", Checks: 2}, nil
 		case "healthy":
 			return contract.ClusterHealth{Healthy: true, Detail: "serving at http://192.168.200.12:8000", Checks: 720}, nil
 		}
@@ -113,6 +118,31 @@ func TestSupervisorRedeploysAfterAReboot(t *testing.T) {
 	}
 	if next.Spent != 1 || next.Degraded {
 		t.Errorf("redeploys %d degraded %v", next.Spent, next.Degraded)
+	}
+}
+
+// A canary that goes unanswered (the engine frozen, /health 200) is the incident
+// EngineWedged: the nodes' last output is collected, then the cluster is redeployed.
+func TestSupervisorRedeploysAWedgedEngine(t *testing.T) {
+	f := fakeagents.New()
+	w := &fakeWatch{answers: []string{"wedged", "healthy"}}
+	env := watchEnv(t, f, w)
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 3})
+	next := carried(t, env)
+	if len(next.Incidents) != 1 || next.Incidents[0].Cause != contract.IncidentEngineWedged || next.Incidents[0].Outcome != "serving again" {
+		t.Fatalf("incidents = %+v", next.Incidents)
+	}
+	inc := next.Incidents[0]
+	for _, n := range fakeagents.SeedSpec().Nodes {
+		if !strings.Contains(inc.LastOutput[n.Name], "last line on "+n.Name) {
+			t.Errorf("last output of %s = %q", n.Name, inc.LastOutput[n.Name])
+		}
+	}
+	if got := fakeagents.Calls(f, "LaunchVLLM"); len(got) != 1 || got[0] != "LaunchVLLM node-a replace" {
+		t.Errorf("launches = %q, want one recovery launch recreating the containers", got)
+	}
+	if c := incidentCause(&inc); c != contract.IncidentEngineWedged {
+		t.Errorf("metric cause %q", c)
 	}
 }
 

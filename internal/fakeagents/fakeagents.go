@@ -459,6 +459,14 @@ func (f *Agents) BootID(ctx context.Context, req contract.BootIDRequest) (string
 	return "boot-" + req.Node, nil // what SeedProbe reports
 }
 
+// LastOutput answers what a node's containers printed last: one line naming the node.
+func (f *Agents) LastOutput(ctx context.Context, req contract.LastOutputRequest) (string, error) {
+	if err := f.record(ctx, "LastOutput", req.Node, ""); err != nil {
+		return "", err
+	}
+	return "== tpd_" + req.Cluster + "_" + req.Node + " (running)\nlast line on " + req.Node + "\n", nil
+}
+
 // AddressHolds answers from the node's current probe: the planned address on the planned
 // interface.
 func (f *Agents) AddressHolds(ctx context.Context, req contract.AddressRequest) (contract.AddressCheck, error) {

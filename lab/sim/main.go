@@ -25,6 +25,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if role, input := childRole(); role != "" {
+		return runChild(role, input)
+	}
 	name := filepath.Base(args[0])
 	rest := args[1:]
 	if name != "ray" && name != "vllm" && name != "python3" && len(rest) > 0 {

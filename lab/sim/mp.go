@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -53,15 +55,7 @@ func mpMain(ctx context.Context, f serveFlags) error {
 	log("INFO", "api_server.py:1885", "vLLM API server version "+f.rel.vllm)
 	log("INFO", "utils.py:233", fmt.Sprintf("non-default args: {'model_tag': '%s', 'host': '%s', 'port': %d, 'model': '%s', 'served_model_name': ['%s'], 'tensor_parallel_size': %d, 'pipeline_parallel_size': %d, 'master_addr': '%s', 'master_port': %d, 'nnodes': %d}",
 		f.model, f.host, f.port, f.model, f.served, f.tp, f.pp, f.masterAddr, f.masterPort, f.nnodes))
-	e := &engine{flags: f, world: world, log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
-	if err := e.startMP(ctx, local); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		e.log("ERROR", "core.py:708", "EngineCore failed to start.")
-		fatal("APIServer", strings.SplitN(err.Error(), ":", 2)[0], strings.TrimSpace(strings.SplitN(err.Error()+":", ":", 2)[1]))
-	}
-	return e.serve(ctx)
+	return runAPIServer(ctx, f, f.args)
 }
 
 // workerName is the worker process's name in vLLM's log prefix, e.g. Worker_TP1.
@@ -89,34 +83,65 @@ func headless(ctx context.Context, f serveFlags, world, local int) error {
 	}
 	master := net.JoinHostPort(f.masterAddr, strconv.Itoa(f.masterPort))
 	plainLog("INFO", "serve.py:209", fmt.Sprintf("Launching vLLM (v%s) headless multiproc executor, with head node address %s for torch.distributed process group.", f.rel.vllm, master))
-	ip := vllmHostIP()
 	type death struct {
 		name string
 		err  error
 	}
 	died := make(chan death, local)
+	var procs []*child
 	for lr := 0; lr < local; lr++ {
 		rank := local*f.nodeRank + lr
 		name := workerName(rank, f.tp, f.pp)
-		go func() { died <- death{name, mpRank(ctx, rank, world, f, ip, mpOut(name))} }()
+		p, err := spawn("VLLM::"+name, roleMPWorker, procInput{Args: f.args, Rank: rank, World: world})
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		go func() { died <- death{name, <-p.done} }()
 	}
 	select {
 	case <-ctx.Done():
+		for _, p := range procs {
+			p.signal(syscall.SIGTERM)
+		}
 		plainLog("INFO", "serve.py:231", "Shutting down.")
 		return nil
 	case d := <-died:
 		if ctx.Err() != nil {
 			return nil
 		}
-		if d.err != nil && !errors.Is(d.err, errReported) {
-			vllmLog(d.name, "ERROR", "multiproc_executor.py:671", "WorkerProc failed to start.")
-			if text, printed := exceptionText(d.err); !printed {
-				vllmLog(d.name, "ERROR", "multiproc_executor.py:671", text)
-			}
-		}
 		plainLog("ERROR", "multiproc_executor.py:256", fmt.Sprintf("Worker proc %s died unexpectedly, shutting down executor.", d.name))
 		os.Exit(1)
 	}
+	return nil
+}
+
+// mpWorkerMain is one headless worker's process (VLLM::Worker_TP<r>): it runs the rank
+// and ends when the rank fails.
+func mpWorkerMain(in procInput) error {
+	rel, err := imageRelease()
+	if err != nil {
+		return err
+	}
+	f, err := parseServe(in.Args, rel)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	name := workerName(in.Rank, f.tp, f.pp)
+	log := func(level, where, msg string) { vllmLog(name, level, where, msg) }
+	err = mpRank(ctx, in.Rank, in.World, f, vllmHostIP(), mpOut(name))
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil && !errors.Is(err, errReported) {
+		log("ERROR", "multiproc_executor.py:671", "WorkerProc failed to start.")
+		if text, printed := exceptionText(err); !printed {
+			log("ERROR", "multiproc_executor.py:671", text)
+		}
+	}
+	os.Exit(1)
 	return nil
 }
 

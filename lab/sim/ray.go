@@ -230,9 +230,29 @@ func runTasks(ctx context.Context, gc *gcsClient, nodeID, ip string) error {
 			if err := json.Unmarshal(t.Spec, &rs); err != nil {
 				continue
 			}
-			go runRemoteRank(ctx, gc, rs, nodeID, ip)
+			// Each actor runs in a worker process of its own (ray::<ClassName>), which
+			// dies with the raylet.
+			title := "ray::RayWorkerWrapper"
+			if rs.V2 {
+				title = "ray::RayWorkerProc"
+			}
+			p, err := spawn(title, roleRayRank, procInput{GCS: gc.addr, Spec: rs, NodeID: nodeID, NodeIP: ip})
+			if err != nil {
+				rayCppLog("E", "worker_pool.cc:563", "Failed to start the worker process: "+err.Error())
+				continue
+			}
+			go func() { <-ctx.Done(); p.signal(syscall.SIGTERM) }()
 		}
 	}
+	return nil
+}
+
+// rayRankMain is an actor's worker process: the rank, until the raylet stops it.
+func rayRankMain(in procInput) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	runRemoteRank(ctx, newGCSClient(in.GCS), in.Spec, in.NodeID, in.NodeIP)
+	<-ctx.Done()
 	return nil
 }
 

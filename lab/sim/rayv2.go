@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -131,6 +132,14 @@ func (e *engine) startV2(ctx context.Context, d *driver) error {
 		}
 		break
 	}
+	var mq string
+	if err := result(ctx, e.gc, e.job, "mq", &mq); err != nil {
+		return err
+	}
+	var err2 error
+	if e.mq, err2 = net.Dial("tcp", mq); err2 != nil {
+		return fmt.Errorf("RuntimeError: connect to the workers' message queue at %s: %v", mq, err2)
+	}
 	go func() {
 		for ctx.Err() == nil && e.lostErr() == nil {
 			time.Sleep(time.Second)
@@ -209,7 +218,17 @@ func runV2Rank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeID, nodeIP s
 		fail(err)
 		return
 	}
+	// The engine's steps reach the actors through vLLM's message queue, bound to the Ray
+	// node's IP (not modelled beyond this: one connection to rank 0's actor, which runs
+	// each step's collective with the other ranks).
+	mq, err := net.Listen("tcp", net.JoinHostPort(nodeIP, "0"))
+	if err != nil {
+		fail(err)
+		return
+	}
+	_ = gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "mq", "value": mq.Addr().String()}, nil)
 	_ = gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "ready", "value": 0}, nil)
+	serveSteps(ctx, mq, r0)
 	<-ctx.Done()
 }
 
@@ -221,5 +240,5 @@ func (e *engine) v2Dead(node string) {
 		list[i] = fmt.Sprint(r)
 	}
 	e.log("ERROR", "ray_executor_v2.py:455", "RayWorkerProc rank=["+strings.Join(list, ", ")+"] died unexpectedly, shutting down executor.")
-	e.engineDead()
+	e.engineDead(*e.lost.Load())
 }

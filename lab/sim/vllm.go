@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -39,8 +40,9 @@ type serveFlags struct {
 	backendSet       bool
 	// apiKeys are --api-key's values (cli_args.py), which win over VLLM_API_KEY.
 	apiKeys []string
-	// rel is the release the image holds.
-	rel release
+	// rel is the release the image holds; args the command line it was parsed from.
+	rel  release
+	args []string
 }
 
 // exitError ends the process with a status of its own (argparse exits 2).
@@ -66,7 +68,7 @@ var mpFlags = map[string]bool{"--nnodes": true, "-n": true, "--node-rank": true,
 // then `vllm: error: unrecognized arguments: ...`, exit status 2.
 func parseServe(args []string, rel release) (serveFlags, error) {
 	f := serveFlags{tp: 1, pp: 1, backend: "mp", host: "0.0.0.0", port: 8000, maxLen: 4096,
-		nnodes: 1, masterAddr: "127.0.0.1", masterPort: 29501, rel: rel}
+		nnodes: 1, masterAddr: "127.0.0.1", masterPort: 29501, rel: rel, args: args}
 	if len(args) == 0 || args[0] != "serve" {
 		return f, errors.New("usage: vllm serve MODEL [options]")
 	}
@@ -199,19 +201,7 @@ func vllmMain(args []string) error {
 		// the ImportError at import and kept its text (vllm/v1/executor/ray_utils.py).
 		fatal("APIServer", "pydantic_core._pydantic_core.ValidationError", fmt.Sprintf("1 validation error for ParallelConfig\n  Value error, Failed to import Ray: No module named 'ray'.Please install Ray with `pip install ray`. [type=value_error, input_value=ArgsKwargs((), {'pipeline_parallel_size': %d, 'tensor_parallel_size': %d, 'distributed_executor_backend': 'ray'}), input_type=ArgsKwargs]", f.pp, f.tp))
 	}
-	e := &engine{flags: f, world: f.tp * f.pp, v2: rel.rayV2(), log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
-	if err := e.start(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		e.log("ERROR", "core.py:708", "EngineCore failed to start.")
-		// The executor's shutdown (ray.kill of its actors) takes a moment, during which Ray
-		// still forwards what the actors printed: a remote rank failing at about the same
-		// time as rank 0 (both in torch's store timeout) is seen in the driver's output.
-		time.Sleep(2 * time.Second)
-		fatal("APIServer", strings.SplitN(err.Error(), ":", 2)[0], strings.TrimSpace(strings.SplitN(err.Error()+":", ":", 2)[1]))
-	}
-	return e.serve(ctx)
+	return runAPIServer(ctx, f, f.args)
 }
 
 // engine is the driver: rank 0 on the head node, in the Ray head's container, attached
@@ -245,6 +235,10 @@ type engine struct {
 	actorEnv     map[string]string
 	// out prints a line of the process's own output (tqdm's bar); nil is stdout.
 	out func(string)
+	// mq is the engine's connection to rank 0's actor under RayExecutorV2 (vLLM's message
+	// queue to the actors); onDead tells the API server the engine died.
+	mq     net.Conn
+	onDead func()
 }
 
 func (e *engine) print(line string) {
@@ -748,13 +742,17 @@ func (e *engine) lostAfterStart() {
 	e.log("WARNING", "ray_executor.py:402", "A RayWorkerWrapper died: "+strings.SplitN(*e.lost.Load(), "\n", 2)[0])
 }
 
-func (e *engine) engineDead() {
+// engineDead is EngineCore's fatal error: the API server's client learns of it and the
+// engine answers nothing more (EngineDeadError, /health 503).
+func (e *engine) engineDead(cause string) {
 	if e.dead.Swap(true) {
 		return
 	}
 	e.log("ERROR", "core.py:776", "EngineCore encountered a fatal error.")
-	e.log("ERROR", "core.py:777", *e.lost.Load())
-	vllmLog("APIServer", "ERROR", "async_llm.py:420", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.")
+	e.log("ERROR", "core.py:777", cause)
+	if e.onDead != nil {
+		e.onDead()
+	}
 }
 
 // tqdmLine renders tqdm's bar with vLLM's fixed format.
@@ -775,21 +773,22 @@ func clock(d time.Duration) string {
 }
 
 // serve runs the OpenAI-compatible server until a signal.
-func (e *engine) serve(ctx context.Context) error {
-	l, err := net.Listen("tcp", net.JoinHostPort(e.flags.host, strconv.Itoa(e.flags.port)))
+func (a *apiServer) serve(ctx context.Context) error {
+	f := a.flags
+	l, err := net.Listen("tcp", net.JoinHostPort(f.host, strconv.Itoa(f.port)))
 	if err != nil {
-		return fmt.Errorf("OSError: [Errno 98] error while attempting to bind on address ('%s', %d): address already in use", e.flags.host, e.flags.port)
+		return fmt.Errorf("OSError: [Errno 98] error while attempting to bind on address ('%s', %d): address already in use", f.host, f.port)
 	}
 	log := func(msg string) { vllmLog("APIServer", "INFO", "api_server.py:1927", msg) }
-	log(fmt.Sprintf("Starting vLLM server on http://%s", net.JoinHostPort(e.flags.host, strconv.Itoa(e.flags.port))))
+	log(fmt.Sprintf("Starting vLLM server on http://%s", net.JoinHostPort(f.host, strconv.Itoa(f.port))))
 	log("Available routes are:")
-	for _, r := range []string{"/health, Methods: GET", "/v1/models, Methods: GET", "/v1/completions, Methods: POST"} {
+	for _, r := range []string{"/health, Methods: GET", "/metrics, Methods: GET", "/v1/models, Methods: GET", "/v1/completions, Methods: POST"} {
 		vllmLog("APIServer", "INFO", "launcher.py:37", "Route: "+r)
 	}
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Started server process [%d]", os.Getpid(), os.Getpid()))
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Waiting for application startup.", os.Getpid()))
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Application startup complete.", os.Getpid()))
-	srv := &http.Server{Handler: authenticate(e.api(), e.apiTokens())}
+	srv := &http.Server{Handler: authenticate(a.api(), apiTokens(f))}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -797,18 +796,28 @@ func (e *engine) serve(ctx context.Context) error {
 	return nil
 }
 
-func (e *engine) api() http.Handler {
+func (a *apiServer) api() http.Handler {
+	f := a.flags
 	created := time.Now().Unix()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		if e.dead.Load() {
+		if a.dead.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
+	// The few series of vLLM's Prometheus exposition a scrape of an idle or serving engine
+	// shows (vllm/v1/metrics/loggers.py PrometheusStatLogger); the API server's process
+	// records them from the engine's outputs, so a frozen engine's stand still.
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		label := fmt.Sprintf(`{engine="0",model_name="%s"}`, f.served)
+		fmt.Fprintf(w, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running%s %d.0\n", label, a.running.Load())
+		fmt.Fprintf(w, "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total%s %d.0\n", label, a.gen.Load())
+	})
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"object": "list", "data": []any{map[string]any{
-			"id": e.flags.served, "object": "model", "created": created, "owned_by": "vllm", "root": e.flags.model,
-			"parent": nil, "max_model_len": e.flags.maxLen,
+			"id": f.served, "object": "model", "created": created, "owned_by": "vllm", "root": f.model,
+			"parent": nil, "max_model_len": f.maxLen,
 			"permission": []any{map[string]any{"id": "modelperm-" + randomHex(32), "object": "model_permission", "created": created,
 				"allow_create_engine": false, "allow_sampling": true, "allow_logprobs": true, "allow_search_indices": false,
 				"allow_view": true, "allow_fine_tuning": false, "organization": "*", "group": nil, "is_blocking": false}},
@@ -824,29 +833,32 @@ func (e *engine) api() http.Handler {
 			apiError(w, http.StatusBadRequest, "BadRequestError", err.Error())
 			return
 		}
-		if req.Model != e.flags.served {
+		// The body read to its end: from here a client that goes away cancels the request
+		// (net/http watches the connection only then), as vLLM aborts it.
+		_, _ = io.Copy(io.Discard, r.Body)
+		if req.Model != f.served {
 			apiError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
 			return
 		}
-		if e.lostErr() != nil {
-			e.engineDead()
+		out, err := a.generate(r.Context(), req.Prompt, max(req.MaxTokens, 1))
+		if err != nil {
+			return // the client went away: the request is aborted
 		}
-		if e.dead.Load() {
+		if out.Err != "" {
 			apiError(w, http.StatusServiceUnavailable, "EngineDeadError", "EngineCore encountered an issue.")
 			return
 		}
-		text, n := completion(req.Prompt, max(req.MaxTokens, 1))
 		writeJSON(w, map[string]any{"id": "cmpl-" + randomHex(32), "object": "text_completion", "created": time.Now().Unix(), "model": req.Model,
-			"choices": []any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}},
-			"usage":   map[string]int{"prompt_tokens": len(strings.Fields(req.Prompt)), "completion_tokens": n, "total_tokens": len(strings.Fields(req.Prompt)) + n}})
+			"choices": []any{map[string]any{"index": 0, "text": out.Text, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}},
+			"usage":   map[string]int{"prompt_tokens": len(strings.Fields(req.Prompt)), "completion_tokens": out.Tokens, "total_tokens": len(strings.Fields(req.Prompt)) + out.Tokens}})
 	})
 	return mux
 }
 
 // apiTokens are the keys vLLM's API server wants: --api-key's, else VLLM_API_KEY
 // (api_server.py build_app: `args.api_key or [envs.VLLM_API_KEY]`, empty ones dropped).
-func (e *engine) apiTokens() []string {
-	keys := e.flags.apiKeys
+func apiTokens(f serveFlags) []string {
+	keys := f.apiKeys
 	if len(keys) == 0 {
 		keys = []string{os.Getenv("VLLM_API_KEY")}
 	}
