@@ -148,7 +148,6 @@ func (c *canary) probe(ctx context.Context, t canaryTarget) canaryResult {
 	return canaryResult{timedOut: true, detail: fmt.Sprintf("no answer within %s; %s", c.req.Timeout, why)}
 }
 
-
 // generatedTokens reads vllm:generation_tokens_total from the endpoint's /metrics (vLLM's
 // Prometheus exposition, served by the API server without an API key), summed over its
 // label sets.
