@@ -397,6 +397,14 @@ func (a *Node) RemoveContainers(ctx context.Context, req contract.RemoveRequest)
 			return res, err
 		}
 	}
+	return a.removeCluster(ctx, req)
+}
+
+// removeCluster removes the cluster's containers on this node (RemoveContainers once the
+// request is checked). The agent's own reconcile calls it directly: that removal is the
+// agent's decision from Temporal's record, not a request anyone signed.
+func (a *Node) removeCluster(ctx context.Context, req contract.RemoveRequest) (contract.RemoveResult, error) {
+	res := contract.RemoveResult{Node: a.Name, Removed: []string{}}
 	eng, addr, err := a.engine(req.DockerHost)
 	if err != nil {
 		return res, err

@@ -67,7 +67,7 @@ func Reconcile(ctx context.Context, a *Node, host string, wanted Wanted) ([]stri
 			continue
 		}
 		if len(stale) == len(byCluster[cluster]) {
-			res, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: a.Name, DockerHost: host, Cluster: cluster})
+			res, err := a.removeCluster(ctx, contract.RemoveRequest{Node: a.Name, DockerHost: host, Cluster: cluster})
 			if err != nil {
 				return removed, fmt.Errorf("reconcile %s: %w", cluster, err)
 			}
