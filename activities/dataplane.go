@@ -225,14 +225,15 @@ func execBounded(ctx context.Context, eng containerEngine, ctr string, cmd, env 
 	return text, -1, nil
 }
 
-// fileArchive is a tar holding one file at name (absolute), with its directories, to be
-// extracted at /.
+// fileArchive is a tar holding one file at name (absolute), with the directories below the
+// top-level one, to be extracted at /. The top-level directory (/tmp) is the image's and
+// keeps its mode: an entry for it would make the engine set it to the entry's.
 func fileArchive(name string, body []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	rel := strings.TrimPrefix(name, "/")
 	var dirs []string
-	for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
+	for d := path.Dir(rel); d != "." && d != "/" && strings.Contains(d, "/"); d = path.Dir(d) {
 		dirs = append([]string{d + "/"}, dirs...)
 	}
 	for _, d := range dirs {

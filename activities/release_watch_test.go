@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"archive/tar"
+	"bytes"
 	"strings"
 	"testing"
 
@@ -61,5 +63,26 @@ func TestTheWatchHoldsVLLMsNCCLAgainstTheProof(t *testing.T) {
 	}
 	if len(w.p.Warnings) != 1 || !strings.Contains(w.p.Warnings[0], "on 10.200.1.13 uses network Socket, but the data-plane proof found IB") {
 		t.Fatalf("warnings %q", w.p.Warnings)
+	}
+}
+
+// An archive for a file under /tmp creates the directories below /tmp and never an entry
+// for /tmp itself, whose mode (1777) is the image's.
+func TestFileArchiveLeavesTheTopDirectoryAlone(t *testing.T) {
+	b, err := fileArchive("/tmp/tpdeploy/vllm-config/x.json", []byte("[]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(bytes.NewReader(b))
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, h.Name)
+	}
+	if strings.Join(names, " ") != "tmp/tpdeploy/ tmp/tpdeploy/vllm-config/ tmp/tpdeploy/vllm-config/x.json" {
+		t.Fatalf("entries %q", names)
 	}
 }

@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -249,24 +248,7 @@ func nonCarryOverArchive(names []string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	root := strings.TrimPrefix(vllmConfigRoot, "/")
-	for _, dir := range []string{"tmp/tpdeploy/", root + "/"} {
-		if err := tw.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: root + "/ray_non_carry_over_env_vars.json", Mode: 0o644, Size: int64(len(body))}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(body); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return fileArchive(vllmConfigRoot+"/ray_non_carry_over_env_vars.json", body)
 }
 
 // vllmOutput reads vLLM's output in the head's container from a byte offset, in bounded
