@@ -226,18 +226,28 @@ func (a *apiServer) generate(ctx context.Context, prompt string, tokens int) (en
 	}
 }
 
-// engineCoreMain is the VLLM::EngineCore process: the executor (the Ray driver, or rank 0
-// of vLLM's own multi-node mode), then the busy loop.
-func engineCoreMain(in procInput) error {
+// childStart is what every child process of `vllm serve` does first: read the image's
+// release, parse the command line it was given, and end on SIGTERM or SIGINT.
+func childStart(in procInput) (context.Context, context.CancelFunc, serveFlags, error) {
 	rel, err := imageRelease()
 	if err != nil {
-		return err
+		return nil, nil, serveFlags{}, err
 	}
 	f, err := parseServe(in.Args, rel)
 	if err != nil {
-		return err
+		return nil, nil, serveFlags{}, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	return ctx, stop, f, nil
+}
+
+// engineCoreMain is the VLLM::EngineCore process: the executor (the Ray driver, or rank 0
+// of vLLM's own multi-node mode), then the busy loop.
+func engineCoreMain(in procInput) error {
+	ctx, stop, f, err := childStart(in)
+	if err != nil {
+		return err
+	}
 	defer stop()
 	p, err := newIPC(os.NewFile(3, "api-server"))
 	if err != nil {
@@ -248,7 +258,7 @@ func engineCoreMain(in procInput) error {
 	if f.backend == "mp" {
 		err = e.startMP(ctx, e.world/max(f.nnodes, 1))
 	} else {
-		e.v2 = rel.rayV2()
+		e.v2 = f.rel.rayV2()
 		err = e.start(ctx)
 	}
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -119,15 +118,10 @@ func headless(ctx context.Context, f serveFlags, world, local int) error {
 // mpWorkerMain is one headless worker's process (VLLM::Worker_TP<r>): it runs the rank
 // and ends when the rank fails.
 func mpWorkerMain(in procInput) error {
-	rel, err := imageRelease()
+	ctx, stop, f, err := childStart(in)
 	if err != nil {
 		return err
 	}
-	f, err := parseServe(in.Args, rel)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	name := workerName(in.Rank, f.tp, f.pp)
 	log := func(level, where, msg string) { vllmLog(name, level, where, msg) }
