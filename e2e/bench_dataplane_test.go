@@ -2,17 +2,12 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"path/filepath"
 	"testing"
 	"time"
 
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/tpdeploy/tpdeploy/control"
-	"github.com/tpdeploy/tpdeploy/internal/images"
-	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
@@ -22,15 +17,7 @@ import (
 // deploy. On real GPUs add torch's import and NCCL's init, a few seconds per rank.
 func BenchmarkDataPlaneProof(b *testing.B) {
 	ctx := context.Background()
-	root, _ := images.ModuleRoot()
-	rb := make([]byte, 3)
-	_, _ = rand.Read(rb)
-	prefix := "tpd-bench-spark-" + hex.EncodeToString(rb)
-	l, err := lab.Up(ctx, eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: lab.TopologySpark})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { l.Close(); _ = lab.Down(context.Background(), eng, prefix) }()
+	l := sparkLab(b, "tpd-bench-spark-")
 	c, err := tclient.Dial(tclient.Options{HostPort: l.Temporal})
 	if err != nil {
 		b.Fatal(err)

@@ -30,20 +30,7 @@ import (
 //   - with data_plane: warn the same cluster serves and status says Socket in plain words.
 func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 	ctx := context.Background()
-	root, _ := images.ModuleRoot()
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	prefix := "tpd-e2e-spark-" + hex.EncodeToString(b)
-	l, err := lab.Up(ctx, eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: lab.TopologySpark})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.Close()
-		if err := lab.Down(context.Background(), eng, prefix); err != nil {
-			t.Logf("lab down: %v", err)
-		}
-	})
+	l := sparkLab(t, "tpd-e2e-spark-")
 	starterAt := func(args ...string) (string, int) {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
@@ -145,6 +132,27 @@ func TestDataPlaneOnTwoSparkRails(t *testing.T) {
 		t.Errorf("status lacks the warning:\n%s", out)
 	}
 	teardown("e2e-spark-warn")
+}
+
+// sparkLab brings up a lab of its own shaped like two DGX Sparks (two rails on two
+// subnets per node), removed when the test or benchmark ends.
+func sparkLab(tb testing.TB, prefix string) *lab.Lab {
+	tb.Helper()
+	root, _ := images.ModuleRoot()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	prefix += hex.EncodeToString(b)
+	l, err := lab.Up(context.Background(), eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: lab.TopologySpark})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		l.Close()
+		if err := lab.Down(context.Background(), eng, prefix); err != nil {
+			tb.Logf("lab down: %v", err)
+		}
+	})
+	return l
 }
 
 // setPolicy writes the node agent's policy file and restarts the agent (its init restarts
