@@ -270,22 +270,8 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 // with the same spec hash is reused (and started if it is stopped — a crash between
 // create and start leaves exactly that), one with another hash is replaced.
 func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (contract.ContainerRef, error) {
-	err := a.allowed(func(p policy.Policy) error {
-		errs := []error{p.CheckImage(s.Image), p.CheckEnv(envNames(s.Env)...)}
-		for _, b := range s.Binds {
-			src, _, _ := strings.Cut(b, ":")
-			errs = append(errs, p.CheckMount(a.nodePath(src))) // the policy names the node's paths
-		}
-		return errors.Join(errs...)
-	})
-	if err != nil {
+	if err := a.containerAllowed(s); err != nil {
 		return contract.ContainerRef{}, err
-	}
-	for _, b := range s.Binds {
-		src, _, _ := strings.Cut(b, ":")
-		if err := a.bindSource(a.nodePath(src)); err != nil {
-			return contract.ContainerRef{}, err
-		}
 	}
 	eng, addr, err := a.engine(host)
 	if err != nil {
@@ -342,6 +328,30 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 		}
 		return ref, nil
 	}
+}
+
+// containerAllowed checks a container against the node's policy before anything is made:
+// its image, its env names, and each host path it binds (by the policy's rules and as it
+// resolves on the node, refusing links).
+func (a *Node) containerAllowed(s containerSpec) error {
+	err := a.allowed(func(p policy.Policy) error {
+		errs := []error{p.CheckImage(s.Image), p.CheckEnv(envNames(s.Env)...)}
+		for _, b := range s.Binds {
+			src, _, _ := strings.Cut(b, ":")
+			errs = append(errs, p.CheckMount(a.nodePath(src))) // the policy names the node's paths
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return err
+	}
+	for _, b := range s.Binds {
+		src, _, _ := strings.Cut(b, ":")
+		if err := a.bindSource(a.nodePath(src)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func imageMissing(image string) error {

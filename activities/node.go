@@ -171,6 +171,7 @@ func (a *Node) PreflightNode(ctx context.Context, req contract.PreflightRequest)
 	if err := a.checkNode(req.Node); err != nil {
 		return contract.PreflightResult{}, err
 	}
+	var signed *spec.Cluster
 	if a.enforced() {
 		if req.Spec == nil {
 			return contract.PreflightResult{}, a.deny("signed intent: a preflight without the spec")
@@ -179,6 +180,7 @@ func (a *Node) PreflightNode(ctx context.Context, req contract.PreflightRequest)
 		if err != nil {
 			return contract.PreflightResult{}, err
 		}
+		signed = c
 		if req.Image != c.Image {
 			return contract.PreflightResult{}, a.deny("signed intent: image %s is not the signed spec's %s", req.Image, c.Image)
 		}
@@ -189,6 +191,11 @@ func (a *Node) PreflightNode(ctx context.Context, req contract.PreflightRequest)
 	if req.Spec != nil {
 		if err := a.specAllowed(*req.Spec); err != nil {
 			return contract.PreflightResult{}, err
+		}
+		if req.Plan != nil {
+			if err := a.plannedAllowed(*req.Spec, *req.Plan, req.Deployment, signed); err != nil {
+				return contract.PreflightResult{}, err
+			}
 		}
 	}
 	eng, addr, err := a.engine(req.DockerHost)

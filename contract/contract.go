@@ -5,6 +5,7 @@
 package contract
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -149,6 +150,11 @@ type PreflightRequest struct {
 	Image      string `json:"image"`
 	// Spec, when given, is checked against the node's policy as a whole.
 	Spec *spec.Cluster `json:"spec,omitempty"`
+	// Plan and Deployment, when given, let the agent build every container it will be
+	// asked to start for the plan and check each against its policy now: a refusal is
+	// found before anything stops (a redeploy onto a serving cluster stages on it).
+	Plan       *netplan.Plan `json:"plan,omitempty"`
+	Deployment Deployment    `json:"deployment,omitzero"`
 	// Intent is the operator's signed spec (see Intent); the same in every request below.
 	Intent *Intent `json:"intent,omitempty"`
 }
@@ -384,6 +390,8 @@ const (
 	ActivityPauseSchedule   = "PauseSchedule"
 	ActivityWaitClosed      = "WaitClosed"
 	ActivityWatchCluster    = "WatchCluster"
+	// ActivityServingDeployment says which deployment serves the cluster now.
+	ActivityServingDeployment = "ServingDeployment"
 )
 
 // HeadChecks are the operations activities every agent also serves on its own node's
@@ -453,6 +461,25 @@ type ClusterBusy struct {
 	RunID      string `json:"run_id,omitempty"`
 }
 
+// ServingDeployment is the deployment that serves a cluster: a deploy run that completed,
+// whose endpoint answers. Zero when none does.
+type ServingDeployment struct {
+	RunID    string `json:"run_id,omitempty"`
+	SpecHash string `json:"spec_hash,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	// Detail says why none serves, when one was known.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Serves says whether a deployment serves.
+func (s ServingDeployment) Serves() bool { return s.RunID != "" }
+
+// StagedRefusal is the details of a failed deploy that was staged beside a serving
+// deployment and failed before it stopped anything: Serving still serves.
+type StagedRefusal struct {
+	Serving ServingDeployment `json:"serving"`
+}
+
 // ContainerName is the deterministic name of a role's container on a node; a retry
 // finds what an earlier attempt created instead of creating a second one. The separator
 // is '_', which neither cluster names ([a-z0-9-]) nor node names ([a-z0-9.-]) contain, so
@@ -485,4 +512,10 @@ type ProofRequest struct {
 type ProofResult struct {
 	Rank  dataplane.Node `json:"rank"`
 	Lines []string       `json:"lines,omitempty"`
+}
+
+// Said is the refusal in words, for the failure's message.
+func (r StagedRefusal) Said() string {
+	return fmt.Sprintf("staged beside the serving deployment: nothing was stopped, deploy run %s (spec %s) still serves at %s",
+		r.Serving.RunID, r.Serving.SpecHash, r.Serving.Endpoint)
 }

@@ -141,6 +141,9 @@ type Status struct {
 	Supervision *workflows.Supervision
 	// Copies are the model copies in flight (model.sync), from their heartbeats.
 	Copies []contract.SyncProgress
+	// Refused is the latest deploy when it was staged beside this one, which still
+	// serves, and failed before it stopped anything.
+	Refused *Status
 }
 
 // Status reports the latest deploy of cluster: its state (a query), result, spec, and the
@@ -193,12 +196,66 @@ func (c Controller) freshHealth(ctx context.Context, sv *workflows.Supervision) 
 // latest is the cheap part of Status, without queries (a query on a closed run replays
 // its history on a worker): whether the latest deploy runs, its result and its spec. The
 // supervisor's periodic check uses it.
+//
+// A latest deploy that was staged beside a serving deployment and refused before it
+// stopped anything (contract.StagedRefusal) is not what serves: the status is then the
+// serving deploy's, with the refused one in Refused.
 func (c Controller) latest(ctx context.Context, cluster string) (Status, error) {
+	st, err := c.run(ctx, cluster, "")
+	if err != nil {
+		return st, err
+	}
+	refused := stagedRefusal(st.Err)
+	if refused == nil {
+		return st, nil
+	}
+	serving, err := c.run(ctx, cluster, refused.Serving.RunID)
+	if err != nil {
+		return st, nil // the serving run is gone from Temporal (retention): say what is known
+	}
+	serving.Refused = &st
+	return serving, nil
+}
+
+// servingRunID is the run whose containers run: the latest deploy run (""), or, when that
+// was a staged deploy refused before the swap, the run it was staged beside.
+func (c Controller) servingRunID(ctx context.Context, cluster string) string {
 	id := contract.DeployWorkflowID(cluster)
 	//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
 	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return ""
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	switch info.GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return ""
+	}
+	if refused := stagedRefusal(Reason(c.Client.GetWorkflow(ctx, id, info.GetExecution().GetRunId()).Get(ctx, nil))); refused != nil {
+		return refused.Serving.RunID
+	}
+	return ""
+}
+
+// stagedRefusal is a deploy failure's StagedRefusal, or nil.
+func stagedRefusal(err error) *contract.StagedRefusal {
+	var f *Failure
+	if errors.As(err, &f) {
+		return f.Staged
+	}
+	return nil
+}
+
+// run is one deploy run's status (runID "" is the latest run).
+func (c Controller) run(ctx context.Context, cluster, runID string) (Status, error) {
+	id := contract.DeployWorkflowID(cluster)
+	//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, runID)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
+		if runID != "" {
+			return Status{}, fmt.Errorf("cluster %s: no deploy run %s", cluster, runID)
+		}
 		return Status{}, fmt.Errorf("cluster %s has never been deployed (no workflow %s)", cluster, id)
 	}
 	if err != nil {
@@ -249,14 +306,15 @@ func (c Controller) latestCached(ctx context.Context, cluster string, runID *str
 	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return Status{WorkflowID: id, RunID: info.GetExecution().GetRunId(), Running: true}, nil
 	}
-	if rid := info.GetExecution().GetRunId(); rid == *runID {
+	rid := info.GetExecution().GetRunId()
+	if rid == *runID {
 		return *cached, nil
 	}
 	st, err := c.latest(ctx, cluster)
 	if err != nil {
 		return st, err
 	}
-	*runID, *cached = st.RunID, st
+	*runID, *cached = rid, st
 	return st, nil
 }
 
@@ -329,7 +387,7 @@ func (c Controller) Teardown(ctx context.Context, cluster string, s *spec.Cluste
 	if s != nil {
 		in = c.sign(*s)
 	} else {
-		req, err := c.deployRequest(ctx, id, "")
+		req, err := c.deployRequest(ctx, id, c.servingRunID(ctx, cluster))
 		got := req.Spec.WithDefaults()
 		in = req.Intent
 		if c.SignKey != nil {
@@ -404,14 +462,16 @@ func (c Controller) Redeploy(ctx context.Context, cluster, reason string) error 
 // Reason reduces a workflow failure to its one-line cause, with the error type the
 // workflow classified it as: "PlacementMismatch: node-a: check placement: ...".
 func Reason(err error) error {
-	var app interface {
-		Type() string
-		Message() string
-	}
+	var app *temporal.ApplicationError
 	var wee *temporal.WorkflowExecutionError
 	if errors.As(err, &wee) {
 		if errors.As(wee.Unwrap(), &app) {
-			return &Failure{Type: app.Type(), Message: app.Message()}
+			f := &Failure{Type: app.Type(), Message: app.Message()}
+			var refused contract.StagedRefusal
+			if app.HasDetails() && app.Details(&refused) == nil && refused.Serving.Serves() {
+				f.Staged = &refused
+			}
+			return f
 		}
 		if temporal.IsCanceledError(wee.Unwrap()) {
 			return &Failure{Type: contract.ErrCanceled, Message: "canceled"}
@@ -425,6 +485,9 @@ func Reason(err error) error {
 type Failure struct {
 	Type    string
 	Message string
+	// Staged is set when the deploy was staged beside a serving deployment and failed
+	// before it stopped anything: that deployment still serves.
+	Staged *contract.StagedRefusal
 }
 
 func (f *Failure) Error() string { return f.Type + ": " + f.Message }

@@ -169,6 +169,51 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 	}
 }
 
+// ServingDeployment says which deploy run serves the cluster now: the one its supervisor
+// (which runs once a deploy served, until a teardown) last saw reach serving, if its
+// endpoint answers the readiness check. A deploy of another spec stages beside it
+// (workflows/stage.go). The supervisor is asked by query, which a running workflow answers
+// consistently; visibility, which lags, is not used.
+func (c *Checks) ServingDeployment(ctx context.Context, req contract.ClusterRequest) (contract.ServingDeployment, error) {
+	sid := contract.SuperviseWorkflowID(req.Cluster)
+	//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
+	desc, err := c.Controller.Client.DescribeWorkflowExecution(ctx, sid, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return contract.ServingDeployment{Detail: "no supervisor: the cluster never served"}, nil
+	}
+	if err != nil {
+		return contract.ServingDeployment{}, fmt.Errorf("describe %s: %w", sid, err)
+	}
+	if desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return contract.ServingDeployment{Detail: "the supervisor ended (torn down)"}, nil
+	}
+	q, err := c.Controller.Client.QueryWorkflow(ctx, sid, "", contract.QuerySupervision)
+	if err != nil {
+		return contract.ServingDeployment{}, fmt.Errorf("query %s: %w", sid, err)
+	}
+	var sv workflows.Supervision
+	if err := q.Get(&sv); err != nil {
+		return contract.ServingDeployment{}, fmt.Errorf("decode the supervision of %s: %w", req.Cluster, err)
+	}
+	if sv.Serving == nil || !sv.Serving.Serves() {
+		return contract.ServingDeployment{Detail: "the supervisor knows of no serving deploy"}, nil
+	}
+	st, err := c.Controller.run(ctx, req.Cluster, sv.Serving.RunID)
+	if err != nil {
+		return contract.ServingDeployment{Detail: err.Error()}, nil
+	}
+	if st.Result == nil {
+		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " ended " + st.Closed}, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.ready(rctx, st, st.Result.Endpoint); err != nil {
+		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " does not serve: " + err.Error()}, nil
+	}
+	return *sv.Serving, nil
+}
+
 // serves checks a completed deploy's endpoint and its Ray nodes.
 func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
 	if st.Result == nil {
@@ -227,12 +272,20 @@ func (c Controller) Wanted(ctx context.Context, cluster string) (keep map[string
 		}
 	}
 	keep = map[string]bool{}
+	serving := deploy.GetExecution().GetRunId()
 	if deploy.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-		return keep, false, true, nil // the latest deploy failed: none of its containers is current
+		// The latest deploy failed: none of its containers is current — unless it was
+		// staged and refused before the swap, when the deployment it ran beside still
+		// serves, with its containers.
+		refused := stagedRefusal(Reason(c.Client.GetWorkflow(ctx, did, serving).Get(ctx, nil)))
+		if refused == nil {
+			return keep, false, true, nil
+		}
+		serving = refused.Serving.RunID
 	}
 	var res workflows.DeployResult
-	if err := c.Client.GetWorkflow(ctx, did, deploy.GetExecution().GetRunId()).Get(ctx, &res); err != nil {
-		return nil, false, false, fmt.Errorf("result of %s: %w", did, err)
+	if err := c.Client.GetWorkflow(ctx, did, serving).Get(ctx, &res); err != nil {
+		return nil, false, false, fmt.Errorf("result of %s run %s: %w", did, serving, err)
 	}
 	for _, ref := range res.Containers {
 		keep[ref.ID] = true

@@ -262,7 +262,22 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		state = strings.ToLower(st.Closed)
 	}
 	fmt.Fprintf(stdout, "cluster %s: %s (workflow %s run %s)\n", cluster, state, st.WorkflowID, st.RunID)
+	if r := st.Refused; r != nil {
+		specHash := "?"
+		if r.Spec != nil {
+			specHash = r.Spec.Hash()
+		}
+		fmt.Fprintf(stdout, "  refused: deploy run %s of spec %s, staged beside this one, failed before it stopped anything; this one still serves.\n           %v\n",
+			r.RunID, specHash, r.Err)
+	}
 	fmt.Fprintf(stdout, "  phase:   %s\n  details: %s\n", st.State.Phase, st.State.Details)
+	if sg := st.State.Staged; sg != nil {
+		if sg.SwappedAt.IsZero() {
+			fmt.Fprintf(stdout, "  staged:  beside deploy run %s (spec %s), which serves at %s until the swap\n", sg.Serving.RunID, sg.Serving.SpecHash, sg.Serving.Endpoint)
+		} else {
+			fmt.Fprintf(stdout, "  staged:  %s beside deploy run %s (spec %s), then replaced it at %s\n", sg.Took.Round(time.Millisecond), sg.Serving.RunID, sg.Serving.SpecHash, sg.SwappedAt.Format(time.RFC3339))
+		}
+	}
 	if st.State.Plan != nil {
 		ray := ""
 		if st.State.Plan.RayAddress != "" {

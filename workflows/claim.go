@@ -36,6 +36,7 @@ func (d *deployment) claim(ctx workflow.Context) error {
 		return &stepError{Step: "claim the cluster", Type: contract.ErrClusterBusy,
 			Msg: fmt.Sprintf("cluster %s is being torn down (workflow %s, run %s); deploy again once it ends", d.spec.Name, busy.WorkflowID, busy.RunID)}
 	}
+	d.findServing(ctx)
 	return nil
 }
 

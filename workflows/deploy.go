@@ -60,6 +60,8 @@ type DeployResult struct {
 	Engine *release.Model  `json:"engine,omitempty"`
 	// DataPlane is the data-plane proof's verdict (nil when none ran).
 	DataPlane *dataplane.Verdict `json:"data_plane,omitempty"`
+	// Staged is the deployment this one replaced, when it was staged beside it.
+	Staged *Staging `json:"staged,omitempty"`
 }
 
 // StepTiming is how long one step took.
@@ -110,7 +112,10 @@ type State struct {
 	// DataPlane is the data-plane proof's verdict: the transport NCCL chose on every
 	// rank, the rails, the measured bus bandwidth.
 	DataPlane *dataplane.Verdict `json:"data_plane,omitempty"`
-	Error     string             `json:"error,omitempty"`
+	// Staged is the deployment that served when this deploy began (of another spec):
+	// everything that stops nothing ran beside it first (stage.go).
+	Staged *Staging `json:"staged,omitempty"`
+	Error  string   `json:"error,omitempty"`
 }
 
 // DeployCluster deploys one model across the spec's nodes: probe → reachability → plan →
@@ -154,6 +159,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		d.result.ModelCopies = d.state.ModelCopies
 		d.result.Images, d.result.Engine = d.state.Images, d.state.Engine
 		d.result.DataPlane = d.state.DataPlane
+		d.result.Staged = d.state.Staged
 		rec := metrics.Workflow(ctx)
 		rec.Deploy(d.spec.Name, nil)
 		rec.TimeToServing(d.spec.Name, workflow.Now(ctx).Sub(start))
@@ -165,10 +171,14 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	}
 	se = d.nodeDownCause(se)
 	d.setPhase(ctx, PhaseCompensating, fmt.Sprintf("%s failed (%s); compensating", se.Step, se.Type))
-	touched := len(d.saga.steps) > 0
+	// Refused before the swap, a staged deploy touched nothing of the serving cluster
+	// (its compensations remove only what it made on the side, such as partial model
+	// copies): there is nothing to roll back.
+	refused := d.refusedBeforeSwap()
+	touched := len(d.saga.steps) > 0 && refused == nil
 	compErr := d.saga.compensate(ctx)
 	d.state.Compensations = d.saga.ran
-	failure := toFailure(se, compErr)
+	failure := toFailure(se, compErr, refused)
 	d.state.Error = failure.Type() + ": " + failure.Message()
 	d.setPhase(ctx, PhaseFailed, d.state.Error)
 	metrics.Workflow(ctx).Deploy(d.spec.Name, failure)
@@ -208,6 +218,9 @@ type deployment struct {
 	// keepSubnet is the subnet planned before the deploy started over, the only one its
 	// next plan may choose.
 	keepSubnet netip.Prefix
+	// swapped is set once the deploy went past the steps that stop nothing (stage.go);
+	// it stays set across restarts.
+	swapped bool
 }
 
 // specHash is the spec's identity as the operator wrote it (executor auto stays auto
@@ -258,6 +271,14 @@ func (d *deployment) run(ctx workflow.Context) error {
 	}
 	d.state.Plan = &plan
 	d.result.Plan = plan
+	// Everything up to here and the two steps below stop nothing and need no GPU: on a
+	// serving cluster they run beside it (staged), and a failure leaves it serving.
+	for _, step := range []func(workflow.Context) error{d.preflight, d.checkModel} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	d.swap(ctx)
 	steps := d.raySteps()
 	if d.spec.Executor == spec.ExecutorMP {
 		steps = d.mpSteps()
@@ -281,7 +302,7 @@ func (d *deployment) setPhase(ctx workflow.Context, phase, details string) {
 
 // step times fn under a phase and records it.
 func (d *deployment) step(ctx workflow.Context, phase, details string, fn func() error) error {
-	d.setPhase(ctx, phase, details)
+	d.setPhase(ctx, phase, d.stagedDetails(details))
 	t := StepTiming{Step: phase, Started: workflow.Now(ctx)}
 	err := fn()
 	t.Duration = workflow.Now(ctx).Sub(t.Started)
@@ -347,7 +368,8 @@ func (d *deployment) preflight(ctx workflow.Context) error {
 		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
 			return workflow.ExecuteActivity(d.onNode(ctx, node, "preflight "+node, o), contract.ActivityPreflightNode,
-				contract.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec, Intent: d.req.Intent})
+				contract.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec,
+					Plan: d.state.Plan, Deployment: d.deploymentRef(), Intent: d.req.Intent})
 		}, func(string, contract.PreflightResult) {})
 		if err != nil {
 			return err
@@ -424,9 +446,10 @@ func (d *deployment) ensureSupervisor(ctx workflow.Context) {
 	// The supervisor redeploys the operator's spec (executor auto stays auto: a new image
 	// decides again).
 	operators := d.req.Spec.WithDefaults()
-	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: operators, Intent: d.req.Intent}).GetChildWorkflowExecution().Get(ctx, nil)
+	serving := &contract.ServingDeployment{RunID: d.id, SpecHash: d.specHash(), Endpoint: d.result.Endpoint}
+	err := workflow.ExecuteChildWorkflow(clusterChild(ctx, id), SuperviseCluster, SuperviseRequest{Spec: operators, Intent: d.req.Intent, Serving: serving}).GetChildWorkflowExecution().Get(ctx, nil)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-		err = workflow.SignalExternalWorkflow(ctx, id, "", contract.SignalDeployed, Deployed{Spec: operators, Intent: d.req.Intent}).Get(ctx, nil)
+		err = workflow.SignalExternalWorkflow(ctx, id, "", contract.SignalDeployed, Deployed{Spec: operators, Intent: d.req.Intent, Serving: serving}).Get(ctx, nil)
 	}
 	if err != nil {
 		d.state.Warnings = append(d.state.Warnings, "supervisor: "+err.Error())

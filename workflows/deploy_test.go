@@ -30,7 +30,21 @@ func newEnv(t *testing.T, f *fakeagents.Agents) *testsuite.TestWorkflowEnvironme
 
 func newEnvIn(t *testing.T, s *testsuite.WorkflowTestSuite, f *fakeagents.Agents) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
+	env := newEnvTelling(t, s, f, nil)
+	// A failed deploy tells the supervisor (none runs here).
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, contract.SignalDeployFailed, mock.Anything).Return(errors.New("no supervisor")).Maybe()
+	return env
+}
+
+// newEnvTelling is newEnvIn with a supervisor that hears of failed deploys: told (when
+// set) receives what each failed deploy signals.
+func newEnvTelling(t *testing.T, s *testsuite.WorkflowTestSuite, f *fakeagents.Agents, told func(DeployFailure)) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
 	env := s.NewTestWorkflowEnvironment()
+	if told != nil {
+		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, contract.SignalDeployFailed, mock.Anything).
+			Run(func(args mock.Arguments) { told(args.Get(4).(DeployFailure)) }).Return(nil).Maybe()
+	}
 	env.RegisterWorkflow(DeployCluster)
 	env.RegisterWorkflow(PlanCluster)
 	env.RegisterWorkflow(TeardownCluster)
@@ -40,8 +54,6 @@ func newEnvIn(t *testing.T, s *testsuite.WorkflowTestSuite, f *fakeagents.Agents
 	env.OnWorkflow(SuperviseCluster, mock.Anything, mock.Anything).Return(nil)
 	// Teardown cancels the supervisor (not running here).
 	env.OnRequestCancelExternalWorkflow(mock.Anything, mock.Anything, mock.Anything).Return(nil).Maybe()
-	// A failed deploy tells the supervisor (none runs here).
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, contract.SignalDeployFailed, mock.Anything).Return(errors.New("no supervisor")).Maybe()
 	env.RegisterActivity(f)
 	env.SetTestTimeout(time.Minute)
 	return env

@@ -103,7 +103,10 @@ func joinStepErrors(errs []*stepError) *stepError {
 
 // toFailure makes the workflow's error: a non-retryable application error whose type is the
 // classified one, so the starter and callers can branch on it.
-func toFailure(e *stepError, compensationErr error) *temporal.ApplicationError {
+// A staged deploy refused before the swap says that the serving deployment still serves,
+// in its message and in its details (contract.StagedRefusal), which `starter status` and
+// the agents' reconcile read.
+func toFailure(e *stepError, compensationErr error, refused *contract.StagedRefusal) *temporal.ApplicationError {
 	msg := e.Error()
 	typ := e.Type
 	if compensationErr != nil {
@@ -112,7 +115,12 @@ func toFailure(e *stepError, compensationErr error) *temporal.ApplicationError {
 			typ = contract.ErrCompensationFailed
 		}
 	}
+	var details []any
+	if refused != nil {
+		msg += "; " + refused.Said()
+		details = append(details, *refused)
+	}
 	var app *temporal.ApplicationError
-	errors.As(temporal.NewNonRetryableApplicationError(msg, typ, nil), &app)
+	errors.As(temporal.NewNonRetryableApplicationError(msg, typ, nil, details...), &app)
 	return app
 }

@@ -18,13 +18,13 @@ const (
 	PhaseLaunchMP = "launching rank 0"
 )
 
-// mpSteps are the steps after planning in vLLM's own multi-node mode: no Ray. The master
-// port is proven before any rank starts: ranks already waiting for the store would dial
-// the test listener and take it for the store.
+// mpSteps are the steps after the preflight and the model check in vLLM's own multi-node
+// mode: no Ray. The master port is proven before any rank starts: ranks already waiting
+// for the store would dial the test listener and take it for the store. Preparing it
+// removes an earlier rank 0 (the swap of a staged deploy, stage.go).
 func (d *deployment) mpSteps() []func(workflow.Context) error {
 	var adopted bool
 	return []func(workflow.Context) error{
-		d.preflight, d.checkModel,
 		func(ctx workflow.Context) error { var err error; adopted, err = d.proveMaster(ctx); return err },
 		func(ctx workflow.Context) error {
 			if adopted {

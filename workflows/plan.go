@@ -66,7 +66,7 @@ func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
 		report.Error = se.Error()
 	default:
 		if se != nil {
-			return report, toFailure(se, nil)
+			return report, toFailure(se, nil, nil)
 		}
 		return report, err
 	}

@@ -11,12 +11,13 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// raySteps are the steps after planning over Ray (executor ray, the default): the Ray head,
-// the workers joining it, the placement proof from Ray's GCS, the data-plane proof (dataplane.go), then vLLM inside the head's
+// raySteps are the steps after the preflight and the model check over Ray: the Ray head
+// (the swap of a staged deploy, stage.go), the workers joining it, the placement proof
+// from Ray's GCS, the data-plane proof (dataplane.go), then vLLM inside the head's
 // container. mp.go holds vLLM's own multi-node mode.
 func (d *deployment) raySteps() []func(workflow.Context) error {
 	return []func(workflow.Context) error{
-		d.preflight, d.checkModel, d.startHead, d.joinWorkers, d.checkPlacement, d.proveDataPlane, d.launch, d.waitServing,
+		d.startHead, d.joinWorkers, d.checkPlacement, d.proveDataPlane, d.launch, d.waitServing,
 	}
 }
 

@@ -21,6 +21,8 @@ type SuperviseRequest struct {
 	Spec spec.Cluster `json:"spec"`
 	// Intent is the operator's signature of Spec, which recoveries and rollbacks carry.
 	Intent *contract.Intent `json:"intent,omitempty"`
+	// Serving is the deploy run that serves Spec (a staged deploy asks for it).
+	Serving *contract.ServingDeployment `json:"serving,omitempty"`
 	// CheckEvery is the health-check period (default 5s); Unhealthy the failed checks in a
 	// row that count as an incident (default 3); MaxAttempts the redeploys per incident
 	// (default 5) before the supervisor waits for the next incident.
@@ -89,13 +91,17 @@ type Supervision struct {
 	NextTry   time.Time `json:"next_try,omitzero"`
 	// Redeploys is how many redeploys the supervisor started, all incidents together.
 	Redeploys int `json:"redeploys"`
+	// Serving is the deploy run that last reached serving, the one a staged deploy of
+	// another spec runs beside.
+	Serving *contract.ServingDeployment `json:"serving,omitempty"`
 }
 
 // Deployed is what contract.SignalDeployed carries: the spec that now serves and the
 // operator's signature of it.
 type Deployed struct {
-	Spec   spec.Cluster     `json:"spec"`
-	Intent *contract.Intent `json:"intent,omitempty"`
+	Spec    spec.Cluster                `json:"spec"`
+	Intent  *contract.Intent            `json:"intent,omitempty"`
+	Serving *contract.ServingDeployment `json:"serving,omitempty"`
 }
 
 // keptIncidents bounds the incidents carried across continue-as-new; keptOutputs the
@@ -270,6 +276,7 @@ func (sv *supervisor) health(ctx workflow.Context, h contract.ClusterHealth) *In
 // on; a degraded cluster is healthy again.
 func (sv *supervisor) deployed(ctx workflow.Context, s Deployed) {
 	sv.spec, sv.intent = s.Spec.WithDefaults(), s.Intent
+	sv.state.Serving = s.Serving
 	sv.rearm(ctx, "a deploy serves spec "+sv.spec.Hash())
 	sv.state.Healthy, sv.state.Failures = true, 0
 }
@@ -349,7 +356,7 @@ type supervisor struct {
 func newSupervisor(req SuperviseRequest) *supervisor {
 	s := req.Spec.WithDefaults()
 	sv := &supervisor{spec: s, intent: req.Intent, every: req.CheckEvery.D(), unhealthy: req.Unhealthy, maxAttempts: req.MaxAttempts,
-		state: Supervision{Cluster: s.Name, BootIDs: req.BootIDs, Incidents: req.Incidents}}
+		state: Supervision{Cluster: s.Name, BootIDs: req.BootIDs, Incidents: req.Incidents, Serving: req.Serving}}
 	if sv.every <= 0 {
 		sv.every = 5 * time.Second
 	}
@@ -392,7 +399,7 @@ func (sv *supervisor) continueAsNew(ctx workflow.Context) error {
 		inc[i].LastOutput = nil
 	}
 	return workflow.NewContinueAsNewError(ctx, SuperviseCluster, SuperviseRequest{
-		Spec: sv.spec, Intent: sv.intent, CheckEvery: spec.Duration(sv.every), Unhealthy: sv.unhealthy, MaxAttempts: sv.maxAttempts,
+		Spec: sv.spec, Intent: sv.intent, Serving: sv.state.Serving, CheckEvery: spec.Duration(sv.every), Unhealthy: sv.unhealthy, MaxAttempts: sv.maxAttempts,
 		MaxLoops: sv.maxLoops, BootIDs: sv.state.BootIDs, Incidents: inc,
 		WatchFor: spec.Duration(sv.watchFor), Cooldown: spec.Duration(sv.cooldown), Degraded: sv.state.Degraded,
 		LastCause: sv.state.LastCause, NextCooldown: spec.Duration(sv.nextCooldown), Spent: sv.state.Redeploys,

@@ -34,11 +34,11 @@ func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult,
 	if err := d.validate(ctx); err != nil {
 		var se *stepError
 		errors.As(err, &se)
-		return TeardownResult{}, toFailure(se, nil)
+		return TeardownResult{}, toFailure(se, nil, nil)
 	}
 	var res TeardownResult
 	if err := d.takeOver(ctx, &res); err != nil {
-		return res, toFailure(err, nil)
+		return res, toFailure(err, nil, nil)
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("removing cluster %s from %d nodes", d.spec.Name, len(d.spec.Nodes)))
 	o := cleanupStep(d.spec)
@@ -50,7 +50,7 @@ func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult,
 	if err != nil {
 		var se *stepError
 		if errors.As(err, &se) {
-			return res, toFailure(se, nil)
+			return res, toFailure(se, nil, nil)
 		}
 		return res, err
 	}

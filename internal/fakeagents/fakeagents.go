@@ -58,6 +58,8 @@ type Agents struct {
 	BootIDs map[string]string
 	// TeardownBusy makes TeardownRunning report a running teardown.
 	TeardownBusy bool
+	// Serving is what ServingDeployment reports serves the cluster (none by default).
+	Serving contract.ServingDeployment
 	// Manifests are what the nodes hold of the model; a node not listed holds
 	// SeedManifest.
 	Manifests map[string]weights.Manifest
@@ -571,6 +573,16 @@ func (f *Agents) TeardownRunning(ctx context.Context, req contract.ClusterReques
 		return contract.ClusterBusy{Running: true, WorkflowID: contract.TeardownWorkflowID(req.Cluster), RunID: "run-t"}, nil
 	}
 	return contract.ClusterBusy{}, nil
+}
+
+// ServingDeployment answers which deployment serves the cluster: Serving.
+func (f *Agents) ServingDeployment(ctx context.Context, req contract.ClusterRequest) (contract.ServingDeployment, error) {
+	if err := f.record(ctx, "ServingDeployment", req.Cluster, ""); err != nil {
+		return contract.ServingDeployment{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Serving, nil
 }
 
 func (f *Agents) PauseSchedule(ctx context.Context, req contract.PauseRequest) (string, error) {

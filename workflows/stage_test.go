@@ -1,0 +1,169 @@
+package workflows
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
+	"github.com/tpdeploy/tpdeploy/weights"
+)
+
+// servingOther is a deployment of another spec serving the seed cluster.
+var servingOther = contract.ServingDeployment{RunID: "run-old", SpecHash: "0ld5pec", Endpoint: "http://192.168.200.12:8000"}
+
+// A changed spec deployed onto a serving cluster stages: every step that stops nothing
+// runs before the first container start, the result names the deployment it replaced and
+// when, and the supervisor is told of the new one.
+func TestStagedDeploySwapsAfterEveryStepThatStopsNothing(t *testing.T) {
+	f := fakeagents.New()
+	f.Serving = servingOther
+	var mu sync.Mutex
+	var order []string
+	f.OnCall = func(key string) { mu.Lock(); order = append(order, strings.Fields(key)[0]); mu.Unlock() }
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("deploy failed: %v", err)
+	}
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Staged == nil || res.Staged.Serving != servingOther || res.Staged.SwappedAt.IsZero() {
+		t.Fatalf("result staged = %+v, want the replaced deployment and the swap time", res.Staged)
+	}
+	first := slices.Index(order, "StartRayHead")
+	for _, staged := range []string{"ServingDeployment", "ReadImage", "ProbeNode", "DialPeers", "PreflightNode", "ModelManifest"} {
+		if i := slices.Index(order, staged); i < 0 || i > first {
+			t.Errorf("%s at %d, want it staged before the first container start (%d): %q", staged, i, first, order)
+		}
+	}
+	for _, live := range []string{"StartRayWorker", "CheckPlacement", "LaunchVLLM"} {
+		if i := slices.Index(order, live); i < first {
+			t.Errorf("%s at %d ran before the swap (%d)", live, i, first)
+		}
+	}
+}
+
+// The same spec as the one serving is no staged deploy (adoption makes it a no-op).
+func TestSameSpecAsTheServingOneIsNotStaged(t *testing.T) {
+	f := fakeagents.New()
+	f.Serving = servingOther
+	f.Serving.SpecHash = fakeagents.SeedSpec().Hash()
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Staged != nil {
+		t.Errorf("staged = %+v for a redeploy of the serving spec", res.Staged)
+	}
+}
+
+// A staged step that fails leaves the serving deployment untouched: no container is
+// started or removed, the supervisor is not asked to roll back, and the failure says the
+// old deployment still serves, in words and in its details.
+func TestStagedStepThatFailsLeavesTheServingDeploymentUntouched(t *testing.T) {
+	for _, tt := range []struct {
+		name, key  string
+		err        error
+		incomplete bool
+		wantType   string
+	}{
+		{name: "image missing on node-b", key: "ReadImage node-b",
+			err: nonRetryable1(contract.ErrImageMissing, "image vllm/vllm-openai:v0.17.0 not present"), wantType: contract.ErrImageMissing},
+		{name: "policy refusal on node-b", key: "PreflightNode node-b",
+			err: nonRetryable1(contract.ErrPolicyDenied, "node-b's policy refuses env MY_TUNING"), wantType: contract.ErrPolicyDenied},
+		{name: "incomplete model on node-b", incomplete: true, wantType: contract.ErrModelIncomplete},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := fakeagents.New()
+			f.Serving = servingOther
+			if tt.err != nil {
+				f.Failures[tt.key] = tt.err
+			}
+			if tt.incomplete {
+				m := fakeagents.SeedManifest()
+				m.Files = []weights.File{m.Files[0], m.Files[1], m.Files[4]}
+				m.Missing = []string{"model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}
+				f.Manifests["node-b"] = m
+			}
+			s := fakeagents.SeedSpec()
+			told := false
+			env := newEnvTelling(t, &testsuite.WorkflowTestSuite{}, f, func(DeployFailure) { told = true })
+			executeDeploy(env, DeployRequest{Spec: s})
+			err := env.GetWorkflowError()
+			var app *temporal.ApplicationError
+			if !errors.As(err, &app) {
+				t.Fatalf("want an application error, got %v", err)
+			}
+			if app.Type() != tt.wantType {
+				t.Errorf("type %s, want %s: %s", app.Type(), tt.wantType, app.Message())
+			}
+			if !strings.Contains(app.Message(), "nothing was stopped, deploy run run-old (spec 0ld5pec) still serves at http://192.168.200.12:8000") {
+				t.Errorf("message does not say the old deployment serves: %s", app.Message())
+			}
+			var refused contract.StagedRefusal
+			if !app.HasDetails() || app.Details(&refused) != nil || refused.Serving != servingOther {
+				t.Errorf("details %+v, want the serving deployment", refused)
+			}
+			for _, m := range []string{"StartRayHead", "StartRayWorker", "LaunchVLLM", "RemoveContainers", "PrepareMaster"} {
+				if got := fakeagents.Calls(f, m); len(got) != 0 {
+					t.Errorf("a refused staged deploy called %s: %q", m, got)
+				}
+			}
+			if told {
+				t.Error("the supervisor was told to roll back an untouched cluster")
+			}
+		})
+	}
+}
+
+// After the swap a failure is what it always was: compensations remove what was
+// started, the supervisor is told (it puts the last good spec back), and the failure
+// is no staged refusal.
+func TestStagedDeployFailingAfterTheSwapRollsBack(t *testing.T) {
+	f := fakeagents.New()
+	f.Serving = servingOther
+	f.Failures["LaunchVLLM node-a"] = bad("no such image")
+	s := fakeagents.SeedSpec()
+	var told []DeployFailure
+	env := newEnvTelling(t, &testsuite.WorkflowTestSuite{}, f, func(df DeployFailure) { told = append(told, df) })
+	executeDeploy(env, DeployRequest{Spec: s})
+	var app *temporal.ApplicationError
+	if !errors.As(env.GetWorkflowError(), &app) {
+		t.Fatalf("want a failure, got %v", env.GetWorkflowError())
+	}
+	if strings.Contains(app.Message(), "still serves") || app.HasDetails() {
+		t.Errorf("a failure after the swap reads as a staged refusal: %s", app.Message())
+	}
+	if got := fakeagents.Calls(f, "RemoveContainers"); len(got) != 3 {
+		t.Errorf("compensations %q, want the vllm, worker and head removed", got)
+	}
+	if len(told) != 1 || told[0].SpecHash != s.Hash() || told[0].Type != contract.ErrBadRequest {
+		t.Errorf("the supervisor was told %+v, want one failure of spec %s: nothing would put the last good spec back", told, s.Hash())
+	}
+}
+
+// Not knowing what serves is no failure: the deploy runs unstaged, and says so.
+func TestUnknownServingDeploysUnstaged(t *testing.T) {
+	f := fakeagents.New()
+	f.Failures["ServingDeployment seed"] = bad("no supervisor to ask")
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Staged != nil || !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "not staged") }) {
+		t.Errorf("staged %+v, warnings %q", res.Staged, res.Warnings)
+	}
+}
