@@ -27,7 +27,7 @@ func BenchmarkRedeployOutage(b *testing.B) {
 	images := [2]string{lab.SimImage, "tpdeploy/sim:vllm-0.17.1"}
 	lens := [2]string{"2048", "4096"}
 	var args, staged, teardown, argsTotal, stagedTotal, teardownTotal []time.Duration
-	kept := 0
+	kept, cur := 0, 0 // cur: the image serving
 	rounds := min(benchPairs(), 3)
 	measure := func(change func()) (time.Duration, time.Duration) {
 		w := watchOutage(s)
@@ -46,11 +46,13 @@ func BenchmarkRedeployOutage(b *testing.B) {
 			kept++
 		}
 
-		s.Image = images[(i+1)%2]
+		cur ^= 1
+		s.Image = images[cur]
 		o, t = measure(func() { deployOnce(b, s) })
 		staged, stagedTotal = append(staged, o), append(stagedTotal, t)
 
-		s.Image = images[i%2]
+		cur ^= 1
+		s.Image = images[cur]
 		o, t = measure(func() {
 			if _, err := ctl.Teardown(ctx, s.Name, nil); err != nil {
 				b.Fatal(err)
