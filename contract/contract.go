@@ -467,8 +467,19 @@ type ServingDeployment struct {
 	RunID    string `json:"run_id,omitempty"`
 	SpecHash string `json:"spec_hash,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
+	// Executor and Nodes are what runs: ray or mp, on which nodes in which role. A staged
+	// deploy removes at its swap what the new deployment will not replace by name.
+	Executor string        `json:"executor,omitempty"`
+	Nodes    []ServingNode `json:"nodes,omitempty"`
 	// Detail says why none serves, when one was known.
 	Detail string `json:"detail,omitempty"`
+}
+
+// ServingNode is one node of a serving deployment.
+type ServingNode struct {
+	Name       string `json:"name"`
+	Role       string `json:"role"`
+	DockerHost string `json:"docker_host,omitempty"`
 }
 
 // Serves says whether a deployment serves.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/raygcs"
+	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
@@ -211,7 +212,17 @@ func (c *Checks) ServingDeployment(ctx context.Context, req contract.ClusterRequ
 	if err := c.ready(rctx, st, st.Result.Endpoint); err != nil {
 		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " does not serve: " + err.Error()}, nil
 	}
-	return *sv.Serving, nil
+	srv := *sv.Serving
+	srv.Executor = spec.ExecutorMP
+	if st.Result.Plan.RayAddress != "" {
+		srv.Executor = spec.ExecutorRay
+	}
+	if st.Spec != nil {
+		for _, n := range st.Spec.Nodes {
+			srv.Nodes = append(srv.Nodes, contract.ServingNode{Name: n.Name, Role: n.Role, DockerHost: n.DockerHost})
+		}
+	}
+	return srv, nil
 }
 
 // serves checks a completed deploy's endpoint and its Ray nodes.

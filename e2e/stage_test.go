@@ -73,6 +73,39 @@ func TestStagedImageChangeServesUntilTheSwap(t *testing.T) {
 	if got := maxModelLen(t, args); got != 2048 {
 		t.Errorf("max_model_len %d after the change", got)
 	}
+
+	// Today's stock image has no Ray: executor auto moves the cluster to vLLM's own
+	// multi-node mode, and the swap removes Ray's containers (the old vLLM in the Ray head
+	// would keep vLLM's port), leaving one rank container per node.
+	stock := args
+	stock.Image = "tpdeploy/sim:vllm-0.22.1"
+	res = deployResult(t, deployFor(t, stock), 3*time.Minute)
+	if res.Engine == nil || res.Engine.Executor != spec.ExecutorMP || res.Staged == nil {
+		t.Fatalf("engine %+v staged %+v, want mp, staged", res.Engine, res.Staged)
+	}
+	want := []string{contract.ContainerName(s.Name, "node-a", contract.RoleVLLM), contract.ContainerName(s.Name, "node-b", contract.RoleVLLM)}
+	if got := containersOf(t, s.Name); !sameSet(got, want) {
+		t.Errorf("containers after the move to mp: %v, want %v", got, want)
+	}
+	if err := endpointServes(t, stock); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, x := range a {
+		seen[x] = true
+	}
+	for _, x := range b {
+		if !seen[x] {
+			return false
+		}
+	}
+	return true
 }
 
 // A staged change that fails — the image missing on node-b, node-b's policy refusing the

@@ -278,7 +278,9 @@ func (d *deployment) run(ctx workflow.Context) error {
 			return err
 		}
 	}
-	d.swap(ctx)
+	if err := d.swap(ctx); err != nil {
+		return err
+	}
 	steps := d.raySteps()
 	if d.spec.Executor == spec.ExecutorMP {
 		steps = d.mpSteps()

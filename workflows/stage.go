@@ -2,11 +2,13 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/spec"
 )
 
 // A deploy of a changed spec onto a serving cluster is staged: everything that stops
@@ -56,18 +58,86 @@ func (d *deployment) findServing(ctx workflow.Context) {
 	workflow.GetLogger(ctx).Info("staged beside the serving deployment", "cluster", d.spec.Name, "serving", srv.RunID, "spec", srv.SpecHash)
 }
 
-// swap marks the end of the steps that stop nothing.
-func (d *deployment) swap(ctx workflow.Context) {
+// swap ends the steps that stop nothing. On a staged deploy it removes what the serving
+// deployment runs that this one will not replace by name (removeStale); the rest is
+// replaced container by container as the steps start them.
+func (d *deployment) swap(ctx workflow.Context) error {
 	st := d.state.Staged
 	if d.swapped || st == nil {
 		d.swapped = true
-		return
+		return nil
 	}
 	d.swapped = true
 	now := workflow.Now(ctx)
 	st.Took, st.SwappedAt = now.Sub(st.began), now
-	d.setPhase(ctx, PhaseSwap, fmt.Sprintf("staged in %s beside deploy run %s (spec %s): replacing it with spec %s",
-		st.Took.Round(time.Millisecond), st.Serving.RunID, st.Serving.SpecHash, d.specHash()))
+	return d.step(ctx, PhaseSwap, fmt.Sprintf("staged in %s beside deploy run %s (spec %s): replacing it with spec %s",
+		st.Took.Round(time.Millisecond), st.Serving.RunID, st.Serving.SpecHash, d.specHash()), func() error { return d.removeStale(ctx) })
+}
+
+// removeStale removes the serving deployment's containers that no step of this one
+// replaces by name: Ray's when the executor changes to mp (the old vLLM in the Ray head
+// would keep vLLM's port), the ranks' when it changes to ray, a node's old role when the
+// head moves, everything on a node the spec no longer has. A node whose agent does not
+// answer, or refuses (a node no longer in the signed spec), is left to its reconcile and
+// said in the warnings.
+func (d *deployment) removeStale(ctx workflow.Context) error {
+	old := d.state.Staged.Serving
+	type removal struct {
+		host  string
+		roles []string
+	}
+	todo := map[string]removal{}
+	var nodes []string
+	for _, on := range old.Nodes {
+		n, kept := d.spec.Node(on.Name)
+		var roles []string
+		switch {
+		case !kept:
+			roles = []string{contract.RoleRayHead, contract.RoleRayWorker, contract.RoleVLLM}
+		case d.spec.Executor == spec.ExecutorMP:
+			if old.Executor != spec.ExecutorMP {
+				roles = []string{contract.RoleRayHead, contract.RoleRayWorker}
+			}
+		default:
+			if on.Role != n.Role {
+				roles = []string{contract.RoleRayHead, contract.RoleRayWorker}
+			}
+			if old.Executor == spec.ExecutorMP {
+				roles = append(roles, contract.RoleVLLM)
+			}
+		}
+		if len(roles) > 0 {
+			todo[on.Name] = removal{host: on.DockerHost, roles: roles}
+			nodes = append(nodes, on.Name)
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	var futures []workflow.Future
+	for _, node := range nodes {
+		r := todo[node]
+		actx := d.onNode(ctx, node, fmt.Sprintf("remove the old %s on %s", strings.Join(r.roles, ", "), node), cleanupStep(d.spec))
+		futures = append(futures, workflow.ExecuteActivity(actx, contract.ActivityRemoveContainers, contract.RemoveRequest{
+			Node: node, DockerHost: r.host, Cluster: d.spec.Name, Roles: r.roles, Intent: d.req.Intent}))
+	}
+	var errs []*stepError
+	for i, f := range futures {
+		err := f.Get(ctx, nil)
+		if err == nil {
+			continue
+		}
+		se := classify("remove the old deployment's containers", nodes[i], err)
+		if _, kept := d.spec.Node(nodes[i]); !kept || se.Type == contract.ErrNodeAgentDown {
+			d.state.Warnings = append(d.state.Warnings, fmt.Sprintf("%s: the old deployment's containers are left to its agent's reconcile: %s", nodes[i], se.Msg))
+			continue
+		}
+		errs = append(errs, se)
+	}
+	if len(errs) > 0 {
+		return joinStepErrors(errs)
+	}
+	return nil
 }
 
 // refusedBeforeSwap is the refusal of a staged deploy that failed before the swap (nil

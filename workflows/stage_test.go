@@ -12,11 +12,13 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
+	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
 // servingOther is a deployment of another spec serving the seed cluster.
-var servingOther = contract.ServingDeployment{RunID: "run-old", SpecHash: "0ld5pec", Endpoint: "http://192.168.200.12:8000"}
+var servingOther = contract.ServingDeployment{RunID: "run-old", SpecHash: "0ld5pec", Endpoint: "http://192.168.200.12:8000",
+	Executor: spec.ExecutorRay, Nodes: []contract.ServingNode{{Name: "node-a", Role: spec.RoleHead}, {Name: "node-b", Role: spec.RoleWorker}}}
 
 // A changed spec deployed onto a serving cluster stages: every step that stops nothing
 // runs before the first container start, the result names the deployment it replaced and
@@ -36,7 +38,7 @@ func TestStagedDeploySwapsAfterEveryStepThatStopsNothing(t *testing.T) {
 	if err := env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Staged == nil || res.Staged.Serving != servingOther || res.Staged.SwappedAt.IsZero() {
+	if res.Staged == nil || res.Staged.Serving.RunID != servingOther.RunID || res.Staged.SwappedAt.IsZero() {
 		t.Fatalf("result staged = %+v, want the replaced deployment and the swap time", res.Staged)
 	}
 	first := slices.Index(order, "StartRayHead")
@@ -112,7 +114,7 @@ func TestStagedStepThatFailsLeavesTheServingDeploymentUntouched(t *testing.T) {
 				t.Errorf("message does not say the old deployment serves: %s", app.Message())
 			}
 			var refused contract.StagedRefusal
-			if !app.HasDetails() || app.Details(&refused) != nil || refused.Serving != servingOther {
+			if !app.HasDetails() || app.Details(&refused) != nil || refused.Serving.RunID != servingOther.RunID || refused.Serving.SpecHash != servingOther.SpecHash {
 				t.Errorf("details %+v, want the serving deployment", refused)
 			}
 			for _, m := range []string{"StartRayHead", "StartRayWorker", "LaunchVLLM", "RemoveContainers", "PrepareMaster"} {
@@ -165,5 +167,57 @@ func TestUnknownServingDeploysUnstaged(t *testing.T) {
 	}
 	if res.Staged != nil || !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "not staged") }) {
 		t.Errorf("staged %+v, warnings %q", res.Staged, res.Warnings)
+	}
+}
+
+// At the swap, what the serving deployment runs that no step replaces by name goes: Ray's
+// containers when the image moves the cluster to mp (the old vLLM in the Ray head would
+// keep vLLM's port), a node's ranks when it moves back to Ray, everything on a node the
+// spec no longer has (left to its agent, with a warning, when it refuses). Nothing goes when
+// the executor and the roles stay.
+func TestTheSwapRemovesWhatTheNewDeploymentDoesNotReplace(t *testing.T) {
+	three := servingOther
+	three.Nodes = append(append([]contract.ServingNode(nil), servingOther.Nodes...), contract.ServingNode{Name: "node-c", Role: spec.RoleWorker})
+	mpServing := servingOther
+	mpServing.Executor = spec.ExecutorMP
+	for _, tt := range []struct {
+		name     string
+		serving  contract.ServingDeployment
+		executor string
+		refuse   string
+		want     []string
+		warn     string
+	}{
+		{name: "same executor and roles", serving: servingOther, executor: spec.ExecutorRay},
+		{name: "ray to mp", serving: servingOther, executor: spec.ExecutorMP,
+			want: []string{"RemoveContainers node-a ray-head,ray-worker", "RemoveContainers node-b ray-head,ray-worker"}},
+		{name: "mp to ray", serving: mpServing, executor: spec.ExecutorRay,
+			want: []string{"RemoveContainers node-a vllm", "RemoveContainers node-b vllm"}},
+		{name: "a node dropped", serving: three, executor: spec.ExecutorRay,
+			want: []string{"RemoveContainers node-c ray-head,ray-worker,vllm"}},
+		{name: "a dropped node refuses", serving: three, executor: spec.ExecutorRay, refuse: "RemoveContainers node-c",
+			want: []string{"RemoveContainers node-c ray-head,ray-worker,vllm"}, warn: "node-c: the old deployment's containers are left to its agent's reconcile"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := fakeagents.New()
+			f.Serving = tt.serving
+			if tt.refuse != "" {
+				f.Failures[tt.refuse] = nonRetryable1(contract.ErrPolicyDenied, "not in the signed spec")
+			}
+			s := fakeagents.SeedSpec()
+			s.Executor = tt.executor
+			env := newEnv(t, f)
+			executeDeploy(env, DeployRequest{Spec: s})
+			var res DeployResult
+			if err := env.GetWorkflowResult(&res); err != nil {
+				t.Fatal(err)
+			}
+			if got := fakeagents.Calls(f, "RemoveContainers"); !slices.Equal(got, tt.want) {
+				t.Errorf("removed %q, want %q", got, tt.want)
+			}
+			if tt.warn != "" && !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, tt.warn) }) {
+				t.Errorf("warnings %q lack %q", res.Warnings, tt.warn)
+			}
+		})
 	}
 }
