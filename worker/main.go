@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -72,7 +73,8 @@ func run(ctx context.Context, args []string) error {
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
-		metricsAt  = fs.String("metrics-addr", connect.EnvOr("TPDEPLOY_METRICS_ADDR", ""), "serve Prometheus /metrics and /healthz on this address, e.g. :9464; empty for none (env TPDEPLOY_METRICS_ADDR)")
+		metricsAt  = fs.String("metrics-addr", connect.EnvOr("TPDEPLOY_METRICS_ADDR", ""), "serve Prometheus /metrics and /healthz on this address, e.g. 10.0.0.11:9464 (the node's management address); a port alone (:9464) is loopback's; empty for none (env TPDEPLOY_METRICS_ADDR)")
+		metricsAll = fs.Bool("metrics-all-interfaces", false, "let --metrics-addr listen on every interface (0.0.0.0, ::, or a port alone); without it that is refused, since /metrics and /healthz ask for no credentials (env TPDEPLOY_METRICS_ALL_INTERFACES)")
 		polFile    = fs.String("policy-file", connect.EnvOr("TPDEPLOY_POLICY_FILE", policy.DefaultFile), "this node's policy: allowed images, host paths, Docker engines, ports (env TPDEPLOY_POLICY_FILE; missing at the default path: the defaults)")
 		allow      policy.Overrides
 	)
@@ -95,6 +97,13 @@ func run(ctx context.Context, args []string) error {
 		fs.Var((*listFlag)(f.list), f.name, f.usage+" (env "+f.env+")")
 	}
 	conn.Register(fs)
+	if v := os.Getenv("TPDEPLOY_METRICS_ALL_INTERFACES"); v != "" {
+		all, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("TPDEPLOY_METRICS_ALL_INTERFACES=%q: want true or false", v)
+		}
+		*metricsAll = all
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -137,7 +146,7 @@ func run(ctx context.Context, args []string) error {
 	live := &metrics.Liveness{}
 	live.Set(false, "starting")
 	if *metricsAt != "" {
-		exp, stopMetrics, err := serveMetrics(*metricsAt, *node, live, z)
+		exp, stopMetrics, err := serveMetrics(*metricsAt, *metricsAll, *node, live, z)
 		if err != nil {
 			return err
 		}
@@ -193,29 +202,6 @@ func run(ctx context.Context, args []string) error {
 	case err := <-fatal:
 		return fmt.Errorf("worker stopped: %w", err)
 	}
-}
-
-// serveMetrics starts the agent's /metrics and /healthz endpoint; stop ends it.
-func serveMetrics(addr, node string, live *metrics.Liveness, z *zap.Logger) (exp *metrics.Exporter, stop func(), err error) {
-	exp, err = metrics.NewExporter()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := exp.RegisterAgent(node, live); err != nil {
-		return nil, nil, err
-	}
-	srv, err := metrics.Serve(addr, exp, live)
-	if err != nil {
-		return nil, nil, err
-	}
-	z.Info("metrics endpoint", zap.String("metrics", "http://"+srv.Addr()+"/metrics"), zap.String("healthz", "http://"+srv.Addr()+"/healthz"))
-	return exp, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := errors.Join(srv.Shutdown(ctx), exp.Shutdown(ctx)); err != nil {
-			z.Warn("metrics endpoint shutdown", zap.Error(err))
-		}
-	}, nil
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
