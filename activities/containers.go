@@ -445,11 +445,12 @@ func (a *Node) endpointKey(c spec.Cluster, endpoint string) (string, error) {
 }
 
 // EndpointKey is endpointKey for the operations activities this agent serves (control's
-// readiness checks on the head), for a spec signed as its policy requires: a function, not
-// a method, so that it is no activity.
+// readiness checks on the head), for a spec signed as its policy requires (expired or
+// revoked too: a check starts nothing): a function, not a method, so that it is no
+// activity.
 func EndpointKey(a *Node) func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
 	return func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
-		if _, err := a.signedSpec(in, c); err != nil {
+		if _, err := a.checkedSpec(in, c); err != nil {
 			return "", err
 		}
 		return a.endpointKey(c, endpoint)

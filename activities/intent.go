@@ -1,10 +1,12 @@
 package activities
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/intent"
@@ -32,9 +34,48 @@ const LabelIntent = "tpdeploy.intent"
 // enforced says whether this node acts only on signed specs.
 func (a *Node) enforced() bool { return a.Policy != nil && a.Policy.Enforced() }
 
-// signed verifies a request's intent with the node's trusted keys and returns the spec it
+// signed verifies a request's intent with the node's trusted keys, refuses it when it has
+// expired or was signed before the policy's intents_not_before, and returns the spec it
 // signs; nil and no error when the node does not require signatures.
 func (a *Node) signed(in *contract.Intent) (*spec.Cluster, error) {
+	c, err := a.verified(in)
+	if c == nil || err != nil {
+		return c, err
+	}
+	if err := intent.Current(in, time.Now(), a.Policy.NotBefore); err != nil {
+		fix := "sign the spec again (starter deploy --sign-key-file FILE, with --sign-valid-for for a new expiry)"
+		var te *intent.TimeError
+		if errors.As(err, &te) && !te.Expired {
+			fix += fmt.Sprintf("; this node's %s is %s (%s, %s)", policy.SettingNotBefore, a.Policy.NotBefore.Format(time.RFC3339), a.Policy.File, policy.FlagNotBefore)
+		}
+		return nil, a.deny("signed intent: %v: %s", err, fix)
+	}
+	return c, nil
+}
+
+// signedRemoval is signed for a request that starts nothing: a removal of what the
+// cluster made (its containers, a copy's partial files) and the supervisor's checks of
+// what serves (EndpointKey). An expired or revoked signature of the cluster's spec still
+// does these, so a deploy whose signature expires midway cleans up after itself, an old
+// cluster is torn down without a new signature, and a cluster that serves is still seen
+// to serve once its signature expired. The key must still be trusted.
+func (a *Node) signedRemoval(in *contract.Intent) (*spec.Cluster, error) { return a.verified(in) }
+
+// checkedSpec is signedSpec for what starts nothing (signedRemoval): the times are not
+// checked.
+func (a *Node) checkedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
+	c, err := a.verified(in)
+	if c == nil || err != nil {
+		return c, err
+	}
+	if err := intent.Matches(*c, sent); err != nil {
+		return nil, a.deny("signed intent: %v", err)
+	}
+	return c, nil
+}
+
+// verified checks the intent's signature with the node's trusted keys, not its times.
+func (a *Node) verified(in *contract.Intent) (*spec.Cluster, error) {
 	if !a.enforced() {
 		return nil, nil
 	}
@@ -122,6 +163,21 @@ func (a *Node) signedModelRoot(in *contract.Intent, root string) error {
 	if c == nil || err != nil {
 		return err
 	}
+	return a.modelRootOf(c, root)
+}
+
+// signedRemovalModelRoot is signedModelRoot for the removal of a copy's partial files,
+// which an expired or revoked signature still does (signedRemoval).
+func (a *Node) signedRemovalModelRoot(in *contract.Intent, root string) error {
+	c, err := a.signedRemoval(in)
+	if c == nil || err != nil {
+		return err
+	}
+	return a.modelRootOf(c, root)
+}
+
+// modelRootOf refuses a model directory that is not the verified spec c's.
+func (a *Node) modelRootOf(c *spec.Cluster, root string) error {
 	d := c.WithDefaults()
 	clean := filepath.Clean(root)
 	if d.Model.HostDir != "" && clean == filepath.Clean(d.Model.HostDir) {

@@ -387,7 +387,7 @@ func (a *Node) RemoveContainers(ctx context.Context, req contract.RemoveRequest)
 	if err := a.checkNode(req.Node); err != nil {
 		return res, err
 	}
-	if c, err := a.signed(req.Intent); err != nil {
+	if c, err := a.signedRemoval(req.Intent); err != nil {
 		return res, err
 	} else if c != nil {
 		if req.Cluster != c.Name {

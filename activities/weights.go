@@ -999,7 +999,7 @@ func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartia
 	if req.Root == "" {
 		return res, temporal.NewNonRetryableApplicationError("no directory to clean", contract.ErrBadRequest, nil)
 	}
-	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+	if err := a.signedRemovalModelRoot(req.Intent, req.Root); err != nil {
 		return res, err
 	}
 	dir, root, err := a.beneath(req.Root, "model directory")

@@ -14,10 +14,12 @@
 //	secret_env: [HF_TOKEN]
 //	rdma_devices: planned   # or none: map no /dev/infiniband/uverbsN into containers
 //	trusted_keys: [{id: alice, ed25519: "BASE64 of 32 bytes"}]
+//	intents_not_before: "2026-05-01T00:00:00Z"   # refuse every spec signed earlier
 //
 // With trusted_keys set, the agent acts (containers, vLLM, model files, removals) only on
 // requests carrying a spec signed by one of those keys (package intent), and only as that
-// spec says; without, it checks requests against the rest of the policy alone.
+// spec says, before the signature's expiry and not when it was signed before
+// intents_not_before; without, it checks requests against the rest of the policy alone.
 //
 // Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports,
 // --allow-env, --allow-secret-dir, --allow-secret-env) add to the file's lists (or to the
@@ -42,6 +44,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/distribution/reference"
 	"sigs.k8s.io/yaml"
@@ -89,6 +92,7 @@ const (
 	SettingSecretEnv   = "secret_env"
 	SettingRDMA        = "rdma_devices"
 	SettingTrustedKeys = "trusted_keys"
+	SettingNotBefore   = "intents_not_before"
 
 	FlagImage      = "--allow-image"
 	FlagMount      = "--allow-mount"
@@ -99,6 +103,7 @@ const (
 	FlagSecretEnv  = "--allow-secret-env"
 	FlagTrustKey   = "--trust-key"
 	FlagRDMA       = "--rdma-devices"
+	FlagNotBefore  = "--intents-not-before"
 )
 
 // RDMA device policies (rdma_devices): RDMAPlanned maps the verbs devices
@@ -124,6 +129,9 @@ type Policy struct {
 	// TrustedKeys are the operators' public keys; set, every acting request must carry a
 	// spec one of them signed.
 	TrustedKeys []TrustedKey
+	// NotBefore, when set, revokes every signed intent signed before it (its signed_at):
+	// raising it revokes every older spec at once, while specs signed since still act.
+	NotBefore time.Time
 	// File is the policy file an operator edits to change it (DefaultFile when none was read).
 	File  string
 	ports []portRange
@@ -142,6 +150,9 @@ type Overrides struct {
 	RDMA string
 	// TrustedKeys are "ID=BASE64" or "BASE64" (the ID is then the key's fingerprint).
 	TrustedKeys []string
+	// NotBefore, RFC 3339, revokes intents signed earlier; the later of it and the
+	// file's intents_not_before applies (a flag can only revoke more).
+	NotBefore string
 }
 
 // TrustedKey is an operator's public key; ID is the operator's name for it (in logs and
@@ -167,6 +178,7 @@ type file struct {
 	SecretEnv   *[]string         `json:"secret_env"`
 	RDMA        *string           `json:"rdma_devices"`
 	TrustedKeys []trustedKeyEntry `json:"trusted_keys"`
+	NotBefore   *string           `json:"intents_not_before"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -272,6 +284,26 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 			}
 			entries = append(entries, trustedKeyEntry{ID: id, Ed25519: key})
 		}
+	}
+	for i, nb := range []*string{f.NotBefore, &add.NotBefore} {
+		if nb == nil || strings.TrimSpace(*nb) == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, strings.TrimSpace(*nb))
+		if err != nil {
+			where := SettingNotBefore
+			if i == 1 {
+				where = FlagNotBefore
+			}
+			problems = append(problems, fmt.Errorf("%s: %q is not an RFC 3339 time (e.g. 2026-05-01T00:00:00Z)", where, *nb))
+			continue
+		}
+		if t.After(p.NotBefore) {
+			p.NotBefore = t.UTC()
+		}
+	}
+	if !p.NotBefore.IsZero() && len(entries) == 0 {
+		problems = append(problems, fmt.Errorf("%s is set but %s is empty: it revokes signed specs, and without trusted keys no signature is checked", SettingNotBefore, SettingTrustedKeys))
 	}
 	for _, e := range entries {
 		pub, err := intent.ParsePublicKey(e.Ed25519)

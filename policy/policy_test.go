@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tpdeploy/tpdeploy/intent"
 )
@@ -282,6 +283,46 @@ func TestTrustedKeys(t *testing.T) {
 	for _, bad := range []string{"trusted_keys: [{id: x, ed25519: c2hvcnQ=}]\n", "trusted_keys: [{id: x}]\n"} {
 		if _, err := Parse([]byte(bad), "p.yaml", Overrides{}); err == nil || !strings.Contains(err.Error(), "trusted_keys") {
 			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+// intents_not_before: an RFC 3339 time, quoted or not; the flag's applies when later (a
+// flag can only revoke more); a bad time, or one without trusted keys, is refused naming
+// the setting.
+func TestIntentsNotBefore(t *testing.T) {
+	pub, _, _ := intent.GenerateKey()
+	keys := "trusted_keys: [{id: alice, ed25519: \"" + intent.PublicKeyString(pub) + "\"}]\n"
+	may := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	for _, yaml := range []string{"intents_not_before: 2026-05-01T00:00:00Z\n", "intents_not_before: \"2026-05-01T02:00:00+02:00\"\n"} {
+		p, err := Parse([]byte(keys+yaml), "p.yaml", Overrides{})
+		if err != nil {
+			t.Fatalf("%q: %v", yaml, err)
+		}
+		if !p.NotBefore.Equal(may) {
+			t.Errorf("%q: not before %s, want %s", yaml, p.NotBefore, may)
+		}
+	}
+	p, err := Parse([]byte(keys+"intents_not_before: 2026-05-01T00:00:00Z\n"), "p.yaml", Overrides{NotBefore: "2026-06-01T00:00:00Z"})
+	if err != nil || !p.NotBefore.Equal(may.AddDate(0, 1, 0)) {
+		t.Errorf("a later flag: %s, %v", p.NotBefore, err)
+	}
+	p, err = Parse([]byte(keys+"intents_not_before: 2026-05-01T00:00:00Z\n"), "p.yaml", Overrides{NotBefore: "2026-04-01T00:00:00Z"})
+	if err != nil || !p.NotBefore.Equal(may) {
+		t.Errorf("an earlier flag lowered the file's revocation: %s, %v", p.NotBefore, err)
+	}
+	if p, err := Parse([]byte(keys), "p.yaml", Overrides{}); err != nil || !p.NotBefore.IsZero() {
+		t.Errorf("none: %s, %v", p.NotBefore, err)
+	}
+	for _, tc := range []struct {
+		yaml, flag, want string
+	}{
+		{keys + "intents_not_before: yesterday\n", "", "intents_not_before: \"yesterday\" is not an RFC 3339 time"},
+		{keys, "2026-05-01", "--intents-not-before: \"2026-05-01\" is not an RFC 3339 time"},
+		{"intents_not_before: 2026-05-01T00:00:00Z\n", "", "intents_not_before is set but trusted_keys is empty"},
+	} {
+		if _, err := Parse([]byte(tc.yaml), "p.yaml", Overrides{NotBefore: tc.flag}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q / %q: %v, want %q", tc.yaml, tc.flag, err, tc.want)
 		}
 	}
 }

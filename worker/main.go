@@ -69,6 +69,7 @@ func run(ctx context.Context, args []string) error {
 		hostRoot   = fs.String("host-root", connect.EnvOr("TPDEPLOY_HOST_ROOT", ""), "a directory standing for this node's / when several simulated nodes share one host (the lab): the spec's host paths (hf_cache, model.host_dir) are taken under it; empty on real nodes (env TPDEPLOY_HOST_ROOT)")
 		sysRoot    = fs.String("sys-root", connect.EnvOr("TPDEPLOY_SYS_ROOT", ""), "read sysfs (links' speeds, RDMA devices) here instead of /sys (the lab's simulated nodes); empty on real nodes (env TPDEPLOY_SYS_ROOT)")
 		ctrSysfs   = fs.String("container-sysfs", connect.EnvOr("TPDEPLOY_CONTAINER_SYSFS", ""), "a directory standing for the node's /sys that its containers see at "+activities.ContainerSysfs+" (the lab); empty on real nodes, whose containers see the kernel's (env TPDEPLOY_CONTAINER_SYSFS)")
+		notBefore  = fs.String("intents-not-before", connect.EnvOr("TPDEPLOY_INTENTS_NOT_BEFORE", ""), "refuse every signed spec signed before this RFC 3339 time, e.g. 2026-05-01T00:00:00Z: raising it revokes every older spec (the later of it and the policy file's intents_not_before applies; env TPDEPLOY_INTENTS_NOT_BEFORE)")
 		rdmaDevs   = fs.String("rdma-devices", connect.EnvOr("TPDEPLOY_RDMA_DEVICES", ""), "planned: map the plan's HCAs' /dev/infiniband/uverbsN into containers; none: map none (replaces the policy file's rdma_devices; env TPDEPLOY_RDMA_DEVICES)")
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
@@ -120,6 +121,7 @@ func run(ctx context.Context, args []string) error {
 	ctr.HostRoot = *hostRoot
 	ctr.Sysfs = *ctrSysfs
 	allow.RDMA = *rdmaDevs
+	allow.NotBefore = *notBefore
 	if err != nil {
 		return err
 	}
@@ -137,7 +139,7 @@ func run(ctx context.Context, args []string) error {
 		zap.Strings("allowed_mounts", nodePolicy.Mounts), zap.Strings("allowed_docker_hosts", nodePolicy.DockerHosts),
 		zap.Strings("allowed_ports", nodePolicy.Ports), zap.Strings("allowed_env", nodePolicy.Env),
 		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA),
-		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()))
+		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()), zap.Time("intents_not_before", nodePolicy.NotBefore))
 	if !nodePolicy.Enforced() {
 		z.Warn("no trusted_keys in the node policy: this agent acts on unsigned requests from anyone who can start a workflow in the namespace, within the rest of its policy; set trusted_keys (docs/security.md)",
 			zap.String("file", nodePolicy.File))
