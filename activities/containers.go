@@ -292,6 +292,12 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 		return contract.ContainerRef{}, err
 	}
 	ref := contract.ContainerRef{Node: a.Name, Role: s.Labels[LabelRole], Name: s.Name}
+	run := s.Image // a pinned image runs by the ID it resolves to (pinned.go)
+	if _, pinned := policy.Digest(s.Image); pinned {
+		if _, run, err = a.resolveImage(ctx, eng, addr, s.Image); err != nil {
+			return ref, err
+		}
+	}
 	want := s.hash()
 	for attempt := 0; ; attempt++ {
 		got, err := eng.ContainerInspect(ctx, s.Name, client.ContainerInspectOptions{})
@@ -301,6 +307,7 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 			if err != nil {
 				return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("container %s: %v", s.Name, err), contract.ErrBadRequest, nil)
 			}
+			opts.Config.Image = run
 			created, err := eng.ContainerCreate(ctx, opts)
 			if cerrdefs.IsConflict(err) && attempt < 3 {
 				continue // created meanwhile by an attempt we did not see finish

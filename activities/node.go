@@ -195,19 +195,16 @@ func (a *Node) PreflightNode(ctx context.Context, req contract.PreflightRequest)
 	if err != nil {
 		return contract.PreflightResult{}, err
 	}
-	img, err := eng.ImageInspect(ctx, req.Image)
-	if cerrdefs.IsNotFound(err) {
-		return contract.PreflightResult{}, imageMissing(req.Image)
-	}
+	id, _, err := a.resolveImage(ctx, eng, addr, req.Image) // pinned.go
 	if err != nil {
-		return contract.PreflightResult{}, engineError(addr, "inspect image "+req.Image, err)
+		return contract.PreflightResult{}, err
 	}
 	if req.Spec != nil {
 		if err := a.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
 			return contract.PreflightResult{}, err
 		}
 	}
-	return contract.PreflightResult{Node: a.Name, ImageID: img.ID}, nil
+	return contract.PreflightResult{Node: a.Name, ImageID: id}, nil
 }
 
 // StartRayHead starts (or adopts) the Ray head container.

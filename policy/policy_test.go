@@ -326,3 +326,54 @@ func TestIntentsNotBefore(t *testing.T) {
 		}
 	}
 }
+
+// require_pinned_images: an image by tag is refused naming the setting and the spec's
+// field, one by digest is allowed (as NAME:TAG too when it has a tag, which the agent
+// checks names the same image); off, a tag is allowed as before.
+func TestRequirePinnedImages(t *testing.T) {
+	const id = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	tag, pinned, bare := "vllm/vllm-openai:v0.22.1", "vllm/vllm-openai:v0.22.1@"+id, "vllm/vllm-openai@"+id
+	off, err := Parse([]byte("allowed_images: [\"vllm/vllm-openai:v0.22.1\"]\n"), "p.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.RequirePinned || off.CheckImage(tag) != nil || off.CheckImage(pinned) != nil {
+		t.Errorf("pinning off: %v %v %v", off.RequirePinned, off.CheckImage(tag), off.CheckImage(pinned))
+	}
+	if off.CheckImage(bare) == nil {
+		t.Errorf("a digest without the tag matched the exact tag's pattern")
+	}
+	for _, p := range []func() (Policy, error){
+		func() (Policy, error) {
+			return Parse([]byte("require_pinned_images: true\nallowed_images: [\"vllm/vllm-openai:*\", \"vllm/vllm-openai@sha256:*\"]\n"), "p.yaml", Overrides{})
+		},
+		func() (Policy, error) {
+			return Parse([]byte("allowed_images: [\"vllm/vllm-openai:*\", \"vllm/vllm-openai@sha256:*\"]\n"), "p.yaml", Overrides{RequirePinned: true})
+		},
+	} {
+		on, err := p()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pe *PinError
+		err = on.CheckImage(tag)
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "require_pinned_images: true in p.yaml, or --require-pinned-images") ||
+			!strings.Contains(err.Error(), "the spec's image field as vllm/vllm-openai:v0.22.1@sha256:DIGEST") {
+			t.Errorf("a tag with pinning required: %v", err)
+		}
+		for _, ok := range []string{pinned, bare, "docker.io/" + pinned} {
+			if err := on.CheckImage(ok); err != nil {
+				t.Errorf("%s: %v", ok, err)
+			}
+		}
+		if err := on.CheckImage("evil/vllm:v1@" + id); err == nil || errors.As(err, &pe) {
+			t.Errorf("a pinned image outside allowed_images: %v", err)
+		}
+	}
+	if d, ok := Digest(pinned); !ok || d != id {
+		t.Errorf("Digest(%s) = %s, %v", pinned, d, ok)
+	}
+	if _, ok := Digest(tag); ok {
+		t.Errorf("Digest(%s) found one", tag)
+	}
+}

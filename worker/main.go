@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string) error {
 		sysRoot    = fs.String("sys-root", connect.EnvOr("TPDEPLOY_SYS_ROOT", ""), "read sysfs (links' speeds, RDMA devices) here instead of /sys (the lab's simulated nodes); empty on real nodes (env TPDEPLOY_SYS_ROOT)")
 		ctrSysfs   = fs.String("container-sysfs", connect.EnvOr("TPDEPLOY_CONTAINER_SYSFS", ""), "a directory standing for the node's /sys that its containers see at "+activities.ContainerSysfs+" (the lab); empty on real nodes, whose containers see the kernel's (env TPDEPLOY_CONTAINER_SYSFS)")
 		notBefore  = fs.String("intents-not-before", connect.EnvOr("TPDEPLOY_INTENTS_NOT_BEFORE", ""), "refuse every signed spec signed before this RFC 3339 time, e.g. 2026-05-01T00:00:00Z: raising it revokes every older spec (the later of it and the policy file's intents_not_before applies; env TPDEPLOY_INTENTS_NOT_BEFORE)")
+		pinned     = fs.Bool("require-pinned-images", false, "allow images only pinned by content, NAME[:TAG]@sha256:DIGEST (the image ID or its repository digest), never by tag alone (adds to the policy file's require_pinned_images; env TPDEPLOY_REQUIRE_PINNED_IMAGES)")
 		rdmaDevs   = fs.String("rdma-devices", connect.EnvOr("TPDEPLOY_RDMA_DEVICES", ""), "planned: map the plan's HCAs' /dev/infiniband/uverbsN into containers; none: map none (replaces the policy file's rdma_devices; env TPDEPLOY_RDMA_DEVICES)")
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
@@ -98,12 +99,14 @@ func run(ctx context.Context, args []string) error {
 		fs.Var((*listFlag)(f.list), f.name, f.usage+" (env "+f.env+")")
 	}
 	conn.Register(fs)
-	if v := os.Getenv("TPDEPLOY_METRICS_ALL_INTERFACES"); v != "" {
-		all, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("TPDEPLOY_METRICS_ALL_INTERFACES=%q: want true or false", v)
+	for env, b := range map[string]*bool{"TPDEPLOY_METRICS_ALL_INTERFACES": metricsAll, "TPDEPLOY_REQUIRE_PINNED_IMAGES": pinned} {
+		if v := os.Getenv(env); v != "" {
+			set, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%s=%q: want true or false", env, v)
+			}
+			*b = set
 		}
-		*metricsAll = all
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -122,6 +125,7 @@ func run(ctx context.Context, args []string) error {
 	ctr.Sysfs = *ctrSysfs
 	allow.RDMA = *rdmaDevs
 	allow.NotBefore = *notBefore
+	allow.RequirePinned = *pinned
 	if err != nil {
 		return err
 	}
@@ -138,7 +142,7 @@ func run(ctx context.Context, args []string) error {
 	z.Info("node policy", zap.String("file", nodePolicy.File), zap.Strings("allowed_images", nodePolicy.Images),
 		zap.Strings("allowed_mounts", nodePolicy.Mounts), zap.Strings("allowed_docker_hosts", nodePolicy.DockerHosts),
 		zap.Strings("allowed_ports", nodePolicy.Ports), zap.Strings("allowed_env", nodePolicy.Env),
-		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA),
+		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA), zap.Bool("require_pinned_images", nodePolicy.RequirePinned),
 		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()), zap.Time("intents_not_before", nodePolicy.NotBefore))
 	if !nodePolicy.Enforced() {
 		z.Warn("no trusted_keys in the node policy: this agent acts on unsigned requests from anyone who can start a workflow in the namespace, within the rest of its policy; set trusted_keys (docs/security.md)",
