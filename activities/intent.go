@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/intent"
+	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
@@ -154,6 +156,150 @@ func (a *Node) signedAddress(addr netip.Addr) error {
 		return a.deny("signed intent: the planned address %s is not an address of this node", addr)
 	}
 	return nil
+}
+
+// Pinned addresses. What the plan says of addresses is measured, not signed: a compromised
+// node can start a workflow whose plan points other nodes' Ray workers, ranks and model
+// copies at itself. A spec may pin them (network.subnet, nodes[].address), and then,
+// signed, every agent refuses a plan that puts itself, the Ray head or rendezvous it
+// joins, or the model server it copies from, elsewhere; with trusted_keys the plan's env
+// may only be the signed node env and the variables the plan owns (spec.PlannedEnv).
+
+// signedNodePlan checks this node's plan against the verified spec c (nil: nothing to
+// check): its address and env, and join, the Ray head or rendezvous address it is told
+// to dial ("" for none), which must be the head's at the spec's port for it.
+func (a *Node) signedNodePlan(c *spec.Cluster, np netplan.NodePlan, join string, port int) error {
+	if c == nil {
+		return nil
+	}
+	if err := a.signedAddress(np.Address); err != nil {
+		return err
+	}
+	d := c.WithDefaults()
+	i, n, ok := nodeIndex(d, a.Name)
+	if !ok {
+		return a.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, a.Name)
+	}
+	if err := a.pinnedAt(d, np.Address, fmt.Sprintf("nodes[%d].address", i), n.PinnedAddress(), "this node's planned address"); err != nil {
+		return err
+	}
+	for _, k := range sortedEnvNames(np.Env) {
+		v := np.Env[k]
+		switch signed, inSpec := n.Env[k]; {
+		case inSpec && signed != v:
+			return a.deny("signed intent: the plan sets %s=%q for %s, the signed spec's nodes[%d].env says %q", k, v, a.Name, i, signed)
+		case !inSpec && !spec.PlannedEnv(k):
+			return a.deny("signed intent: the plan sets %s for %s, which is neither in the signed spec's nodes[%d].env nor a variable the plan owns", k, a.Name, i)
+		case k == "VLLM_HOST_IP" && v != np.Address.String():
+			return a.deny("signed intent: the plan's VLLM_HOST_IP %s for %s is not its planned address %s", v, a.Name, np.Address)
+		case k == "RAY_ADDRESS":
+			if err := a.signedJoin(d, v, d.Ports.Ray, "RAY_ADDRESS"); err != nil {
+				return err
+			}
+		}
+	}
+	if join != "" {
+		return a.signedJoin(d, join, port, "the address to join")
+	}
+	return nil
+}
+
+// signedRank checks a rank's plan (executor mp) against the verified spec c: this node's
+// plan, and the rendezvous (--master-addr) the head's planned address at ports.master.
+func (a *Node) signedRank(c *spec.Cluster, req contract.RankRequest) error {
+	if c == nil {
+		return nil
+	}
+	np, _ := req.Plan.Node(a.Name)
+	head, _ := req.Plan.Node(c.Head().Name)
+	port := c.WithDefaults().Ports.MasterPort()
+	return a.signedNodePlan(c, np, netip.AddrPortFrom(head.Address, uint16(port)).String(), port)
+}
+
+// signedProof is signedRank for the proof's one-shot container, and the proof's own
+// rendezvous (its master) the head's too.
+func (a *Node) signedProof(c *spec.Cluster, req contract.ProofRequest) error {
+	if c == nil {
+		return nil
+	}
+	if err := a.signedRank(c, *req.Fresh); err != nil {
+		return err
+	}
+	d := c.WithDefaults()
+	return a.signedJoin(d, req.Master, d.Ports.MasterPort(), "the proof's master")
+}
+
+// signedJoin checks an address this node is told to dial as the head's (Ray's GCS, the
+// rendezvous): host:port, the port the spec's, the host the head's nodes[].address when
+// pinned and inside network.subnet when pinned.
+func (a *Node) signedJoin(d spec.Cluster, join string, port int, what string) error {
+	ap, err := netip.ParseAddrPort(join)
+	if err != nil {
+		return a.deny("signed intent: %s %q is not an address and port", what, join)
+	}
+	if port > 0 && int(ap.Port()) != port {
+		return a.deny("signed intent: %s %s is not at the signed spec's port %d", what, ap, port)
+	}
+	hi, head, _ := nodeIndex(d, d.Head().Name)
+	return a.pinnedAt(d, ap.Addr(), fmt.Sprintf("nodes[%d].address", hi), head.PinnedAddress(), what+" "+ap.String()+" (the head "+head.Name+"'s)")
+}
+
+// signedSource checks the address of the head's model server a copy is told to fetch from
+// against the signed spec's pins (the head's nodes[].address, network.subnet).
+func (a *Node) signedSource(in *contract.Intent, from netip.AddrPort) error {
+	c, err := a.signed(in)
+	if c == nil || err != nil {
+		return err
+	}
+	d := c.WithDefaults()
+	hi, head, _ := nodeIndex(d, d.Head().Name)
+	return a.pinnedAt(d, from.Addr(), fmt.Sprintf("nodes[%d].address", hi), head.PinnedAddress(), "the model server "+from.String()+" (the head "+head.Name+"'s)")
+}
+
+// signedOwnAddress checks an address of this node a request gives (the model server's)
+// against the signed spec's pins.
+func (a *Node) signedOwnAddress(in *contract.Intent, addr netip.Addr) error {
+	c, err := a.signed(in)
+	if c == nil || err != nil {
+		return err
+	}
+	d := c.WithDefaults()
+	i, n, ok := nodeIndex(d, a.Name)
+	if !ok {
+		return a.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, a.Name)
+	}
+	return a.pinnedAt(d, addr, fmt.Sprintf("nodes[%d].address", i), n.PinnedAddress(), "this node's planned address")
+}
+
+// pinnedAt refuses addr when the signed spec d pins it elsewhere: pin (the field named)
+// or outside network.subnet.
+func (a *Node) pinnedAt(d spec.Cluster, addr netip.Addr, field string, pin netip.Addr, what string) error {
+	if pin.IsValid() && addr != pin {
+		return a.deny("signed intent: %s is %s, not the signed spec's %s %s", what, addr, field, pin)
+	}
+	if sub := d.Network.PinnedSubnet(); sub.IsValid() && !sub.Contains(addr) {
+		return a.deny("signed intent: %s is %s, outside the signed spec's network.subnet %s", what, addr, sub)
+	}
+	return nil
+}
+
+// nodeIndex is the spec's node called name, and its place in nodes.
+func nodeIndex(c spec.Cluster, name string) (int, spec.Node, bool) {
+	for i, n := range c.Nodes {
+		if n.Name == name {
+			return i, n, true
+		}
+	}
+	return -1, spec.Node{}, false
+}
+
+func sortedEnvNames(env map[string]string) []string {
+	names := make([]string, 0, len(env))
+	for k := range env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // signedModelRoot refuses a model directory that is not the signed spec's: model.host_dir,

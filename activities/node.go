@@ -242,13 +242,13 @@ func (a *Node) StartRayWorker(ctx context.Context, req contract.StartRayRequest)
 }
 
 // signedRay checks a Ray start against the signed spec: the spec and deployment signed,
-// the planned address the node's own.
+// the planned address the node's own and as pinned, the head to join as pinned.
 func (a *Node) signedRay(req contract.StartRayRequest) (*spec.Cluster, error) {
 	c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment)
 	if c == nil || err != nil {
 		return c, err
 	}
-	return c, a.signedAddress(req.Plan.Address)
+	return c, a.signedNodePlan(c, req.Plan, req.RayAddress, c.WithDefaults().Ports.Ray)
 }
 
 // LaunchVLLM starts `vllm serve` inside the Ray head's container (vllmproc.go), or adopts
