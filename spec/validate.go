@@ -393,7 +393,7 @@ func (v *validator) network(n Network) {
 		case p != p.Masked():
 			v.add("network.subnet", fmt.Sprintf("%q is not a subnet: write %s", n.Subnet, p.Masked()))
 		default:
-			for ex := range exclude {
+			for _, ex := range ParseCIDRs(n.ExcludeCIDRs) { // in order: the verdict is recorded
 				if ex.Overlaps(p) {
 					v.add("network.subnet", fmt.Sprintf("%s overlaps network.exclude_cidrs %s", p, ex))
 				}
