@@ -278,6 +278,12 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 		return contract.ContainerRef{}, err
 	}
 	ref := contract.ContainerRef{Node: a.Name, Role: s.Labels[LabelRole], Name: s.Name}
+	run := s.Image // a pinned image runs by the ID it resolves to (pinned.go)
+	if _, pinned := policy.Digest(s.Image); pinned {
+		if _, run, err = a.resolveImage(ctx, eng, addr, s.Image); err != nil {
+			return ref, err
+		}
+	}
 	want := s.hash()
 	for attempt := 0; ; attempt++ {
 		got, err := eng.ContainerInspect(ctx, s.Name, client.ContainerInspectOptions{})
@@ -287,6 +293,7 @@ func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec
 			if err != nil {
 				return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("container %s: %v", s.Name, err), contract.ErrBadRequest, nil)
 			}
+			opts.Config.Image = run
 			created, err := eng.ContainerCreate(ctx, opts)
 			if cerrdefs.IsConflict(err) && attempt < 3 {
 				continue // created meanwhile by an attempt we did not see finish
@@ -455,11 +462,12 @@ func (a *Node) endpointKey(c spec.Cluster, endpoint string) (string, error) {
 }
 
 // EndpointKey is endpointKey for the operations activities this agent serves (control's
-// readiness checks on the head), for a spec signed as its policy requires: a function, not
-// a method, so that it is no activity.
+// readiness checks on the head), for a spec signed as its policy requires (expired or
+// revoked too: a check starts nothing): a function, not a method, so that it is no
+// activity.
 func EndpointKey(a *Node) func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
 	return func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
-		if _, err := a.signedSpec(in, c); err != nil {
+		if _, err := a.checkedSpec(in, c); err != nil {
 			return "", err
 		}
 		return a.endpointKey(c, endpoint)

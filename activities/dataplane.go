@@ -129,6 +129,9 @@ func (a *Node) proveInFreshContainer(ctx context.Context, req contract.ProofRequ
 	fr := *req.Fresh
 	n, _ := fr.Spec.Node(req.Node)
 	c, err := a.signedDeployment(fr.Intent, fr.Spec, fr.Deployment)
+	if err == nil {
+		err = a.signedProof(c, req)
+	}
 	if err != nil {
 		return contract.ProofResult{}, err
 	}

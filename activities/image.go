@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -56,18 +55,16 @@ func (a *Node) ReadImage(ctx context.Context, req contract.ImageRequest) (releas
 	if err != nil {
 		return release.Image{}, err
 	}
-	inspected, err := eng.ImageInspect(ctx, req.Image)
-	if cerrdefs.IsNotFound(err) {
-		return release.Image{}, imageMissing(req.Image)
-	}
+	// A pinned image is resolved to its content and read by its ID (pinned.go).
+	id, run, err := a.resolveImage(ctx, eng, addr, req.Image)
 	if err != nil {
-		return release.Image{}, engineError(addr, "inspect image "+req.Image, err)
+		return release.Image{}, err
 	}
-	if img, ok := a.images.get(inspected.ID); ok {
+	if img, ok := a.images.get(id); ok {
 		img.Node, img.Ref, img.Cached = a.Name, req.Image, true
 		return img, nil
 	}
-	out, err := runImageRead(ctx, eng, req.Image, inspected.ID)
+	out, err := runImageRead(ctx, eng, run, id)
 	if err != nil {
 		return release.Image{}, fmt.Errorf("%s: read image %s: %w", a.Name, req.Image, err)
 	}
@@ -76,7 +73,7 @@ func (a *Node) ReadImage(ctx context.Context, req contract.ImageRequest) (releas
 		return release.Image{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("%s: image %s: %v", a.Name, req.Image, err), contract.ErrImageUnreadable, nil)
 	}
-	img.ID = inspected.ID
+	img.ID = id
 	a.images.put(img)
 	img.Node, img.Ref = a.Name, req.Image
 	return img, nil

@@ -78,6 +78,9 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
 	c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment)
+	if err == nil {
+		err = a.signedRank(c, req)
+	}
 	if err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -125,7 +128,9 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.MasterPort()) }); err != nil {
 		return contract.MasterCheck{}, err
 	}
-	if _, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
+	if c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
+		return contract.MasterCheck{}, err
+	} else if err := a.signedRank(c, req); err != nil {
 		return contract.MasterCheck{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)

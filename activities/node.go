@@ -202,19 +202,16 @@ func (a *Node) PreflightNode(ctx context.Context, req contract.PreflightRequest)
 	if err != nil {
 		return contract.PreflightResult{}, err
 	}
-	img, err := eng.ImageInspect(ctx, req.Image)
-	if cerrdefs.IsNotFound(err) {
-		return contract.PreflightResult{}, imageMissing(req.Image)
-	}
+	id, _, err := a.resolveImage(ctx, eng, addr, req.Image) // pinned.go
 	if err != nil {
-		return contract.PreflightResult{}, engineError(addr, "inspect image "+req.Image, err)
+		return contract.PreflightResult{}, err
 	}
 	if req.Spec != nil {
 		if err := a.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
 			return contract.PreflightResult{}, err
 		}
 	}
-	return contract.PreflightResult{Node: a.Name, ImageID: img.ID}, nil
+	return contract.PreflightResult{Node: a.Name, ImageID: id}, nil
 }
 
 // StartRayHead starts (or adopts) the Ray head container.
@@ -252,13 +249,13 @@ func (a *Node) StartRayWorker(ctx context.Context, req contract.StartRayRequest)
 }
 
 // signedRay checks a Ray start against the signed spec: the spec and deployment signed,
-// the planned address the node's own.
+// the planned address the node's own and as pinned, the head to join as pinned.
 func (a *Node) signedRay(req contract.StartRayRequest) (*spec.Cluster, error) {
 	c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment)
 	if c == nil || err != nil {
 		return c, err
 	}
-	return c, a.signedAddress(req.Plan.Address)
+	return c, a.signedNodePlan(c, req.Plan, req.RayAddress, c.WithDefaults().Ports.Ray)
 }
 
 // LaunchVLLM starts `vllm serve` inside the Ray head's container (vllmproc.go), or adopts
@@ -394,7 +391,7 @@ func (a *Node) RemoveContainers(ctx context.Context, req contract.RemoveRequest)
 	if err := a.checkNode(req.Node); err != nil {
 		return res, err
 	}
-	if c, err := a.signed(req.Intent); err != nil {
+	if c, err := a.signedRemoval(req.Intent); err != nil {
 		return res, err
 	} else if c != nil {
 		if req.Cluster != c.Name {

@@ -163,6 +163,9 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
 		return contract.ModelServer{}, err
 	}
+	if err := a.signedOwnAddress(req.Intent, req.Addr); err != nil {
+		return contract.ModelServer{}, err
+	}
 	files := map[string]bool{}
 	for _, f := range req.Files {
 		if !fs.ValidPath(f) || f == "." {
@@ -371,6 +374,9 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+		return res, err
+	}
+	if err := a.signedSource(req.Intent, req.From); err != nil {
 		return res, err
 	}
 	if len(req.Files) > maxSyncFiles {
@@ -999,7 +1005,7 @@ func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartia
 	if req.Root == "" {
 		return res, temporal.NewNonRetryableApplicationError("no directory to clean", contract.ErrBadRequest, nil)
 	}
-	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+	if err := a.signedRemovalModelRoot(req.Intent, req.Root); err != nil {
 		return res, err
 	}
 	dir, root, err := a.beneath(req.Root, "model directory")

@@ -90,10 +90,18 @@ const (
 // signature by the key KeyID names. A deploy carries it unchanged in every request that
 // makes an agent act (containers, vLLM, model files, removals); an agent whose policy sets
 // trusted_keys verifies it and acts only on what the signed spec says.
+//
+// SignedAt and NotAfter are signed with the spec: when the operator signed it (whole
+// seconds, UTC), and, when set, the instant after which no agent acts on it (`starter
+// --sign-valid-for`). A node's policy may refuse intents signed before a time
+// (intents_not_before), which revokes every older one. An intent without SignedAt is of
+// the first format, which signed the spec alone.
 type Intent struct {
-	Spec  []byte `json:"spec"`
-	KeyID string `json:"key_id"`
-	Sig   []byte `json:"sig"`
+	Spec     []byte    `json:"spec"`
+	KeyID    string    `json:"key_id"`
+	Sig      []byte    `json:"sig"`
+	SignedAt time.Time `json:"signed_at,omitzero"`
+	NotAfter time.Time `json:"not_after,omitzero"`
 }
 
 // ProbeRequest asks a node agent to describe its node.

@@ -48,6 +48,9 @@ type Controller struct {
 	// SignKey, when set, is the operator's key: deploys, schedules and teardowns carry the
 	// spec signed with it (package intent), which agents with trusted_keys require.
 	SignKey ed25519.PrivateKey
+	// SignValidFor, when positive, makes those signatures expire that long after they are
+	// made (the intent's not_after); zero: they do not expire.
+	SignValidFor time.Duration
 }
 
 // sign is s signed with the operator's key, or nil without one.
@@ -55,7 +58,7 @@ func (c Controller) sign(s spec.Cluster) *contract.Intent {
 	if c.SignKey == nil {
 		return nil
 	}
-	return intent.Sign(c.SignKey, s)
+	return intent.SignWith(c.SignKey, s, intent.Options{ValidFor: c.SignValidFor})
 }
 
 // StartDeploy starts the cluster's deploy under its one workflow ID; a running deploy of

@@ -6,8 +6,10 @@
 // agent holds that key; the signature says "an operator asked for this", and no agent holds
 // an operator's private key.
 //
-// The signed message is a fixed context string and the spec's bytes, so a signature made
-// for anything else with the same key can never pass for a spec's. A key is named by its
+// The signed message is a fixed context string, the signing time and the expiry, and the
+// spec's bytes, so a signature made for anything else with the same key can never pass
+// for a spec's, and neither time can be changed without breaking the signature. A key is
+// named by its
 // fingerprint (KeyID), derived from the public key, so a policy lists public keys and
 // nothing an operator types can make two keys share a name.
 package intent
@@ -27,15 +29,36 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// domain is signed before the spec's bytes: the domain of tpdeploy's intent signatures.
-const domain = "tpdeploy intent v1\n"
+// domain is signed before the times and the spec's bytes: the domain of tpdeploy's intent
+// signatures. domainV1 is the first format's, which signed the spec alone (an intent with
+// no SignedAt); agents still verify it, and a node with intents_not_before refuses it.
+const (
+	domain   = "tpdeploy intent v2\n"
+	domainV1 = "tpdeploy intent v1\n"
+)
 
-func message(specJSON []byte) []byte { return append([]byte(domain), specJSON...) }
+// message is what is signed: the domain, "signed_at TIME\nnot_after TIME|-\n" (RFC 3339,
+// UTC, whole seconds) and the spec's bytes.
+func message(in *contract.Intent) []byte {
+	if in.SignedAt.IsZero() {
+		return append([]byte(domainV1), in.Spec...)
+	}
+	head := domain + "signed_at " + stamp(in.SignedAt) + "\nnot_after " + stamp(in.NotAfter) + "\n"
+	return append([]byte(head), in.Spec...)
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
 
 // KeyID is a public key's fingerprint: "ed25519:" and the first 8 bytes of its SHA-256.
 func KeyID(pub ed25519.PublicKey) string {
@@ -43,10 +66,33 @@ func KeyID(pub ed25519.PublicKey) string {
 	return "ed25519:" + hex.EncodeToString(sum[:8])
 }
 
-// Sign signs the defaulted spec c with priv.
+// Options are a signature's times.
+type Options struct {
+	// ValidFor, when positive, is how long the signature is good for: NotAfter is the
+	// signing time plus ValidFor. Zero: it does not expire (a node's intents_not_before
+	// still revokes it).
+	ValidFor time.Duration
+	// Now is the signing time (zero: the clock's), kept in whole seconds.
+	Now time.Time
+}
+
+// Sign signs the defaulted spec c with priv, now, without expiry.
 func Sign(priv ed25519.PrivateKey, c spec.Cluster) *contract.Intent {
-	b := c.Canonical()
-	return &contract.Intent{Spec: b, KeyID: KeyID(priv.Public().(ed25519.PublicKey)), Sig: ed25519.Sign(priv, message(b))}
+	return SignWith(priv, c, Options{})
+}
+
+// SignWith signs the defaulted spec c with priv at o's times.
+func SignWith(priv ed25519.PrivateKey, c spec.Cluster, o Options) *contract.Intent {
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	in := &contract.Intent{Spec: c.Canonical(), KeyID: KeyID(priv.Public().(ed25519.PublicKey)), SignedAt: now.UTC().Truncate(time.Second)}
+	if o.ValidFor > 0 {
+		in.NotAfter = in.SignedAt.Add(o.ValidFor.Round(time.Second))
+	}
+	in.Sig = ed25519.Sign(priv, message(in))
+	return in
 }
 
 // Verify checks in's signature with pub and returns the spec it signs.
@@ -57,7 +103,15 @@ func Verify(in *contract.Intent, pub ed25519.PublicKey) (spec.Cluster, error) {
 	if KeyID(pub) != in.KeyID {
 		return spec.Cluster{}, fmt.Errorf("signed by %s, not by %s", in.KeyID, KeyID(pub))
 	}
-	if !ed25519.Verify(pub, message(in.Spec), in.Sig) {
+	for _, t := range []time.Time{in.SignedAt, in.NotAfter} {
+		if t.Nanosecond() != 0 {
+			return spec.Cluster{}, fmt.Errorf("the intent's time %s is not in whole seconds, as a signer writes it", t.Format(time.RFC3339Nano))
+		}
+	}
+	if in.SignedAt.IsZero() && !in.NotAfter.IsZero() {
+		return spec.Cluster{}, errors.New("the intent has an expiry (not_after) but no signing time (signed_at)")
+	}
+	if !ed25519.Verify(pub, message(in), in.Sig) {
 		return spec.Cluster{}, fmt.Errorf("the signature of key %s does not verify: the signed spec was changed, or it was signed by another key", in.KeyID)
 	}
 	var c spec.Cluster
@@ -71,6 +125,35 @@ func Verify(in *contract.Intent, pub ed25519.PublicKey) (spec.Cluster, error) {
 	}
 	return c, nil
 }
+
+// Current refuses an intent, verified, that expired before now (its not_after), or that
+// was signed before notBefore (a node's intents_not_before, which revokes every intent
+// signed earlier; zero: none). The times are checked after the signature: they are part
+// of what is signed.
+func Current(in *contract.Intent, now, notBefore time.Time) error {
+	if !in.NotAfter.IsZero() && now.After(in.NotAfter) {
+		return &TimeError{Expired: true, Msg: fmt.Sprintf("the signature expired at %s (its not_after; signed at %s, this node's clock reads %s)",
+			stamp(in.NotAfter), stamp(in.SignedAt), stamp(now.Truncate(time.Second)))}
+	}
+	if notBefore.IsZero() {
+		return nil
+	}
+	if in.SignedAt.IsZero() {
+		return &TimeError{Msg: fmt.Sprintf("the signature carries no signing time (a starter older than signed_at made it), and this node refuses every intent signed before %s", stamp(notBefore))}
+	}
+	if in.SignedAt.Before(notBefore) {
+		return &TimeError{Msg: fmt.Sprintf("the spec was signed at %s, before %s, and this node refuses every intent signed before then", stamp(in.SignedAt), stamp(notBefore))}
+	}
+	return nil
+}
+
+// TimeError is Current's refusal: an expired signature, or a revoked one.
+type TimeError struct {
+	Expired bool
+	Msg     string
+}
+
+func (e *TimeError) Error() string { return e.Msg }
 
 // Matches says whether sent, the spec a request carries, is the signed spec: equal
 // canonical bytes, except that a signed executor auto may have become the executor the

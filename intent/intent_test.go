@@ -1,9 +1,12 @@
 package intent
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -110,5 +113,74 @@ func TestKeyFiles(t *testing.T) {
 	}
 	if !strings.HasPrefix(KeyID(pub), "ed25519:") || len(KeyID(pub)) != len("ed25519:")+16 {
 		t.Errorf("key ID %q", KeyID(pub))
+	}
+}
+
+// The signing time and the expiry are signed: neither can be moved without breaking the
+// signature, an expired signature and one signed before a node's intents_not_before are
+// refused, and an intent of the first format (no time) still verifies but is refused by a
+// node that revokes by time.
+func TestSignedTimes(t *testing.T) {
+	pub, priv, _ := GenerateKey()
+	s := testSpec()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 500, time.UTC)
+	in := SignWith(priv, s, Options{ValidFor: time.Hour, Now: now})
+	if !in.SignedAt.Equal(now.Truncate(time.Second)) || !in.NotAfter.Equal(in.SignedAt.Add(time.Hour)) {
+		t.Fatalf("signed at %s, not after %s", in.SignedAt, in.NotAfter)
+	}
+	b, _ := json.Marshal(in)
+	var got contract.Intent
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(&got, pub); err != nil {
+		t.Fatalf("through JSON: %v", err)
+	}
+	if err := Current(&got, now.Add(59*time.Minute), time.Time{}); err != nil {
+		t.Errorf("within its hour: %v", err)
+	}
+	var te *TimeError
+	if err := Current(&got, now.Add(61*time.Minute), time.Time{}); !errors.As(err, &te) || !te.Expired || !strings.Contains(err.Error(), "expired at 2026-05-01T13:00:00Z") {
+		t.Errorf("an hour and a minute later: %v", err)
+	}
+	for name, change := range map[string]func(*contract.Intent){
+		"expiry moved later":       func(x *contract.Intent) { x.NotAfter = x.NotAfter.Add(24 * time.Hour) },
+		"expiry removed":           func(x *contract.Intent) { x.NotAfter = time.Time{} },
+		"signing time moved later": func(x *contract.Intent) { x.SignedAt = x.SignedAt.Add(24 * time.Hour) },
+		"both times removed":       func(x *contract.Intent) { x.SignedAt, x.NotAfter = time.Time{}, time.Time{} },
+		"a fraction of a second":   func(x *contract.Intent) { x.NotAfter = x.NotAfter.Add(time.Millisecond) },
+	} {
+		x := got
+		change(&x)
+		if _, err := Verify(&x, pub); err == nil {
+			t.Errorf("%s: the signature still verifies", name)
+		}
+	}
+	// A node that revokes everything signed before a time.
+	if err := Current(&got, now, now.Add(-time.Minute)); err != nil {
+		t.Errorf("signed after intents_not_before: %v", err)
+	}
+	if err := Current(&got, now, now.Add(time.Minute)); !errors.As(err, &te) || te.Expired || !strings.Contains(err.Error(), "signed at 2026-05-01T12:00:00Z, before 2026-05-01T12:01:00Z") {
+		t.Errorf("signed before intents_not_before: %v", err)
+	}
+	// The first format: the spec alone, no time.
+	v1 := &contract.Intent{Spec: s.Canonical(), KeyID: KeyID(pub)}
+	v1.Sig = ed25519.Sign(priv, append([]byte("tpdeploy intent v1\n"), v1.Spec...))
+	if _, err := Verify(v1, pub); err != nil {
+		t.Fatalf("a first-format intent: %v", err)
+	}
+	if err := Current(v1, now, time.Time{}); err != nil {
+		t.Errorf("a first-format intent without intents_not_before: %v", err)
+	}
+	if err := Current(v1, now, now.Add(-time.Hour)); err == nil || !strings.Contains(err.Error(), "no signing time") {
+		t.Errorf("a first-format intent with intents_not_before: %v", err)
+	}
+	// A signature without expiry never expires.
+	forever := Sign(priv, s)
+	if forever.SignedAt.IsZero() || !forever.NotAfter.IsZero() {
+		t.Fatalf("Sign: signed at %s, not after %s", forever.SignedAt, forever.NotAfter)
+	}
+	if err := Current(forever, time.Now().Add(100*365*24*time.Hour), time.Time{}); err != nil {
+		t.Errorf("a signature without expiry, a century on: %v", err)
 	}
 }

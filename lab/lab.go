@@ -16,7 +16,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -167,7 +166,7 @@ func (l *Lab) Close() {
 // proxies' sockets.
 func stateDir(prefix string) string { return filepath.Join(os.TempDir(), prefix+"-state") }
 
-// MetricsPort is where every lab agent serves /metrics and /healthz (on all its addresses).
+// MetricsPort is where every lab agent serves /metrics and /healthz, on its management address.
 const MetricsPort = 9464
 
 // nodeBarrierDir is where a node's agent finds its barrier files (internal/barrier).
@@ -367,8 +366,9 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
 			// vLLM's API key, for specs with secrets.api_key {env: VLLM_API_KEY}.
 			"VLLM_API_KEY=" + l.APIKey,
-			// Every agent exports its metrics on the management network, as on a fleet.
-			"TPDEPLOY_METRICS_ADDR=:" + strconv.Itoa(MetricsPort),
+			// Every agent exports its metrics on its management address, as on a fleet
+			// (a port alone would be loopback's; every interface is refused).
+			"TPDEPLOY_METRICS_ADDR=" + netip.AddrPortFrom(n.Mgmt, MetricsPort).String(),
 		}
 		if !cfg.Unsigned {
 			// The lab operator's public key: these agents act only on specs it signed.

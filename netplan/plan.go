@@ -58,6 +58,10 @@ type prefs struct {
 	nodeIfaces   map[string][]string
 	// keep, when valid, is the only subnet allowed (ChooseKeeping).
 	keep netip.Prefix
+	// subnet and pins are network.subnet and nodes[].address: the plan's addresses must be
+	// in the one and equal the others (the agents refuse any other when they are signed).
+	subnet netip.Prefix
+	pins   map[string]netip.Addr
 }
 
 func prefsOf(c spec.Cluster) prefs {
@@ -67,9 +71,14 @@ func prefsOf(c spec.Cluster) prefs {
 		preferIfaces: c.Network.PreferInterfaces,
 		excludeIface: c.Network.ExcludeInterfaces,
 		nodeIfaces:   map[string][]string{},
+		subnet:       c.Network.PinnedSubnet(),
+		pins:         map[string]netip.Addr{},
 	}
 	for _, n := range c.Nodes {
 		p.nodeIfaces[n.Name] = n.Interfaces
+		if a := n.PinnedAddress(); a.IsValid() {
+			p.pins[n.Name] = a
+		}
 	}
 	return p
 }
@@ -159,6 +168,10 @@ func judge(c spec.Cluster, byNode map[string]NodeProbe, s netip.Prefix, p prefs)
 		cand.reject = "excluded by network.exclude_cidrs"
 		return cand
 	}
+	if p.subnet.IsValid() && !p.subnet.Overlaps(s) {
+		cand.reject = fmt.Sprintf("outside network.subnet %s", p.subnet)
+		return cand
+	}
 	if p.keep.IsValid() && s != p.keep {
 		cand.reject = fmt.Sprintf("this deploy planned on %s before it started over, and a restart does not move it to another subnet", p.keep)
 		return cand
@@ -188,6 +201,25 @@ func judge(c spec.Cluster, byNode map[string]NodeProbe, s netip.Prefix, p prefs)
 			default:
 				usable = append(usable, member{node: n.Name, link: l, addr: a, rdma: rdmaOn(pr, l.Name)})
 			}
+		}
+		if pin, ok := p.pins[n.Name]; ok || p.subnet.IsValid() {
+			var kept []member
+			var have []string
+			for _, m := range usable {
+				have = append(have, m.addr.Addr().String())
+				if (!ok || m.addr.Addr() == pin) && (!p.subnet.IsValid() || p.subnet.Contains(m.addr.Addr())) {
+					kept = append(kept, m)
+				}
+			}
+			if len(kept) == 0 && len(usable) > 0 {
+				if ok {
+					cand.reject = fmt.Sprintf("%s's address in it is %s, not its nodes[].address %s", n.Name, strings.Join(have, ", "), pin)
+				} else {
+					cand.reject = fmt.Sprintf("%s's address in it (%s) is outside network.subnet %s", n.Name, strings.Join(have, ", "), p.subnet)
+				}
+				return cand
+			}
+			usable = kept
 		}
 		if len(usable) == 0 {
 			if len(why) == 0 {

@@ -658,3 +658,38 @@ func TestRailsKeepTheReleasesEnvRule(t *testing.T) {
 		}
 	}
 }
+
+// network.subnet and nodes[].address bind the plan: only a subnet overlapping the pinned
+// one is chosen, each pinned node gets exactly its address, and a topology that cannot
+// meet the pins is NoViableSubnet saying which pin.
+func TestChooseHonoursPinnedAddresses(t *testing.T) {
+	// Both nodes share two subnets; node-b has two addresses on the fast one.
+	tp := topo{
+		"node-a": {link("mgmt0", "10.1.0.11/24", 1500), link("fast0", "192.168.200.12/24", 9000, speedMbps(200000))},
+		"node-b": {link("mgmt0", "10.1.0.12/24", 1500), link("fast0", "192.168.200.13/24", 9000, speedMbps(200000)),
+			link("fast1", "192.168.200.14/24", 9000, speedMbps(100000))},
+	}
+	choose := func(c spec.Cluster) (Plan, error) {
+		probes := probesOf(c, tp, nil)
+		return Choose(c, probes, fullMatrix(c, probes, nil))
+	}
+	c := clusterOf("node-a", "node-b")
+	c.Network.Subnet = "10.1.0.0/24" // not the fast one the scores would pick
+	plan, err := choose(c)
+	if err != nil || plan.Subnet.String() != "10.1.0.0/24" || plan.RayAddress != "10.1.0.11:6379" {
+		t.Fatalf("network.subnet 10.1.0.0/24: subnet %s, ray %s, %v", plan.Subnet, plan.RayAddress, err)
+	}
+	if !strings.Contains(fmt.Sprint(plan.Decision), "rejected: outside network.subnet 10.1.0.0/24") {
+		t.Errorf("the decision does not say why the fast subnet was left: %+v", plan.Decision)
+	}
+	c = clusterOf("node-a", "node-b")
+	c.Nodes[1].Address = "192.168.200.14" // the slower of node-b's two
+	plan, err = choose(c)
+	if np, _ := plan.Node("node-b"); err != nil || np.Address.String() != "192.168.200.14" || np.Interface != "fast1" {
+		t.Fatalf("nodes[1].address 192.168.200.14: %+v, %v", np, err)
+	}
+	c.Nodes[1].Address = "192.168.200.99"
+	if _, err := choose(c); err == nil || !strings.Contains(err.Error(), "node-b's address in it is 192.168.200.13, 192.168.200.14, not its nodes[].address 192.168.200.99") {
+		t.Errorf("a pinned address the node does not hold: %v", err)
+	}
+}

@@ -13,11 +13,14 @@
 //	secret_dirs: [/etc/tpdeploy/secrets]
 //	secret_env: [HF_TOKEN]
 //	rdma_devices: planned   # or none: map no /dev/infiniband/uverbsN into containers
+//	require_pinned_images: true   # images only as NAME[:TAG]@sha256:DIGEST, by content
 //	trusted_keys: [{id: alice, ed25519: "BASE64 of 32 bytes"}]
+//	intents_not_before: "2026-05-01T00:00:00Z"   # refuse every spec signed earlier
 //
 // With trusted_keys set, the agent acts (containers, vLLM, model files, removals) only on
 // requests carrying a spec signed by one of those keys (package intent), and only as that
-// spec says; without, it checks requests against the rest of the policy alone.
+// spec says, before the signature's expiry and not when it was signed before
+// intents_not_before; without, it checks requests against the rest of the policy alone.
 //
 // Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports,
 // --allow-env, --allow-secret-dir, --allow-secret-env) add to the file's lists (or to the
@@ -42,6 +45,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/distribution/reference"
 	"sigs.k8s.io/yaml"
@@ -88,7 +92,9 @@ const (
 	SettingSecretDirs  = "secret_dirs"
 	SettingSecretEnv   = "secret_env"
 	SettingRDMA        = "rdma_devices"
+	SettingPinned      = "require_pinned_images"
 	SettingTrustedKeys = "trusted_keys"
+	SettingNotBefore   = "intents_not_before"
 
 	FlagImage      = "--allow-image"
 	FlagMount      = "--allow-mount"
@@ -99,6 +105,8 @@ const (
 	FlagSecretEnv  = "--allow-secret-env"
 	FlagTrustKey   = "--trust-key"
 	FlagRDMA       = "--rdma-devices"
+	FlagPinned     = "--require-pinned-images"
+	FlagNotBefore  = "--intents-not-before"
 )
 
 // RDMA device policies (rdma_devices): RDMAPlanned maps the verbs devices
@@ -121,9 +129,16 @@ type Policy struct {
 	SecretEnv   []string // agent variables secret references may name, exactly
 	// RDMA is RDMAPlanned or RDMANone.
 	RDMA string
+	// RequirePinned allows an image only by content: NAME[:TAG]@sha256:DIGEST, where the
+	// digest is the image's repository digest or its image ID (the agent checks which
+	// image the engine holds under it).
+	RequirePinned bool
 	// TrustedKeys are the operators' public keys; set, every acting request must carry a
 	// spec one of them signed.
 	TrustedKeys []TrustedKey
+	// NotBefore, when set, revokes every signed intent signed before it (its signed_at):
+	// raising it revokes every older spec at once, while specs signed since still act.
+	NotBefore time.Time
 	// File is the policy file an operator edits to change it (DefaultFile when none was read).
 	File  string
 	ports []portRange
@@ -140,8 +155,13 @@ type Overrides struct {
 	SecretEnv   []string
 	// RDMA, when set, replaces the file's rdma_devices.
 	RDMA string
+	// RequirePinned, when true, requires pinned images whatever the file says.
+	RequirePinned bool
 	// TrustedKeys are "ID=BASE64" or "BASE64" (the ID is then the key's fingerprint).
 	TrustedKeys []string
+	// NotBefore, RFC 3339, revokes intents signed earlier; the later of it and the
+	// file's intents_not_before applies (a flag can only revoke more).
+	NotBefore string
 }
 
 // TrustedKey is an operator's public key; ID is the operator's name for it (in logs and
@@ -166,7 +186,9 @@ type file struct {
 	SecretDirs  *[]string         `json:"secret_dirs"`
 	SecretEnv   *[]string         `json:"secret_env"`
 	RDMA        *string           `json:"rdma_devices"`
+	Pinned      bool              `json:"require_pinned_images"`
 	TrustedKeys []trustedKeyEntry `json:"trusted_keys"`
+	NotBefore   *string           `json:"intents_not_before"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -211,15 +233,16 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		return append(append([]string{}, out...), extra...)
 	}
 	p := Policy{
-		Images:      pick(f.Images, DefaultImages, add.Images),
-		Mounts:      pick(f.Mounts, DefaultMounts, add.Mounts),
-		DockerHosts: pick(f.DockerHosts, DefaultDockerHosts, add.DockerHosts),
-		Ports:       pick(f.Ports, DefaultPorts, add.Ports),
-		Env:         pick(f.Env, DefaultEnv, add.Env),
-		SecretDirs:  pick(f.SecretDirs, DefaultSecretDirs, add.SecretDirs),
-		SecretEnv:   pick(f.SecretEnv, DefaultSecretEnv, add.SecretEnv),
-		RDMA:        RDMAPlanned,
-		File:        name,
+		Images:        pick(f.Images, DefaultImages, add.Images),
+		Mounts:        pick(f.Mounts, DefaultMounts, add.Mounts),
+		DockerHosts:   pick(f.DockerHosts, DefaultDockerHosts, add.DockerHosts),
+		Ports:         pick(f.Ports, DefaultPorts, add.Ports),
+		Env:           pick(f.Env, DefaultEnv, add.Env),
+		SecretDirs:    pick(f.SecretDirs, DefaultSecretDirs, add.SecretDirs),
+		SecretEnv:     pick(f.SecretEnv, DefaultSecretEnv, add.SecretEnv),
+		RDMA:          RDMAPlanned,
+		RequirePinned: f.Pinned || add.RequirePinned,
+		File:          name,
 	}
 	if f.RDMA != nil {
 		p.RDMA = *f.RDMA
@@ -272,6 +295,26 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 			}
 			entries = append(entries, trustedKeyEntry{ID: id, Ed25519: key})
 		}
+	}
+	for i, nb := range []*string{f.NotBefore, &add.NotBefore} {
+		if nb == nil || strings.TrimSpace(*nb) == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, strings.TrimSpace(*nb))
+		if err != nil {
+			where := SettingNotBefore
+			if i == 1 {
+				where = FlagNotBefore
+			}
+			problems = append(problems, fmt.Errorf("%s: %q is not an RFC 3339 time (e.g. 2026-05-01T00:00:00Z)", where, *nb))
+			continue
+		}
+		if t.After(p.NotBefore) {
+			p.NotBefore = t.UTC()
+		}
+	}
+	if !p.NotBefore.IsZero() && len(entries) == 0 {
+		problems = append(problems, fmt.Errorf("%s is set but %s is empty: it revokes signed specs, and without trusted keys no signature is checked", SettingNotBefore, SettingTrustedKeys))
 	}
 	for _, e := range entries {
 		pub, err := intent.ParsePublicKey(e.Ed25519)
@@ -341,8 +384,14 @@ func (p Policy) RDMAAllowed() (bool, string) {
 
 // CheckImage allows an image reference matching one of the image patterns, compared in
 // the short form Docker shows ("vllm/vllm-openai:v0.17.0") and in full
-// ("docker.io/vllm/vllm-openai:v0.17.0"); a reference without a tag is ":latest".
+// ("docker.io/vllm/vllm-openai:v0.17.0"); a reference without a tag is ":latest". A
+// reference with a tag and a digest also matches as NAME:TAG (the agent checks that the
+// tag names the digest's image). With require_pinned_images, a reference without a digest
+// is refused (*PinError).
 func (p Policy) CheckImage(ref string) error {
+	if _, pinned := Digest(ref); p.RequirePinned && !pinned {
+		return &PinError{Ref: ref, File: p.File}
+	}
 	for _, form := range imageForms(ref) {
 		for _, g := range p.Images {
 			if ok, _ := path.Match(g, form); ok {
@@ -359,8 +408,44 @@ func imageForms(ref string) []string {
 	if err != nil {
 		return forms
 	}
+	if tagged, ok := named.(reference.NamedTagged); ok {
+		if _, digested := named.(reference.Digested); digested {
+			if t, err := reference.WithTag(reference.TrimNamed(named), tagged.Tag()); err == nil {
+				forms = append(forms, reference.FamiliarString(t), t.String())
+			}
+		}
+	}
 	named = reference.TagNameOnly(named)
 	return append(forms, reference.FamiliarString(named), named.String())
+}
+
+// Digest is the content digest a reference pins ("sha256:…" of NAME[:TAG]@sha256:…), if any.
+func Digest(ref string) (string, bool) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return "", false
+	}
+	d, ok := named.(reference.Digested)
+	if !ok {
+		return "", false
+	}
+	return d.Digest().String(), true
+}
+
+// PinError is CheckImage's refusal of an image by tag where the policy requires content.
+type PinError struct {
+	Ref  string
+	File string
+}
+
+func (e *PinError) Error() string {
+	name := e.Ref
+	if named, err := reference.ParseNormalizedNamed(e.Ref); err == nil {
+		name = reference.FamiliarString(reference.TagNameOnly(named))
+	}
+	return fmt.Sprintf("image %q is not pinned by content, and this node's policy requires it (%s: true in %s, or %s); "+
+		"pin it in the spec's image field as %s@sha256:DIGEST, the image ID (docker image inspect -f '{{.Id}}' %s) or its repository digest",
+		e.Ref, SettingPinned, e.File, FlagPinned, name, name)
 }
 
 // CheckMount allows a host path equal to or under one of the mount prefixes. The path

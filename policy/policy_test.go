@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tpdeploy/tpdeploy/intent"
 )
@@ -283,5 +284,96 @@ func TestTrustedKeys(t *testing.T) {
 		if _, err := Parse([]byte(bad), "p.yaml", Overrides{}); err == nil || !strings.Contains(err.Error(), "trusted_keys") {
 			t.Errorf("%q: %v", bad, err)
 		}
+	}
+}
+
+// intents_not_before: an RFC 3339 time, quoted or not; the flag's applies when later (a
+// flag can only revoke more); a bad time, or one without trusted keys, is refused naming
+// the setting.
+func TestIntentsNotBefore(t *testing.T) {
+	pub, _, _ := intent.GenerateKey()
+	keys := "trusted_keys: [{id: alice, ed25519: \"" + intent.PublicKeyString(pub) + "\"}]\n"
+	may := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	for _, yaml := range []string{"intents_not_before: 2026-05-01T00:00:00Z\n", "intents_not_before: \"2026-05-01T02:00:00+02:00\"\n"} {
+		p, err := Parse([]byte(keys+yaml), "p.yaml", Overrides{})
+		if err != nil {
+			t.Fatalf("%q: %v", yaml, err)
+		}
+		if !p.NotBefore.Equal(may) {
+			t.Errorf("%q: not before %s, want %s", yaml, p.NotBefore, may)
+		}
+	}
+	p, err := Parse([]byte(keys+"intents_not_before: 2026-05-01T00:00:00Z\n"), "p.yaml", Overrides{NotBefore: "2026-06-01T00:00:00Z"})
+	if err != nil || !p.NotBefore.Equal(may.AddDate(0, 1, 0)) {
+		t.Errorf("a later flag: %s, %v", p.NotBefore, err)
+	}
+	p, err = Parse([]byte(keys+"intents_not_before: 2026-05-01T00:00:00Z\n"), "p.yaml", Overrides{NotBefore: "2026-04-01T00:00:00Z"})
+	if err != nil || !p.NotBefore.Equal(may) {
+		t.Errorf("an earlier flag lowered the file's revocation: %s, %v", p.NotBefore, err)
+	}
+	if p, err := Parse([]byte(keys), "p.yaml", Overrides{}); err != nil || !p.NotBefore.IsZero() {
+		t.Errorf("none: %s, %v", p.NotBefore, err)
+	}
+	for _, tc := range []struct {
+		yaml, flag, want string
+	}{
+		{keys + "intents_not_before: yesterday\n", "", "intents_not_before: \"yesterday\" is not an RFC 3339 time"},
+		{keys, "2026-05-01", "--intents-not-before: \"2026-05-01\" is not an RFC 3339 time"},
+		{"intents_not_before: 2026-05-01T00:00:00Z\n", "", "intents_not_before is set but trusted_keys is empty"},
+	} {
+		if _, err := Parse([]byte(tc.yaml), "p.yaml", Overrides{NotBefore: tc.flag}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q / %q: %v, want %q", tc.yaml, tc.flag, err, tc.want)
+		}
+	}
+}
+
+// require_pinned_images: an image by tag is refused naming the setting and the spec's
+// field, one by digest is allowed (as NAME:TAG too when it has a tag, which the agent
+// checks names the same image); off, a tag is allowed as before.
+func TestRequirePinnedImages(t *testing.T) {
+	const id = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	tag, pinned, bare := "vllm/vllm-openai:v0.22.1", "vllm/vllm-openai:v0.22.1@"+id, "vllm/vllm-openai@"+id
+	off, err := Parse([]byte("allowed_images: [\"vllm/vllm-openai:v0.22.1\"]\n"), "p.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.RequirePinned || off.CheckImage(tag) != nil || off.CheckImage(pinned) != nil {
+		t.Errorf("pinning off: %v %v %v", off.RequirePinned, off.CheckImage(tag), off.CheckImage(pinned))
+	}
+	if off.CheckImage(bare) == nil {
+		t.Errorf("a digest without the tag matched the exact tag's pattern")
+	}
+	for _, p := range []func() (Policy, error){
+		func() (Policy, error) {
+			return Parse([]byte("require_pinned_images: true\nallowed_images: [\"vllm/vllm-openai:*\", \"vllm/vllm-openai@sha256:*\"]\n"), "p.yaml", Overrides{})
+		},
+		func() (Policy, error) {
+			return Parse([]byte("allowed_images: [\"vllm/vllm-openai:*\", \"vllm/vllm-openai@sha256:*\"]\n"), "p.yaml", Overrides{RequirePinned: true})
+		},
+	} {
+		on, err := p()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pe *PinError
+		err = on.CheckImage(tag)
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "require_pinned_images: true in p.yaml, or --require-pinned-images") ||
+			!strings.Contains(err.Error(), "the spec's image field as vllm/vllm-openai:v0.22.1@sha256:DIGEST") {
+			t.Errorf("a tag with pinning required: %v", err)
+		}
+		for _, ok := range []string{pinned, bare, "docker.io/" + pinned} {
+			if err := on.CheckImage(ok); err != nil {
+				t.Errorf("%s: %v", ok, err)
+			}
+		}
+		if err := on.CheckImage("evil/vllm:v1@" + id); err == nil || errors.As(err, &pe) {
+			t.Errorf("a pinned image outside allowed_images: %v", err)
+		}
+	}
+	if d, ok := Digest(pinned); !ok || d != id {
+		t.Errorf("Digest(%s) = %s, %v", pinned, d, ok)
+	}
+	if _, ok := Digest(tag); ok {
+		t.Errorf("Digest(%s) found one", tag)
 	}
 }

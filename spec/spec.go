@@ -144,10 +144,17 @@ type Node struct {
 	Interfaces []string `json:"interfaces,omitempty"`
 	// Env is extra environment for every container on this node.
 	Env map[string]string `json:"env,omitempty"`
+	// Address, when set, is the node's address the plan must use (an IPv4 address the node
+	// holds): signed with the spec, every agent then refuses a plan that puts this node, or
+	// the Ray head or rendezvous it joins, at another address.
+	Address string `json:"address,omitempty"`
 }
 
 // Network holds the operator's preferences for the subnet choice.
 type Network struct {
+	// Subnet, when set, is the only subnet the plan may choose (an IPv4 CIDR): signed with
+	// the spec, every agent then refuses a planned address, Ray head or rendezvous outside it.
+	Subnet            string   `json:"subnet,omitempty"`
 	PreferCIDRs       []string `json:"prefer_cidrs,omitempty"`
 	ExcludeCIDRs      []string `json:"exclude_cidrs,omitempty"`
 	PreferInterfaces  []string `json:"prefer_interfaces,omitempty"`
@@ -513,6 +520,28 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // ParseCIDRs parses the network preferences; Validate has already rejected bad ones.
+// PinnedSubnet is network.subnet, parsed (invalid when unset or malformed).
+func (n Network) PinnedSubnet() netip.Prefix {
+	p, err := netip.ParsePrefix(n.Subnet)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	return p.Masked()
+}
+
+// PinnedAddress is nodes[].address, parsed (invalid when unset or malformed).
+func (n Node) PinnedAddress() netip.Addr {
+	a, err := netip.ParseAddr(n.Address)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a
+}
+
+// PlannedEnv says whether the plan sets the variable on every node (VLLM_HOST_IP,
+// RAY_ADDRESS, the interface and HCA variables); a node's env may not.
+func PlannedEnv(name string) bool { return plannedEnv[name] != "" }
+
 func ParseCIDRs(cidrs []string) []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(cidrs))
 	for _, s := range cidrs {

@@ -234,3 +234,38 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// network.subnet and nodes[].address pin the plan (and are signed with the spec): they
+// parse, default to nothing, leave an unpinned spec's hash alone, and bad ones are refused
+// at their field.
+func TestPinnedAddresses(t *testing.T) {
+	pinned := strings.Replace(strings.Replace(validYAML, "role: head, gpus: 1", "role: head, gpus: 1, address: 192.168.200.11", 1),
+		"role: worker, gpus: 1", "role: worker, gpus: 1, address: 192.168.200.12", 1) + "network: {subnet: 192.168.200.0/24}\n"
+	c, err := Parse([]byte(pinned))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Network.PinnedSubnet().String() != "192.168.200.0/24" || c.Nodes[0].PinnedAddress().String() != "192.168.200.11" {
+		t.Errorf("pins: %s %s", c.Network.PinnedSubnet(), c.Nodes[0].PinnedAddress())
+	}
+	plain, err := Parse([]byte(validYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Network.PinnedSubnet().IsValid() || plain.Nodes[0].PinnedAddress().IsValid() || strings.Contains(string(plain.Canonical()), "address") || strings.Contains(string(plain.Canonical()), "subnet") {
+		t.Errorf("an unpinned spec: %s", plain.Canonical())
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{validYAML + "network: {subnet: 192.168.200.1/24}\n", `network.subnet: "192.168.200.1/24" is not a subnet: write 192.168.200.0/24`},
+		{validYAML + "network: {subnet: fd00::/64}\n", `network.subnet: "fd00::/64" is not an IPv4 CIDR`},
+		{validYAML + "network: {subnet: 10.0.0.0/24, exclude_cidrs: [10.0.0.0/16]}\n", "network.subnet: 10.0.0.0/24 overlaps network.exclude_cidrs 10.0.0.0/16"},
+		{strings.Replace(pinned, "address: 192.168.200.12", "address: 10.0.0.12", 1), "nodes[1].address: 10.0.0.12 is not in network.subnet 192.168.200.0/24"},
+		{strings.Replace(pinned, "address: 192.168.200.12", "address: 192.168.200.11", 1), "nodes[1].address: 192.168.200.11 is also node-a's"},
+		{strings.Replace(pinned, "address: 192.168.200.12", "address: spark-2", 1), `nodes[1].address: "spark-2" is not an IPv4 address`},
+		{strings.Replace(validYAML, "role: worker, gpus: 1", "role: worker, gpus: 1, address: 127.0.0.1", 1), "nodes[1].address: 127.0.0.1 is not an address other nodes can reach"},
+	} {
+		if _, err := Parse([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want %q, got %v", tc.want, err)
+		}
+	}
+}

@@ -116,6 +116,7 @@ func (c Cluster) Validate() error {
 	}
 	v.nodes(c.Nodes)
 	v.network(c.Network)
+	v.addresses(c)
 	v.ports(c.Ports)
 	if c.HFCache != "" && !strings.HasPrefix(c.HFCache, "/") {
 		v.add("hf_cache", fmt.Sprintf("%q must be an absolute path on the node", c.HFCache))
@@ -384,6 +385,46 @@ func (v *validator) network(n Network) {
 	}
 	globs("network.prefer_interfaces", n.PreferInterfaces)
 	globs("network.exclude_interfaces", n.ExcludeInterfaces)
+	if n.Subnet != "" {
+		p, err := netip.ParsePrefix(n.Subnet)
+		switch {
+		case err != nil || !p.Addr().Is4():
+			v.add("network.subnet", fmt.Sprintf("%q is not an IPv4 CIDR such as 192.168.200.0/24", n.Subnet))
+		case p != p.Masked():
+			v.add("network.subnet", fmt.Sprintf("%q is not a subnet: write %s", n.Subnet, p.Masked()))
+		default:
+			for _, ex := range ParseCIDRs(n.ExcludeCIDRs) { // in order: the verdict is recorded
+				if ex.Overlaps(p) {
+					v.add("network.subnet", fmt.Sprintf("%s overlaps network.exclude_cidrs %s", p, ex))
+				}
+			}
+		}
+	}
+}
+
+// addresses checks nodes[].address: IPv4 unicast, one per node, inside network.subnet.
+func (v *validator) addresses(c Cluster) {
+	subnet := c.Network.PinnedSubnet()
+	owner := map[netip.Addr]string{}
+	for i, n := range c.Nodes {
+		if n.Address == "" {
+			continue
+		}
+		at := fmt.Sprintf("nodes[%d].address", i)
+		a, err := netip.ParseAddr(n.Address)
+		switch {
+		case err != nil || !a.Is4():
+			v.add(at, fmt.Sprintf("%q is not an IPv4 address such as 192.168.200.11", n.Address))
+		case a.IsLoopback() || a.IsUnspecified() || a.IsLinkLocalUnicast() || a.IsMulticast():
+			v.add(at, fmt.Sprintf("%s is not an address other nodes can reach (loopback, unspecified, link-local or multicast)", a))
+		case subnet.IsValid() && !subnet.Contains(a):
+			v.add(at, fmt.Sprintf("%s is not in network.subnet %s", a, subnet))
+		case owner[a] != "":
+			v.add(at, fmt.Sprintf("%s is also %s's", a, owner[a]))
+		default:
+			owner[a] = n.Name
+		}
+	}
 }
 
 // mp checks what vLLM's own multi-node mode needs: the world splits evenly over the nodes

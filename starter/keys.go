@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -62,8 +63,9 @@ func cmdKeygen(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// cmdSign prints the Start Workflow input of a deploy of the spec, signed: what the
-// Temporal UI's form takes when the agents require signed specs.
+// cmdSign prints the Start Workflow input of a deploy of the spec, signed (until
+// --sign-valid-for from now, when given): what the Temporal UI's form takes when the
+// agents require signed specs.
 func cmdSign(args []string, stdout, stderr io.Writer) error {
 	c := newCommand("sign", "sign -f spec.yaml --sign-key-file FILE", stderr)
 	file := c.fs.String("f", "", "cluster spec (YAML or JSON)")
@@ -81,10 +83,16 @@ func cmdSign(args []string, stdout, stderr io.Writer) error {
 	if key == nil {
 		return fmt.Errorf("--sign-key-file (or TPDEPLOY_SIGN_KEY_FILE) is required: %w", errUsage)
 	}
-	b, err := json.Marshal(workflows.DeployRequest{Spec: s, Trigger: "ui", Intent: intent.Sign(key, s)})
+	in := intent.SignWith(key, s, intent.Options{ValidFor: c.signValidFor})
+	b, err := json.Marshal(workflows.DeployRequest{Spec: s, Trigger: "ui", Intent: in})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, string(b))
+	until := "does not expire"
+	if !in.NotAfter.IsZero() {
+		until = "expires at " + in.NotAfter.Format(time.RFC3339)
+	}
+	fmt.Fprintf(stderr, "signed %s (spec %s) with %s at %s; the signature %s\n", s.Name, s.Hash(), in.KeyID, in.SignedAt.Format(time.RFC3339), until)
 	return nil
 }

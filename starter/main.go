@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -47,7 +48,8 @@ Every command takes the connection flags --address, --namespace, --api-key, --tl
 TEMPORAL_TLS_*, TEMPORAL_PROFILE, TEMPORAL_CONFIG_FILE), --codec-key-file (env
 TEMPORAL_CODEC_KEY_FILE) when the agents encrypt payloads, --sign-key-file (env
 TPDEPLOY_SIGN_KEY_FILE) to sign the spec of deploys, schedules and teardowns with the
-operator's key (required by agents whose policy sets trusted_keys), and --help.
+operator's key (required by agents whose policy sets trusted_keys), --sign-valid-for
+DURATION (env TPDEPLOY_SIGN_VALID_FOR) to make those signatures expire, and --help.
 Exit status: 0 on success, 1 with a one-line reason on failure, 2 on usage errors.
 `
 
@@ -108,6 +110,10 @@ type command struct {
 	conn connect.Options
 	// signKeyFile is the operator's signing key (--sign-key-file, TPDEPLOY_SIGN_KEY_FILE).
 	signKeyFile string
+	// signValidFor is how long its signatures are good for (--sign-valid-for); 0: forever.
+	signValidFor time.Duration
+	// envErr is a bad value in the environment, reported when the flags are parsed.
+	envErr error
 }
 
 func newCommand(name, synopsis string, stderr io.Writer) *command {
@@ -120,7 +126,33 @@ func newCommand(name, synopsis string, stderr io.Writer) *command {
 	c.conn.Register(c.fs)
 	c.fs.StringVar(&c.signKeyFile, "sign-key-file", connect.EnvOr("TPDEPLOY_SIGN_KEY_FILE", ""),
 		"the operator's ed25519 key (starter keygen): deploys, schedules and teardowns carry the spec signed with it, which agents with trusted_keys require (env TPDEPLOY_SIGN_KEY_FILE)")
+	c.fs.Var(validFor{&c.signValidFor}, "sign-valid-for",
+		"how long a signature made with --sign-key-file is good for, e.g. 720h: no agent acts on it after that, recoveries and schedules included; 0 or empty: it does not expire (env TPDEPLOY_SIGN_VALID_FOR)")
+	if v := os.Getenv("TPDEPLOY_SIGN_VALID_FOR"); v != "" {
+		if err := (validFor{&c.signValidFor}).Set(v); err != nil {
+			c.envErr = fmt.Errorf("TPDEPLOY_SIGN_VALID_FOR: %w", err)
+		}
+	}
 	return c
+}
+
+// validFor is --sign-valid-for: a Go duration, 0 for none, never negative.
+type validFor struct{ d *time.Duration }
+
+func (v validFor) String() string {
+	if v.d == nil || *v.d == 0 {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v validFor) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is not a duration of at least 0 (e.g. 720h)", s)
+	}
+	*v.d = d
+	return nil
 }
 
 // signKey reads the operator's signing key, or nil when none is given.
@@ -141,6 +173,10 @@ func (c *command) signKey() (ed25519.PrivateKey, error) {
 
 // parse parses flags; positional arguments may come before or after flags.
 func (c *command) parse(args []string) ([]string, error) {
+	if c.envErr != nil {
+		fmt.Fprintln(c.fs.Output(), c.envErr)
+		return nil, errUsage
+	}
 	var pos []string
 	for {
 		if err := c.fs.Parse(args); err != nil {
@@ -188,7 +224,7 @@ func (c *command) controller() (control.Controller, func(), error) {
 	if err != nil {
 		return control.Controller{}, nil, err
 	}
-	return control.Controller{Client: cl, DataConverter: opts.DataConverter, SignKey: key}, cl.Close, nil
+	return control.Controller{Client: cl, DataConverter: opts.DataConverter, SignKey: key, SignValidFor: c.signValidFor}, cl.Close, nil
 }
 
 // specAndController reads and validates the spec before connecting, so bad input is

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -68,11 +69,14 @@ func run(ctx context.Context, args []string) error {
 		hostRoot   = fs.String("host-root", connect.EnvOr("TPDEPLOY_HOST_ROOT", ""), "a directory standing for this node's / when several simulated nodes share one host (the lab): the spec's host paths (hf_cache, model.host_dir) are taken under it; empty on real nodes (env TPDEPLOY_HOST_ROOT)")
 		sysRoot    = fs.String("sys-root", connect.EnvOr("TPDEPLOY_SYS_ROOT", ""), "read sysfs (links' speeds, RDMA devices) here instead of /sys (the lab's simulated nodes); empty on real nodes (env TPDEPLOY_SYS_ROOT)")
 		ctrSysfs   = fs.String("container-sysfs", connect.EnvOr("TPDEPLOY_CONTAINER_SYSFS", ""), "a directory standing for the node's /sys that its containers see at "+activities.ContainerSysfs+" (the lab); empty on real nodes, whose containers see the kernel's (env TPDEPLOY_CONTAINER_SYSFS)")
+		notBefore  = fs.String("intents-not-before", connect.EnvOr("TPDEPLOY_INTENTS_NOT_BEFORE", ""), "refuse every signed spec signed before this RFC 3339 time, e.g. 2026-05-01T00:00:00Z: raising it revokes every older spec (the later of it and the policy file's intents_not_before applies; env TPDEPLOY_INTENTS_NOT_BEFORE)")
+		pinned     = fs.Bool("require-pinned-images", false, "allow images only pinned by content, NAME[:TAG]@sha256:DIGEST (the image ID or its repository digest), never by tag alone (adds to the policy file's require_pinned_images; env TPDEPLOY_REQUIRE_PINNED_IMAGES)")
 		rdmaDevs   = fs.String("rdma-devices", connect.EnvOr("TPDEPLOY_RDMA_DEVICES", ""), "planned: map the plan's HCAs' /dev/infiniband/uverbsN into containers; none: map none (replaces the policy file's rdma_devices; env TPDEPLOY_RDMA_DEVICES)")
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
-		metricsAt  = fs.String("metrics-addr", connect.EnvOr("TPDEPLOY_METRICS_ADDR", ""), "serve Prometheus /metrics and /healthz on this address, e.g. :9464; empty for none (env TPDEPLOY_METRICS_ADDR)")
+		metricsAt  = fs.String("metrics-addr", connect.EnvOr("TPDEPLOY_METRICS_ADDR", ""), "serve Prometheus /metrics and /healthz on this address, e.g. 10.0.0.11:9464 (the node's management address); a port alone (:9464) is loopback's; empty for none (env TPDEPLOY_METRICS_ADDR)")
+		metricsAll = fs.Bool("metrics-all-interfaces", false, "let --metrics-addr listen on every interface (0.0.0.0, ::, or a port alone); without it that is refused, since /metrics and /healthz ask for no credentials (env TPDEPLOY_METRICS_ALL_INTERFACES)")
 		polFile    = fs.String("policy-file", connect.EnvOr("TPDEPLOY_POLICY_FILE", policy.DefaultFile), "this node's policy: allowed images, host paths, Docker engines, ports (env TPDEPLOY_POLICY_FILE; missing at the default path: the defaults)")
 		allow      policy.Overrides
 	)
@@ -95,6 +99,15 @@ func run(ctx context.Context, args []string) error {
 		fs.Var((*listFlag)(f.list), f.name, f.usage+" (env "+f.env+")")
 	}
 	conn.Register(fs)
+	for env, b := range map[string]*bool{"TPDEPLOY_METRICS_ALL_INTERFACES": metricsAll, "TPDEPLOY_REQUIRE_PINNED_IMAGES": pinned} {
+		if v := os.Getenv(env); v != "" {
+			set, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%s=%q: want true or false", env, v)
+			}
+			*b = set
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -111,6 +124,8 @@ func run(ctx context.Context, args []string) error {
 	ctr.HostRoot = *hostRoot
 	ctr.Sysfs = *ctrSysfs
 	allow.RDMA = *rdmaDevs
+	allow.NotBefore = *notBefore
+	allow.RequirePinned = *pinned
 	if err != nil {
 		return err
 	}
@@ -127,8 +142,8 @@ func run(ctx context.Context, args []string) error {
 	z.Info("node policy", zap.String("file", nodePolicy.File), zap.Strings("allowed_images", nodePolicy.Images),
 		zap.Strings("allowed_mounts", nodePolicy.Mounts), zap.Strings("allowed_docker_hosts", nodePolicy.DockerHosts),
 		zap.Strings("allowed_ports", nodePolicy.Ports), zap.Strings("allowed_env", nodePolicy.Env),
-		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA),
-		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()))
+		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA), zap.Bool("require_pinned_images", nodePolicy.RequirePinned),
+		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()), zap.Time("intents_not_before", nodePolicy.NotBefore))
 	if !nodePolicy.Enforced() {
 		z.Warn("no trusted_keys in the node policy: this agent acts on unsigned requests from anyone who can start a workflow in the namespace, within the rest of its policy; set trusted_keys (docs/security.md)",
 			zap.String("file", nodePolicy.File))
@@ -137,7 +152,7 @@ func run(ctx context.Context, args []string) error {
 	live := &metrics.Liveness{}
 	live.Set(false, "starting")
 	if *metricsAt != "" {
-		exp, stopMetrics, err := serveMetrics(*metricsAt, *node, live, z)
+		exp, stopMetrics, err := serveMetrics(*metricsAt, *metricsAll, *node, live, z)
 		if err != nil {
 			return err
 		}
@@ -193,29 +208,6 @@ func run(ctx context.Context, args []string) error {
 	case err := <-fatal:
 		return fmt.Errorf("worker stopped: %w", err)
 	}
-}
-
-// serveMetrics starts the agent's /metrics and /healthz endpoint; stop ends it.
-func serveMetrics(addr, node string, live *metrics.Liveness, z *zap.Logger) (exp *metrics.Exporter, stop func(), err error) {
-	exp, err = metrics.NewExporter()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := exp.RegisterAgent(node, live); err != nil {
-		return nil, nil, err
-	}
-	srv, err := metrics.Serve(addr, exp, live)
-	if err != nil {
-		return nil, nil, err
-	}
-	z.Info("metrics endpoint", zap.String("metrics", "http://"+srv.Addr()+"/metrics"), zap.String("healthz", "http://"+srv.Addr()+"/healthz"))
-	return exp, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := errors.Join(srv.Shutdown(ctx), exp.Shutdown(ctx)); err != nil {
-			z.Warn("metrics endpoint shutdown", zap.Error(err))
-		}
-	}, nil
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.

@@ -65,6 +65,10 @@ type Agents struct {
 	Manifests map[string]weights.Manifest
 	// OnCall, if set, runs at the start of every call with its "Method node" key.
 	OnCall func(key string)
+	// Refuse, if set, is asked first by every acting call (containers, vLLM, model files,
+	// removals) with its method, node and intent: an error refuses the call, as an agent
+	// whose policy refuses the intent does (a test gives it package intent's checks).
+	Refuse func(method, node string, in *contract.Intent) error
 	// intents are the signed intents the acting calls carried, by "Method node" (nil for
 	// an unsigned one), in order.
 	intents map[string][]*contract.Intent
@@ -82,14 +86,24 @@ func Intents(f *Agents) map[string][]*contract.Intent {
 	return out
 }
 
-// signed records the intent an acting call carried.
-func (f *Agents) signed(method, node string, in *contract.Intent) {
+// signed records the intent an acting call carried, and refuses the call when Refuse does.
+func (f *Agents) signed(method, node string, in *contract.Intent) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.intents == nil {
 		f.intents = map[string][]*contract.Intent{}
 	}
 	f.intents[method+" "+node] = append(f.intents[method+" "+node], in)
+	refuse := f.Refuse
+	f.mu.Unlock()
+	if refuse != nil {
+		if err := refuse(method, node, in); err != nil {
+			f.mu.Lock()
+			f.calls = append(f.calls, method+" "+node+" refused")
+			f.mu.Unlock()
+			return err
+		}
+	}
+	return nil
 }
 
 // New returns agents for the seed topology where every call succeeds.
@@ -310,7 +324,9 @@ func (f *Agents) ProveDataPlane(ctx context.Context, req contract.ProofRequest) 
 }
 
 func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightRequest) (contract.PreflightResult, error) {
-	f.signed("PreflightNode", req.Node, req.Intent)
+	if err := f.signed("PreflightNode", req.Node, req.Intent); err != nil {
+		return contract.PreflightResult{}, err
+	}
 	if err := f.record(ctx, "PreflightNode", req.Node, ""); err != nil {
 		return contract.PreflightResult{}, err
 	}
@@ -322,7 +338,9 @@ func (f *Agents) PreflightNode(ctx context.Context, req contract.PreflightReques
 }
 
 func (f *Agents) StartRayHead(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
-	f.signed("StartRayHead", req.Node, req.Intent)
+	if err := f.signed("StartRayHead", req.Node, req.Intent); err != nil {
+		return contract.ContainerRef{}, err
+	}
 	if err := f.record(ctx, "StartRayHead", req.Node, req.Plan.Address.String()); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -330,7 +348,9 @@ func (f *Agents) StartRayHead(ctx context.Context, req contract.StartRayRequest)
 }
 
 func (f *Agents) StartRayWorker(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
-	f.signed("StartRayWorker", req.Node, req.Intent)
+	if err := f.signed("StartRayWorker", req.Node, req.Intent); err != nil {
+		return contract.ContainerRef{}, err
+	}
 	if err := f.record(ctx, "StartRayWorker", req.Node, req.Plan.Address.String()+" -> "+req.RayAddress); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -349,7 +369,9 @@ func (f *Agents) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (co
 	if req.Replace {
 		detail = "replace"
 	}
-	f.signed("LaunchVLLM", req.Node, req.Intent)
+	if err := f.signed("LaunchVLLM", req.Node, req.Intent); err != nil {
+		return contract.ContainerRef{}, err
+	}
 	if err := f.record(ctx, "LaunchVLLM", req.Node, detail); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -357,7 +379,9 @@ func (f *Agents) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (co
 }
 
 func (f *Agents) WatchServing(ctx context.Context, req contract.WatchRequest) (contract.ServingProgress, error) {
-	f.signed("WatchServing", req.Node, req.Intent)
+	if err := f.signed("WatchServing", req.Node, req.Intent); err != nil {
+		return contract.ServingProgress{}, err
+	}
 	if req.Headless {
 		// A headless rank's watch: it fails as a test says ("WatchServing node-b headless"),
 		// else reports that the rank is still up.
@@ -391,7 +415,9 @@ func (f *Agents) WatchServing(ctx context.Context, req contract.WatchRequest) (c
 
 // PrepareMaster opens a "listener" on the head's planned address and the master port.
 func (f *Agents) PrepareMaster(ctx context.Context, req contract.RankRequest) (contract.MasterCheck, error) {
-	f.signed("PrepareMaster", req.Node, req.Intent)
+	if err := f.signed("PrepareMaster", req.Node, req.Intent); err != nil {
+		return contract.MasterCheck{}, err
+	}
 	if err := f.record(ctx, "PrepareMaster", req.Node, ""); err != nil {
 		return contract.MasterCheck{}, err
 	}
@@ -402,7 +428,9 @@ func (f *Agents) PrepareMaster(ctx context.Context, req contract.RankRequest) (c
 
 // StartVLLMRank "starts" the node's vLLM container for its rank.
 func (f *Agents) StartVLLMRank(ctx context.Context, req contract.RankRequest) (contract.ContainerRef, error) {
-	f.signed("StartVLLMRank", req.Node, req.Intent)
+	if err := f.signed("StartVLLMRank", req.Node, req.Intent); err != nil {
+		return contract.ContainerRef{}, err
+	}
 	if err := f.record(ctx, "StartVLLMRank", req.Node, fmt.Sprintf("rank=%d replace=%v", req.Rank, req.Replace)); err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -410,7 +438,9 @@ func (f *Agents) StartVLLMRank(ctx context.Context, req contract.RankRequest) (c
 }
 
 func (f *Agents) RemoveContainers(ctx context.Context, req contract.RemoveRequest) (contract.RemoveResult, error) {
-	f.signed("RemoveContainers", req.Node, req.Intent)
+	if err := f.signed("RemoveContainers", req.Node, req.Intent); err != nil {
+		return contract.RemoveResult{}, err
+	}
 	if err := f.record(ctx, "RemoveContainers", req.Node, strings.Join(req.Roles, ",")); err != nil {
 		return contract.RemoveResult{}, err
 	}
@@ -513,7 +543,9 @@ func (f *Agents) ModelManifest(ctx context.Context, req contract.ModelManifestRe
 }
 
 func (f *Agents) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
-	f.signed("OpenModelServer", req.Node, req.Intent)
+	if err := f.signed("OpenModelServer", req.Node, req.Intent); err != nil {
+		return contract.ModelServer{}, err
+	}
 	if err := f.record(ctx, "OpenModelServer", req.Node, strings.Join(req.Files, ",")); err != nil {
 		return contract.ModelServer{}, err
 	}
@@ -526,7 +558,9 @@ func (f *Agents) CloseModelServer(ctx context.Context, req contract.CloseModelSe
 
 // SyncModel "copies" the files: the node's manifest then holds them.
 func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (contract.SyncResult, error) {
-	f.signed("SyncModel", req.Node, req.Intent)
+	if err := f.signed("SyncModel", req.Node, req.Intent); err != nil {
+		return contract.SyncResult{}, err
+	}
 	if err := f.record(ctx, "SyncModel", req.Node, req.Root); err != nil {
 		return contract.SyncResult{}, err
 	}
@@ -543,7 +577,9 @@ func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (
 }
 
 func (f *Agents) RemovePartialModel(ctx context.Context, req contract.RemovePartialModelRequest) (contract.RemovePartialModelResult, error) {
-	f.signed("RemovePartialModel", req.Node, req.Intent)
+	if err := f.signed("RemovePartialModel", req.Node, req.Intent); err != nil {
+		return contract.RemovePartialModelResult{}, err
+	}
 	return contract.RemovePartialModelResult{}, f.record(ctx, "RemovePartialModel", req.Node, req.Root)
 }
 
