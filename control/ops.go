@@ -89,8 +89,9 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 	var h contract.ClusterHealth
 	failures := 0
 	var cache struct {
-		runID string
-		st    Status
+		runID   string
+		st      Status
+		serving Status
 	}
 	cn := newCanary(req.Canary)
 	var results <-chan canaryResult
@@ -105,6 +106,14 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 		h.Checks++
 		h.LastCheck = time.Now()
 		st, err := c.Controller.latestCached(ctx, req.Cluster, &cache.runID, &cache.st)
+		beside := ""
+		if err == nil && st.Running {
+			// A deploy staged beside the serving one: that one still serves until the swap,
+			// and is watched (and canaried) as before.
+			if srv, ok := c.stagedBeside(ctx, req.Cluster, st, &cache.serving); ok {
+				st, beside = srv, " (a deploy of another spec is staged beside it)"
+			}
+		}
 		switch {
 		case err != nil:
 			h.Detail = "check not made: " + err.Error()
@@ -120,10 +129,10 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 				cn.aim(nil)
 			}
 			if detail, ok := c.serves(ctx, st); ok {
-				failures, h.Healthy, h.Detail = 0, true, detail
+				failures, h.Healthy, h.Detail = 0, true, detail+beside
 			} else {
 				failures++
-				h.Healthy, h.Detail = false, detail
+				h.Healthy, h.Detail = false, detail+beside
 			}
 		}
 		activity.RecordHeartbeat(ctx, h)
@@ -223,6 +232,28 @@ func (c *Checks) ServingDeployment(ctx context.Context, req contract.ClusterRequ
 		}
 	}
 	return srv, nil
+}
+
+// stagedBeside is the serving run's status while the running deploy st is staged beside
+// it and has not swapped yet (its state query says so); cached, by run ID, in cached.
+func (c *Checks) stagedBeside(ctx context.Context, cluster string, st Status, cached *Status) (Status, bool) {
+	q, err := c.Controller.Client.QueryWorkflow(ctx, st.WorkflowID, st.RunID, contract.QueryState)
+	if err != nil {
+		return Status{}, false
+	}
+	var state workflows.State
+	if q.Get(&state) != nil || state.Staged == nil || !state.Staged.SwappedAt.IsZero() {
+		return Status{}, false
+	}
+	run := state.Staged.Serving.RunID
+	if cached.RunID != run {
+		srv, err := c.Controller.run(ctx, cluster, run)
+		if err != nil || srv.Result == nil {
+			return Status{}, false
+		}
+		*cached = srv
+	}
+	return *cached, true
 }
 
 // serves checks a completed deploy's endpoint and its Ray nodes.

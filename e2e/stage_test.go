@@ -29,8 +29,18 @@ func TestStagedImageChangeServesUntilTheSwap(t *testing.T) {
 
 	changed := s
 	changed.Image = "tpdeploy/sim:vllm-0.17.1"
+	// node-b's first look at the new image takes 12 s: staging lasts past a few of the
+	// supervisor's checks, which go on watching the old deployment meanwhile.
+	proxy := theLab.Proxy("node-b")
+	slow := proxy.Add(faultproxy.Rule{Method: "GET", Path: `^/images/.*vllm-0\.17\.1/json$`, Action: faultproxy.Delay{D: 12 * time.Second}, Times: 1})
+	defer proxy.Remove(slow)
 	w := watchOutage(s)
-	res := deployResult(t, deployFor(t, changed), 3*time.Minute)
+	run := deployFor(t, changed)
+	eventually(t, time.Minute, "the supervisor watching the old deployment beside the staged one", func() bool {
+		st, err := (control.Controller{Client: tc}).Status(context.Background(), s.Name)
+		return err == nil && st.Supervision != nil && st.Supervision.Healthy && strings.Contains(st.Supervision.Detail, "staged beside it")
+	})
+	res := deployResult(t, run, 3*time.Minute)
 	out, began, fails, checks := w.outage()
 	if res.Staged == nil || res.Staged.Serving.RunID != oldRun || res.Staged.Serving.SpecHash != s.Hash() || res.Staged.SwappedAt.IsZero() {
 		t.Fatalf("staged = %+v, want run %s of spec %s replaced", res.Staged, oldRun, s.Hash())
