@@ -10,9 +10,10 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// outageWatch asks the cluster's /v1/models every 25 ms, as a client would, and keeps
-// when it answered and when it did not: the outage of a redeploy is the longest time it
-// did not answer.
+// outageWatch asks the cluster's /v1/models every 25 ms, as a client would (waiting up
+// to 2 s for an answer: a shared CI machine can be slow, a stopped server refuses at
+// once), and keeps when it answered and when it did not: the outage of a redeploy is the
+// longest time it did not answer.
 type outageWatch struct {
 	stop chan struct{}
 	done chan struct{}
@@ -29,7 +30,7 @@ type outageWatch struct {
 func watchOutage(s spec.Cluster) *outageWatch {
 	w := &outageWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	url := fmt.Sprintf("http://%s:%d/v1/models", theLab.Nodes[0].Fast, s.Ports.VLLM)
-	cl := &http.Client{Timeout: 500 * time.Millisecond}
+	cl := &http.Client{Timeout: 2 * time.Second}
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(25 * time.Millisecond)
@@ -48,7 +49,7 @@ func watchOutage(s spec.Cluster) *outageWatch {
 }
 
 func answers(cl *http.Client, url string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := cl.Do(req)
