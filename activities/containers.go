@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/tpdeploy/tpdeploy/confined"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
@@ -388,8 +389,8 @@ func (a *Node) bindSource(nodePath string) error {
 		return err
 	}
 	defer dir.Close()
-	if err := dir.mkdirAll(rel); err != nil {
-		if isResolveRefusal(err) {
+	if err := dir.MkdirAll(rel); err != nil {
+		if confined.IsRefusal(err) {
 			return a.denyPath("host path "+nodePath, err)
 		}
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: host path %s: %v", a.Name, nodePath, err), contract.ErrBadRequest, nil)
@@ -496,14 +497,14 @@ func (a *Node) readSecretFile(file string) ([]byte, error) {
 		}
 		dirName, rel = d, r
 	}
-	dir, err := openConfined(dirName)
+	dir, err := confined.Open(dirName)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", a.Name, file, err), contract.ErrBadRequest, nil)
 	}
 	defer dir.Close()
-	f, err := dir.open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, err := dir.OpenFile(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		if isResolveRefusal(err) {
+		if confined.IsRefusal(err) {
 			return nil, a.denyPath("secret file "+file, err)
 		}
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", a.Name, file, err), contract.ErrBadRequest, nil)

@@ -30,6 +30,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/tpdeploy/tpdeploy/confined"
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
@@ -133,7 +134,7 @@ type modelServer struct {
 	node, token string
 	// dir is the allowed mount the files are beneath, rel the model's directory in it:
 	// every file is opened by the kernel beneath dir (modelFile).
-	dir      *confined
+	dir      *confined.Dir
 	rel      string
 	files    map[string]bool
 	ttl      time.Duration
@@ -180,9 +181,9 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	if err != nil {
 		return contract.ModelServer{}, err
 	}
-	if d, err := dir.open(rel, unixOPath|unixODirectory, 0); err != nil {
+	if d, err := dir.OpenFile(rel, unixOPath|unixODirectory, 0); err != nil {
 		dir.Close()
-		if isResolveRefusal(err) {
+		if confined.IsRefusal(err) {
 			return contract.ModelServer{}, a.denyPath("model directory "+req.Root, err)
 		}
 		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", req.Root), contract.ErrModelIncomplete, nil)
@@ -226,7 +227,7 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	go func() { _ = s.srv.Serve(l) }()
 	ap := l.Addr().(*net.TCPAddr).AddrPort()
 	addr := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	a.logger().Info("model server open", zap.Stringer("addr", addr), zap.String("root", filepath.Join(dir.root, rel)), zap.Int("files", len(files)), zap.Duration("ttl", ttl))
+	a.logger().Info("model server open", zap.Stringer("addr", addr), zap.String("root", filepath.Join(dir.Root(), rel)), zap.Int("files", len(files)), zap.Duration("ttl", ttl))
 	return contract.ModelServer{Addr: addr, Token: token}, nil
 }
 
@@ -314,12 +315,12 @@ func (s *modelServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Links are followed only while they stay beneath the allowed mount (a snapshot's
 	// ../../blobs/<hash>); a planted config.json -> /etc/passwd is refused.
-	f, err := s.dir.openRead(filepath.Join(s.rel, filepath.FromSlash(name)))
+	f, err := s.dir.OpenBeneath(filepath.Join(s.rel, filepath.FromSlash(name)))
 	if errors.Is(err, fs.ErrNotExist) {
 		http.Error(w, "no "+name+" on "+s.node, http.StatusNotFound)
 		return
 	}
-	if isResolveRefusal(err) {
+	if confined.IsRefusal(err) {
 		s.log.Warn("model server refused a file that leads outside its directory", zap.String("file", name), zap.Error(err))
 		http.Error(w, "not served here: "+name+" leads outside the model's directory", http.StatusForbidden)
 		return
@@ -389,8 +390,8 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 	if len(req.Files) == 0 {
 		return res, nil
 	}
-	if err := dir.mkdirAll(rel); err != nil {
-		if isResolveRefusal(err) {
+	if err := dir.MkdirAll(rel); err != nil {
+		if confined.IsRefusal(err) {
 			return res, a.denyPath("model destination "+req.Root, err)
 		}
 		return res, err
@@ -537,7 +538,7 @@ type syncer struct {
 	req contract.SyncModelRequest
 	// dir is the allowed mount the copy writes beneath, rel the destination in it; every
 	// path below is relative to dir and opened without following links.
-	dir        *confined
+	dir        *confined.Dir
 	rel        string
 	client     *http.Client
 	prevCopied map[string]bool
@@ -619,7 +620,7 @@ func (s *syncer) paths(f weights.File) (dest, partial, blobs string) {
 
 // refused turns a write the kernel refused (a planted link on the way) into PolicyDenied.
 func (s *syncer) refused(err error) error {
-	if err != nil && isResolveRefusal(err) {
+	if err != nil && confined.IsRefusal(err) {
 		return s.a.denyPath("model copy", err)
 	}
 	return err
@@ -644,7 +645,7 @@ func (s *syncer) one(ctx context.Context, f weights.File) error {
 	if done, err := s.inPlace(ctx, f, dest, blobs); err != nil || done {
 		return err
 	}
-	if err := s.dir.mkdirAll(filepath.Dir(partial)); err != nil {
+	if err := s.dir.MkdirAll(filepath.Dir(partial)); err != nil {
 		return s.refused(err)
 	}
 	sum, err := s.fetch(ctx, f, partial)
@@ -652,7 +653,7 @@ func (s *syncer) one(ctx context.Context, f weights.File) error {
 		return s.refused(err)
 	}
 	if blobs == "" {
-		if err := s.dir.rename(partial, dest); err != nil {
+		if err := s.dir.Rename(partial, dest); err != nil {
 			return s.refused(err)
 		}
 	} else {
@@ -660,10 +661,10 @@ func (s *syncer) one(ctx context.Context, f weights.File) error {
 		if blob == "" {
 			blob = sum
 		}
-		if err := s.dir.mkdirAll(blobs); err != nil {
+		if err := s.dir.MkdirAll(blobs); err != nil {
 			return s.refused(err)
 		}
-		if err := s.dir.rename(partial, filepath.Join(blobs, blob)); err != nil {
+		if err := s.dir.Rename(partial, filepath.Join(blobs, blob)); err != nil {
 			return s.refused(err)
 		}
 		if err := linkBlob(s.dir, dest, filepath.Join(blobs, blob)); err != nil {
@@ -685,10 +686,10 @@ func (s *syncer) inPlace(ctx context.Context, f weights.File, dest, blobs string
 			return false, nil
 		}
 		p := filepath.Join(blobs, blob)
-		if st, err := s.dir.lstat(p); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != f.Size {
+		if st, err := s.dir.Lstat(p); err != nil || !st.Mode().IsRegular() || st.Size() != f.Size {
 			return false, s.refusedOnly(err)
 		}
-		if target, err := s.dir.readlink(dest); err != nil || filepath.Base(target) != blob {
+		if target, err := s.dir.ReadLink(dest); err != nil || filepath.Base(target) != blob {
 			if err := linkBlob(s.dir, dest, p); err != nil {
 				return false, s.refused(err)
 			}
@@ -697,8 +698,8 @@ func (s *syncer) inPlace(ctx context.Context, f weights.File, dest, blobs string
 		s.placed(f.Name)
 		return true, nil
 	}
-	st, err := s.dir.lstat(dest)
-	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != f.Size {
+	st, err := s.dir.Lstat(dest)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != f.Size {
 		return false, s.refusedOnly(err)
 	}
 	if f.SHA256 != "" && !s.prevCopied[f.Name] {
@@ -718,7 +719,7 @@ func (s *syncer) inPlace(ctx context.Context, f weights.File, dest, blobs string
 // refusedOnly is a lookup's error when the kernel refused it (a planted link on the
 // way), nil for any other (a file not there is simply not in place).
 func (s *syncer) refusedOnly(err error) error {
-	if err != nil && isResolveRefusal(err) {
+	if err != nil && confined.IsRefusal(err) {
 		return s.refused(err)
 	}
 	return nil
@@ -726,7 +727,7 @@ func (s *syncer) refusedOnly(err error) error {
 
 // hash is the sha256 of a file beneath the destination, opened without following links.
 func (s *syncer) hash(ctx context.Context, rel string) (string, error) {
-	f, err := s.dir.open(rel, os.O_RDONLY, 0)
+	f, err := s.dir.OpenFile(rel, os.O_RDONLY, 0)
 	if err != nil {
 		return "", err
 	}
@@ -795,7 +796,7 @@ func (d *digest) Write(p []byte) (int, error) {
 func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (string, error) {
 	// A partial file that is a link (planted by a container that shares the cache) is
 	// refused by the kernel: the agent never writes through one.
-	file, err := s.dir.open(partial, os.O_RDWR|os.O_CREATE, 0o644)
+	file, err := s.dir.OpenFile(partial, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return "", err
 	}
@@ -836,7 +837,7 @@ func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (str
 	}
 	corrupt := func(what string) error {
 		_ = file.Close()
-		_ = s.dir.remove(partial)
+		_ = s.dir.Remove(partial)
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: %s; the partial copy was removed", f.Name, s.req.From, what), contract.ErrModelCorrupt, nil)
 	}
 	if have != f.Size {
@@ -907,7 +908,7 @@ func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, ha
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the source lacks %s: %s", f.Name, body()), contract.ErrModelIncomplete, nil)
 	case http.StatusRequestedRangeNotSatisfiable:
 		_ = file.Close()
-		_ = s.dir.remove(partial)
+		_ = s.dir.Remove(partial)
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s from %s: the source holds less than the %d bytes already copied, the head's manifest says %d; the partial copy was removed",
 			f.Name, s.req.From, *have, f.Size), contract.ErrModelCorrupt, nil)
 	case http.StatusUnauthorized:
@@ -961,8 +962,8 @@ func contentRangeStart(v string) (int64, bool) {
 
 // linkBlob points a snapshot entry at its blob, relatively as huggingface_hub does
 // (../../blobs/<hash>), replacing whatever was there in one rename.
-func linkBlob(dir *confined, dest, blob string) error {
-	if err := dir.mkdirAll(filepath.Dir(dest)); err != nil {
+func linkBlob(dir *confined.Dir, dest, blob string) error {
+	if err := dir.MkdirAll(filepath.Dir(dest)); err != nil {
 		return err
 	}
 	rel, err := filepath.Rel(filepath.Dir(dest), blob)
@@ -970,22 +971,22 @@ func linkBlob(dir *confined, dest, blob string) error {
 		return err
 	}
 	tmp := dest + linkSuffix
-	_ = dir.remove(tmp)
-	if err := dir.symlink(rel, tmp); err != nil {
+	_ = dir.Remove(tmp)
+	if err := dir.Symlink(rel, tmp); err != nil {
 		return err
 	}
-	return dir.rename(tmp, dest)
+	return dir.Rename(tmp, dest)
 }
 
 // writeHFRef makes refs/<ref> of a snapshot's repository name the snapshot's commit
 // (snapshot relative to dir).
-func writeHFRef(dir *confined, snapshot, ref string) error {
+func writeHFRef(dir *confined.Dir, snapshot, ref string) error {
 	repoDir := filepath.Dir(filepath.Dir(snapshot))
 	p := filepath.Join(repoDir, "refs", filepath.FromSlash(ref))
-	if err := dir.mkdirAll(filepath.Dir(p)); err != nil {
+	if err := dir.MkdirAll(filepath.Dir(p)); err != nil {
 		return err
 	}
-	return dir.writeFile(p, []byte(filepath.Base(snapshot)))
+	return dir.WriteFile(p, []byte(filepath.Base(snapshot)))
 }
 
 // RemovePartialModel removes the *.tpdeploy-partial files (and half-made snapshot links)
@@ -1009,11 +1010,11 @@ func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartia
 	defer dir.Close()
 	// Walked and removed beneath the allowed mount without following a link: a planted
 	// link is removed itself (it is a partial name), never what it points to.
-	err = dir.walkFiles(root, func(p string, _ fs.FileMode) error {
-		if !strings.HasSuffix(p, weights.PartialSuffix) && !strings.HasSuffix(p, linkSuffix) {
-			return nil
+	err = fs.WalkDir(dir, root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() || !strings.HasSuffix(p, weights.PartialSuffix) && !strings.HasSuffix(p, linkSuffix) {
+			return err
 		}
-		if err := dir.remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := dir.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
@@ -1024,7 +1025,7 @@ func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartia
 	if errors.Is(err, fs.ErrNotExist) {
 		err = nil
 	}
-	if err != nil && isResolveRefusal(err) {
+	if err != nil && confined.IsRefusal(err) {
 		return res, a.denyPath("model directory "+req.Root, err)
 	}
 	if err != nil {
