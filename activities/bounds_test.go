@@ -32,7 +32,7 @@ func TestSecretFileBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Node{Name: "node-a", Policy: &pol}
+	a := New(Config{Name: "node-a", Policy: &pol})
 	write := func(name string, n int) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(strings.Repeat("t", n)), 0o600); err != nil {
@@ -50,7 +50,7 @@ func TestSecretFileBounds(t *testing.T) {
 	if err := os.Symlink("/etc/shadow", link); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := a.resolveSecret("secrets.hf_token", spec.SecretRef{File: at}); err != nil || len(v) != maxSecretSize {
+	if v, err := a.VLLM.resolveSecret("secrets.hf_token", spec.SecretRef{File: at}); err != nil || len(v) != maxSecretSize {
 		t.Fatalf("a secret of exactly %d bytes: %d bytes, %v", maxSecretSize, len(v), err)
 	}
 	for _, tc := range []struct{ file, want string }{
@@ -60,7 +60,7 @@ func TestSecretFileBounds(t *testing.T) {
 		{link, "symbolic link"},
 	} {
 		start := time.Now()
-		_, err := a.resolveSecret("secrets.hf_token", spec.SecretRef{File: tc.file})
+		_, err := a.VLLM.resolveSecret("secrets.hf_token", spec.SecretRef{File: tc.file})
 		app := appError(t, err)
 		if app.Type() != contract.ErrPolicyDenied || !strings.Contains(app.Message(), tc.want) {
 			t.Errorf("%s: %v, want PolicyDenied %q", tc.file, err, tc.want)
@@ -130,22 +130,22 @@ func TestHungExecReadEndsWithItsContext(t *testing.T) {
 func TestListenerSetsAreBounded(t *testing.T) {
 	own := ownIPv4(t)
 	pol := policy.Default()
-	a := &Node{Name: "node-a", Policy: &pol}
+	a := New(Config{Name: "node-a", Policy: &pol})
 	ctx := context.Background()
 	var tokens []string
 	t.Cleanup(func() {
 		for _, tok := range tokens {
-			a.closeListeners(tok)
+			a.Reachability.closeListeners(tok)
 		}
 	})
 	for i := 0; i < maxListenerSets; i++ {
-		res, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{own}})
+		res, err := a.Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{own}})
 		if err != nil {
 			t.Fatalf("set %d of %d: %v", i+1, maxListenerSets, err)
 		}
 		tokens = append(tokens, res.Token)
 	}
-	_, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{own}})
+	_, err := a.Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{own}})
 	if app := appError(t, err); app.Type() != contract.ErrPolicyDenied {
 		t.Fatalf("set %d: %v", maxListenerSets+1, err)
 	}
@@ -153,12 +153,12 @@ func TestListenerSetsAreBounded(t *testing.T) {
 	for i := range many {
 		many[i] = own
 	}
-	a.closeListeners(tokens[0])
-	_, err = a.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: many})
+	a.Reachability.closeListeners(tokens[0])
+	_, err = a.Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: many})
 	if app := appError(t, err); app.Type() != contract.ErrPolicyDenied {
 		t.Fatalf("%d listeners in one set: %v", len(many), err)
 	}
-	_, err = a.DialPeers(ctx, contract.DialRequest{Node: "node-a", Targets: make([]netplan.Target, maxDialTargets+1)})
+	_, err = a.Reachability.DialPeers(ctx, contract.DialRequest{Node: "node-a", Targets: make([]netplan.Target, maxDialTargets+1)})
 	if app := appError(t, err); app.Type() != contract.ErrPolicyDenied {
 		t.Fatalf("%d dial targets: %v", maxDialTargets+1, err)
 	}
@@ -170,13 +170,13 @@ func TestModelServersAreBoundedAndOnlyTheTokenKeepsThemOpen(t *testing.T) {
 	writeModelFile(t, filepath.Join(dir, "m", "config.json"), []byte("{}"))
 	g := guardedAgent(t, "node-a", dir)
 	for i := 0; i < maxModelServers; i++ {
-		srv, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
+		srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
 		if err != nil {
 			t.Fatalf("server %d of %d: %v", i+1, maxModelServers, err)
 		}
 		t.Cleanup(func() { closeModelServer(srv.Token) })
 	}
-	_, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
+	_, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
 	if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied {
 		t.Fatalf("server %d: %v", maxModelServers+1, err)
 	}
@@ -184,7 +184,7 @@ func TestModelServersAreBoundedAndOnlyTheTokenKeepsThemOpen(t *testing.T) {
 		closeModelServer(tok)
 	}
 	// Requests without the token, every 50 ms, do not keep a 300 ms server open.
-	srv, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"),
+	srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"),
 		Files: []string{"config.json"}, TTL: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package activities
 
 import (
 	"fmt"
-	"net/netip"
 	"path/filepath"
 	"strings"
 
@@ -30,95 +29,79 @@ import (
 const LabelIntent = "tpdeploy.intent"
 
 // enforced says whether this node acts only on signed specs.
-func (a *Node) enforced() bool { return a.Policy != nil && a.Policy.Enforced() }
+func (b *nodeBase) enforced() bool { return b.policy != nil && b.policy.Enforced() }
 
 // signed verifies a request's intent with the node's trusted keys and returns the spec it
 // signs; nil and no error when the node does not require signatures.
-func (a *Node) signed(in *contract.Intent) (*spec.Cluster, error) {
-	if !a.enforced() {
+func (b *nodeBase) signed(in *contract.Intent) (*spec.Cluster, error) {
+	if !b.enforced() {
 		return nil, nil
 	}
-	trusted := fmt.Sprintf("%s: %s in %s, or %s", policy.SettingTrustedKeys, strings.Join(a.Policy.TrustedKeyNames(), ", "), a.Policy.File, policy.FlagTrustKey)
+	trusted := fmt.Sprintf("%s: %s in %s, or %s", policy.SettingTrustedKeys, strings.Join(b.policy.TrustedKeyNames(), ", "), b.policy.File, policy.FlagTrustKey)
 	if in == nil {
-		return nil, a.deny("the request is unsigned, and this node acts only on specs signed by a key it trusts (%s); deploy with starter --sign-key-file", trusted)
+		return nil, b.deny("the request is unsigned, and this node acts only on specs signed by a key it trusts (%s); deploy with starter --sign-key-file", trusted)
 	}
-	k, ok := a.Policy.TrustedKey(in.KeyID)
+	k, ok := b.policy.TrustedKey(in.KeyID)
 	if !ok {
-		return nil, a.deny("the request's spec is signed by %s, a key this node does not trust (%s)", in.KeyID, trusted)
+		return nil, b.deny("the request's spec is signed by %s, a key this node does not trust (%s)", in.KeyID, trusted)
 	}
 	c, err := intent.Verify(in, k.Key)
 	if err != nil {
-		return nil, a.deny("signed intent: %v", err)
+		return nil, b.deny("signed intent: %v", err)
 	}
 	return &c, nil
 }
 
 // signedSpec is signed, and the request's spec must be the signed one.
-func (a *Node) signedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
-	c, err := a.signed(in)
+func (b *nodeBase) signedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
+	c, err := b.signed(in)
 	if c == nil || err != nil {
 		return c, err
 	}
 	if err := intent.Matches(*c, sent); err != nil {
-		return nil, a.deny("signed intent: %v", err)
+		return nil, b.deny("signed intent: %v", err)
 	}
 	return c, nil
 }
 
 // signedDeployment is signedSpec, and the containers' deployment must be the signed
 // spec's cluster and hash.
-func (a *Node) signedDeployment(in *contract.Intent, sent spec.Cluster, d contract.Deployment) (*spec.Cluster, error) {
-	c, err := a.signedSpec(in, sent)
+func (b *nodeBase) signedDeployment(in *contract.Intent, sent spec.Cluster, d contract.Deployment) (*spec.Cluster, error) {
+	c, err := b.signedSpec(in, sent)
 	if c == nil || err != nil {
 		return c, err
 	}
 	if d.Cluster != c.Name || d.SpecHash != c.Hash() {
-		return nil, a.deny("signed intent: the deployment is of cluster %s spec %s, the signed spec is cluster %s spec %s", d.Cluster, d.SpecHash, c.Name, c.Hash())
+		return nil, b.deny("signed intent: the deployment is of cluster %s spec %s, the signed spec is cluster %s spec %s", d.Cluster, d.SpecHash, c.Name, c.Hash())
 	}
 	return c, nil
 }
 
 // signedNode is the signed spec's entry for this node.
-func (a *Node) signedNode(c *spec.Cluster) (spec.Node, error) {
-	n, ok := c.WithDefaults().Node(a.Name)
+func (b *nodeBase) signedNode(c *spec.Cluster) (spec.Node, error) {
+	n, ok := c.WithDefaults().Node(b.name)
 	if !ok {
-		return spec.Node{}, a.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, a.Name)
+		return spec.Node{}, b.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, b.name)
 	}
 	return n, nil
 }
 
 // signedDockerHost refuses an engine other than the one the signed spec gives this node.
-func (a *Node) signedDockerHost(c *spec.Cluster, host string) error {
-	n, err := a.signedNode(c)
+func (b *nodeBase) signedDockerHost(c *spec.Cluster, host string) error {
+	n, err := b.signedNode(c)
 	if err != nil {
 		return err
 	}
 	if host != "" && host != n.DockerHost || host == "" && n.DockerHost != spec.DefaultDockerHost {
-		return a.deny("signed intent: docker_host %q is not the signed spec's %q for %s", host, n.DockerHost, a.Name)
-	}
-	return nil
-}
-
-// signedAddress refuses a planned address that is not one of this node's own: the address
-// a container registers under (Ray's --node-ip-address) is measured, not signed.
-func (a *Node) signedAddress(addr netip.Addr) error {
-	if !a.enforced() {
-		return nil
-	}
-	own, err := a.ownPrefixes()
-	if err != nil {
-		return err
-	}
-	if !ownsAddr(own, addr) {
-		return a.deny("signed intent: the planned address %s is not an address of this node", addr)
+		return b.deny("signed intent: docker_host %q is not the signed spec's %q for %s", host, n.DockerHost, b.name)
 	}
 	return nil
 }
 
 // signedModelRoot refuses a model directory that is not the signed spec's: model.host_dir,
 // or a snapshot of model.path in its hf_cache.
-func (a *Node) signedModelRoot(in *contract.Intent, root string) error {
-	c, err := a.signed(in)
+func (b *nodeBase) signedModelRoot(in *contract.Intent, root string) error {
+	c, err := b.signed(in)
 	if c == nil || err != nil {
 		return err
 	}
@@ -133,7 +116,7 @@ func (a *Node) signedModelRoot(in *contract.Intent, root string) error {
 			return nil
 		}
 	}
-	return a.deny("signed intent: %s is not the signed spec's model directory (model.host_dir, or a snapshot of %s in %s)", root, d.Model.Path, d.HFCache)
+	return b.deny("signed intent: %s is not the signed spec's model directory (model.host_dir, or a snapshot of %s in %s)", root, d.Model.Path, d.HFCache)
 }
 
 // labelled marks a container spec as started for the verified spec c (nil: none).

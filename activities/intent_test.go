@@ -20,11 +20,11 @@ import (
 )
 
 // runForeign runs foreignWorkflow against a, calling activity with req once.
-func runForeign(t *testing.T, a *Node, activity string, req any) string {
+func runForeign(t *testing.T, a *Agent, activity string, req any) string {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
-	env.RegisterActivity(a)
+	registerAgent(env, a)
 	env.RegisterWorkflowWithOptions(foreignWorkflow, workflow.RegisterOptions{Name: "NotTpdeploys"})
 	env.ExecuteWorkflow("NotTpdeploys", activity, req)
 	var got string
@@ -48,7 +48,7 @@ func TestForeignWorkflowGetsPolicyDeniedWithoutTheSignedSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Node{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	a := New(Config{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 	own := ownIPv4(t)
 	c := spec.Cluster{Name: "tpdtest-signed", Image: lab.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
 		Parallel: spec.Parallel{Tensor: 1}, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, HFCache: cache}.WithDefaults()

@@ -22,13 +22,11 @@ import (
 // guardedAgent is a test agent whose policy allows only root as a mount.
 func guardedAgent(t *testing.T, name, root string) *agent {
 	t.Helper()
-	g := newAgent(t, name, nil)
 	pol, err := policy.Parse([]byte("allowed_mounts: ["+root+"]\n"), "/etc/tpdeploy/policy.yaml", policy.Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.node.Policy = &pol
-	return g
+	return newAgentWith(t, Config{Name: name, Policy: &pol}, nil)
 }
 
 func TestModelServerRefusesPlantedLinks(t *testing.T) {
@@ -51,7 +49,7 @@ func TestModelServerRefusesPlantedLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv, err := run[contract.ModelServer](a, a.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: snap,
+	srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: snap,
 		Files: []string{"config.json", "tokenizer.json", files[2].name}})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +122,7 @@ func TestSyncModelRefusesPlantedLinks(t *testing.T) {
 			head := a.manifest(t, contract.ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
 			snap := weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision)
 			tc.plant(t, snap, weights.HFRepoDir(nodeCache, modelRepo), outside)
-			srv, err := run[contract.ModelServer](a, a.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: head.Dir, Files: weights.Names(head.Files)})
+			srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: head.Dir, Files: weights.Names(head.Files)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +154,7 @@ func TestRemovePartialModelRemovesALinkNotItsTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := guardedAgent(t, "node-a", cache)
-	res, err := run[contract.RemovePartialModelResult](g, g.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snap})
+	res, err := run[contract.RemovePartialModelResult](g, g.node.Weights.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snap})
 	if err != nil || len(res.Removed) != 1 {
 		t.Fatalf("removed %v, %v", res.Removed, err)
 	}

@@ -67,14 +67,14 @@ func ownIPv4(t *testing.T) netip.Prefix {
 
 // guardedNode is an agent with an operator's policy: its allowed mount is a temporary
 // directory (the "cache"), the lab's images are allowed.
-func guardedNode(t *testing.T, cache string) *Node {
+func guardedNode(t *testing.T, cache string) *Agent {
 	t.Helper()
 	yaml := "allowed_images: [\"tpdeploy/*:*\"]\nallowed_mounts: [" + cache + "]\n"
 	pol, err := policy.Parse([]byte(yaml), "/etc/tpdeploy/policy.yaml", policy.Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Node{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	return New(Config{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 }
 
 func TestForeignWorkflowGetsPolicyDeniedForEveryPrimitive(t *testing.T) {
@@ -151,7 +151,7 @@ func TestForeignWorkflowGetsPolicyDeniedForEveryPrimitive(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestWorkflowEnvironment()
-			env.RegisterActivity(a)
+			registerAgent(env, a)
 			env.RegisterWorkflowWithOptions(foreignWorkflow, workflow.RegisterOptions{Name: "NotTpdeploys"})
 			env.ExecuteWorkflow("NotTpdeploys", tc.activity, tc.req)
 			var got string
@@ -211,7 +211,7 @@ func TestForeignWorkflowCannotExecInOtherContainers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestWorkflowEnvironment()
-			env.RegisterActivity(a)
+			registerAgent(env, a)
 			env.RegisterWorkflowWithOptions(foreignWorkflow, workflow.RegisterOptions{Name: "NotTpdeploys"})
 			env.ExecuteWorkflow("NotTpdeploys", tc.activity, tc.req)
 			var got string

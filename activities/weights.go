@@ -63,11 +63,24 @@ const (
 	maxModelServeLifetime = 12 * time.Hour
 )
 
+// Weights describes the model a node holds (ModelManifest), serves it to the other nodes
+// and copies it from the head (model.sync: from-head), and removes a failed copy's
+// partial files.
+type Weights struct {
+	*nodeBase
+	net    *hostNet
+	mounts *mounts
+}
+
+func newWeights(base *nodeBase, net *hostNet, mnt *mounts) *Weights {
+	return &Weights{nodeBase: base, net: net, mounts: mnt}
+}
+
 // ModelManifest describes the model this node holds: a Hugging Face snapshot in its cache,
 // or model.host_dir. Missing files are in the manifest, not errors; the workflow compares
 // manifests (weights.Compare) and fails the preflight with ModelIncomplete.
-func (a *Node) ModelManifest(ctx context.Context, req contract.ModelManifestRequest) (weights.Manifest, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestRequest) (weights.Manifest, error) {
+	if err := w.checkNode(req.Node); err != nil {
 		return weights.Manifest{}, err
 	}
 	if req.Dir == "" && (req.HFCache == "" || req.Repo == "") {
@@ -79,7 +92,7 @@ func (a *Node) ModelManifest(ctx context.Context, req contract.ModelManifestRequ
 		if d.path == "" {
 			continue
 		}
-		if err := a.checkModelDir(d.path, d.what); err != nil {
+		if err := w.mounts.checkModelDir(d.path, d.what); err != nil {
 			return weights.Manifest{}, err
 		}
 	}
@@ -91,12 +104,12 @@ func (a *Node) ModelManifest(ctx context.Context, req contract.ModelManifestRequ
 	go func() {
 		var s scanned
 		if req.Dir != "" {
-			s.m, s.err = weights.ScanDirContext(ctx, a.hostPath(req.Dir), req.Checksums)
+			s.m, s.err = weights.ScanDirContext(ctx, w.mounts.hostPath(req.Dir), req.Checksums)
 			s.m.Source = req.Dir
 		} else {
-			s.m, s.err = weights.ScanHFContext(ctx, a.hostPath(req.HFCache), req.Repo, req.Revision, req.Checksums)
+			s.m, s.err = weights.ScanHFContext(ctx, w.mounts.hostPath(req.HFCache), req.Repo, req.Revision, req.Checksums)
 		}
-		s.m.Dir = a.nodePath(s.m.Dir)
+		s.m.Dir = w.mounts.nodePath(s.m.Dir)
 		done <- s
 	}()
 	// Checksums read every byte (minutes for a large model): heartbeat meanwhile.
@@ -122,8 +135,8 @@ func (a *Node) ModelManifest(ctx context.Context, req contract.ModelManifestRequ
 	}
 }
 
-// modelServers holds the open model servers of this process, by token. (Node's fields are
-// fixed by node.go; tokens are random, so one registry serves every Node of a process.)
+// modelServers holds the open model servers of this process, by token (tokens are random,
+// so one registry serves every agent of a process).
 var modelServers = struct {
 	mu sync.Mutex
 	m  map[string]*modelServer
@@ -154,14 +167,14 @@ type modelServer struct {
 // OpenModelServer starts an HTTP server on an ephemeral port of Addr, in the node's network
 // namespace, serving the listed files under Root (GET /<name>, with Range, bearer token).
 // It closes on CloseModelServer, or by itself after TTL without a request in flight.
-func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
+	if err := w.checkNode(req.Node); err != nil {
 		return contract.ModelServer{}, err
 	}
 	if !req.Addr.IsValid() {
 		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError("a model server needs the node's address", contract.ErrBadRequest, nil)
 	}
-	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+	if err := w.signedModelRoot(req.Intent, req.Root); err != nil {
 		return contract.ModelServer{}, err
 	}
 	files := map[string]bool{}
@@ -175,22 +188,22 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	open := len(modelServers.m)
 	modelServers.mu.Unlock()
 	if open >= maxModelServers {
-		return contract.ModelServer{}, a.deny("%d model servers are open, the most an agent keeps", open)
+		return contract.ModelServer{}, w.deny("%d model servers are open, the most an agent keeps", open)
 	}
-	dir, rel, err := a.beneath(req.Root, "model directory")
+	dir, rel, err := w.mounts.beneath(req.Root, "model directory")
 	if err != nil {
 		return contract.ModelServer{}, err
 	}
 	if d, err := dir.OpenFile(rel, unixOPath|unixODirectory, 0); err != nil {
 		dir.Close()
 		if confined.IsRefusal(err) {
-			return contract.ModelServer{}, a.denyPath("model directory "+req.Root, err)
+			return contract.ModelServer{}, w.denyPath("model directory "+req.Root, err)
 		}
 		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("no model directory %s on this node", req.Root), contract.ErrModelIncomplete, nil)
 	} else {
 		d.Close()
 	}
-	if err := a.checkListen([]netip.Addr{req.Addr}, 0); err != nil {
+	if err := w.net.checkListen([]netip.Addr{req.Addr}, 0); err != nil {
 		dir.Close()
 		return contract.ModelServer{}, err
 	}
@@ -200,7 +213,7 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	}
 	ttl = min(ttl, maxModelServeTTL)
 	var l net.Listener
-	err = a.inNetNS(func() error {
+	err = w.net.inNetNS(func() error {
 		var err error
 		l, err = net.Listen("tcp", netip.AddrPortFrom(req.Addr, 0).String())
 		return err
@@ -216,7 +229,7 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 		return contract.ModelServer{}, err
 	}
 	now := time.Now()
-	s := &modelServer{node: a.Name, token: token, dir: dir, rel: rel, files: files, ttl: ttl, last: now, deadline: now.Add(maxModelServeLifetime), log: a.logger()}
+	s := &modelServer{node: w.name, token: token, dir: dir, rel: rel, files: files, ttl: ttl, last: now, deadline: now.Add(maxModelServeLifetime), log: w.logger()}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	s.mu.Lock() // expire reads the timer
 	s.timer = time.AfterFunc(ttl, s.expire)
@@ -227,14 +240,14 @@ func (a *Node) OpenModelServer(ctx context.Context, req contract.OpenModelServer
 	go func() { _ = s.srv.Serve(l) }()
 	ap := l.Addr().(*net.TCPAddr).AddrPort()
 	addr := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	a.logger().Info("model server open", zap.Stringer("addr", addr), zap.String("root", filepath.Join(dir.Root(), rel)), zap.Int("files", len(files)), zap.Duration("ttl", ttl))
+	w.logger().Info("model server open", zap.Stringer("addr", addr), zap.String("root", filepath.Join(dir.Root(), rel)), zap.Int("files", len(files)), zap.Duration("ttl", ttl))
 	return contract.ModelServer{Addr: addr, Token: token}, nil
 }
 
 // CloseModelServer closes the server of a token; an unknown token (already closed,
 // expired, or lost with an agent restart) is not an error.
-func (a *Node) CloseModelServer(ctx context.Context, req contract.CloseModelServerRequest) error {
-	if err := a.checkNode(req.Node); err != nil {
+func (w *Weights) CloseModelServer(ctx context.Context, req contract.CloseModelServerRequest) error {
+	if err := w.checkNode(req.Node); err != nil {
 		return err
 	}
 	closeModelServer(req.Token)
@@ -363,28 +376,28 @@ func (c countingWriter) ReadFrom(r io.Reader) (int64, error) {
 // not fetch again what arrived), verified by size and hash (the resumed part included),
 // and renamed into place. Progress heartbeats every second; a retried attempt trusts the
 // files on disk, not the heartbeat. Nothing in Files: nothing is done.
-func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (contract.SyncResult, error) {
+func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) (contract.SyncResult, error) {
 	res := contract.SyncResult{Copied: []string{}}
-	if err := a.checkNode(req.Node); err != nil {
+	if err := w.checkNode(req.Node); err != nil {
 		return res, err
 	}
 	if err := checkSyncRequest(req); err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
-	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+	if err := w.signedModelRoot(req.Intent, req.Root); err != nil {
 		return res, err
 	}
 	if len(req.Files) > maxSyncFiles {
-		return res, a.deny("%d files asked for: at most %d per copy", len(req.Files), maxSyncFiles)
+		return res, w.deny("%d files asked for: at most %d per copy", len(req.Files), maxSyncFiles)
 	}
 	// The destination is beneath an allowed mount and every write there refuses links;
 	// the source is a peer in this node's subnets.
-	dir, rel, err := a.beneath(req.Root, "model destination")
+	dir, rel, err := w.mounts.beneath(req.Root, "model destination")
 	if err != nil {
 		return res, err
 	}
 	defer dir.Close()
-	if err := a.checkDial(req.From); err != nil {
+	if err := w.net.checkDial(req.From); err != nil {
 		return res, err
 	}
 	if len(req.Files) == 0 {
@@ -392,7 +405,7 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 	}
 	if err := dir.MkdirAll(rel); err != nil {
 		if confined.IsRefusal(err) {
-			return res, a.denyPath("model destination "+req.Root, err)
+			return res, w.denyPath("model destination "+req.Root, err)
 		}
 		return res, err
 	}
@@ -402,7 +415,7 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s := &syncer{a: a, req: req, dir: dir, rel: rel, prevCopied: map[string]bool{}, current: map[string]bool{}, changed: make(chan struct{}, 1)}
+	s := &syncer{w: w, req: req, dir: dir, rel: rel, prevCopied: map[string]bool{}, current: map[string]bool{}, changed: make(chan struct{}, 1)}
 	for _, n := range prev.Copied {
 		s.prevCopied[n] = true
 	}
@@ -418,7 +431,7 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
-			err = a.inNetNS(func() error {
+			err = w.net.inNetNS(func() error {
 				var derr error
 				c, derr = d.DialContext(ctx, network, addr)
 				return derr
@@ -492,7 +505,7 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 		err = context.Cause(ctx) // canceled before a copy began
 	}
 	if err != nil {
-		a.logger().Warn("model sync stopped", zap.Int64("received", res.Bytes), zap.Strings("copied", res.Copied), zap.Error(err))
+		w.logger().Warn("model sync stopped", zap.Int64("received", res.Bytes), zap.Strings("copied", res.Copied), zap.Error(err))
 		return res, err
 	}
 	if req.Layout == contract.ModelLayoutHF && req.Ref != "" {
@@ -500,7 +513,7 @@ func (a *Node) SyncModel(ctx context.Context, req contract.SyncModelRequest) (co
 			return res, err
 		}
 	}
-	a.logger().Info("model synced", zap.Stringer("from", req.From), zap.Int("files", len(res.Copied)),
+	w.logger().Info("model synced", zap.Stringer("from", req.From), zap.Int("files", len(res.Copied)),
 		zap.Int64("bytes", res.Bytes), zap.Int64("reused", res.Reused), zap.Float64("mbps", res.MBps))
 	return res, nil
 }
@@ -534,7 +547,7 @@ func checkSyncRequest(req contract.SyncModelRequest) error {
 
 // syncer is one SyncModel call's state, shared by its copying goroutines.
 type syncer struct {
-	a   *Node
+	w   *Weights
 	req contract.SyncModelRequest
 	// dir is the allowed mount the copy writes beneath, rel the destination in it; every
 	// path below is relative to dir and opened without following links.
@@ -554,7 +567,7 @@ type syncer struct {
 }
 
 func (s *syncer) progress(start time.Time) contract.SyncProgress {
-	p := contract.SyncProgress{Node: s.a.Name, Total: s.total, Received: s.received.Load()}
+	p := contract.SyncProgress{Node: s.w.name, Total: s.total, Received: s.received.Load()}
 	p.Done = p.Received + s.reused.Load() + s.found.Load()
 	if secs := time.Since(start).Seconds(); secs > 0 {
 		p.MBps = float64(p.Received) / secs / 1e6
@@ -621,7 +634,7 @@ func (s *syncer) paths(f weights.File) (dest, partial, blobs string) {
 // refused turns a write the kernel refused (a planted link on the way) into PolicyDenied.
 func (s *syncer) refused(err error) error {
 	if err != nil && confined.IsRefusal(err) {
-		return s.a.denyPath("model copy", err)
+		return s.w.denyPath("model copy", err)
 	}
 	return err
 }
@@ -992,18 +1005,18 @@ func writeHFRef(dir *confined.Dir, snapshot, ref string) error {
 // RemovePartialModel removes the *.tpdeploy-partial files (and half-made snapshot links)
 // under Root, and nothing else: complete files, verified and renamed into place, stay.
 // A Root that is not there is not an error.
-func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartialModelRequest) (contract.RemovePartialModelResult, error) {
+func (w *Weights) RemovePartialModel(ctx context.Context, req contract.RemovePartialModelRequest) (contract.RemovePartialModelResult, error) {
 	res := contract.RemovePartialModelResult{Removed: []string{}}
-	if err := a.checkNode(req.Node); err != nil {
+	if err := w.checkNode(req.Node); err != nil {
 		return res, err
 	}
 	if req.Root == "" {
 		return res, temporal.NewNonRetryableApplicationError("no directory to clean", contract.ErrBadRequest, nil)
 	}
-	if err := a.signedModelRoot(req.Intent, req.Root); err != nil {
+	if err := w.signedModelRoot(req.Intent, req.Root); err != nil {
 		return res, err
 	}
-	dir, root, err := a.beneath(req.Root, "model directory")
+	dir, root, err := w.mounts.beneath(req.Root, "model directory")
 	if err != nil {
 		return res, err
 	}
@@ -1026,13 +1039,13 @@ func (a *Node) RemovePartialModel(ctx context.Context, req contract.RemovePartia
 		err = nil
 	}
 	if err != nil && confined.IsRefusal(err) {
-		return res, a.denyPath("model directory "+req.Root, err)
+		return res, w.denyPath("model directory "+req.Root, err)
 	}
 	if err != nil {
 		return res, fmt.Errorf("remove partial model files under %s: %w", req.Root, err)
 	}
 	if len(res.Removed) > 0 {
-		a.logger().Info("partial model files removed", zap.String("root", req.Root), zap.Strings("files", res.Removed))
+		w.logger().Info("partial model files removed", zap.String("root", req.Root), zap.Strings("files", res.Removed))
 	}
 	return res, nil
 }

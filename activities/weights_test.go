@@ -120,7 +120,7 @@ func withoutFiles(files []modelFile, names ...string) []modelFile {
 // agent is one node agent under test: its activities run in a test activity environment,
 // where heartbeats work.
 type agent struct {
-	node *Node
+	node *Agent
 	env  *testsuite.TestActivityEnvironment
 	mu   sync.Mutex
 	hb   []contract.SyncProgress
@@ -128,9 +128,15 @@ type agent struct {
 
 func newAgent(t *testing.T, name string, bg context.Context) *agent {
 	t.Helper()
+	return newAgentWith(t, Config{Name: name}, bg)
+}
+
+// newAgentWith is newAgent of an agent configured as c.
+func newAgentWith(t *testing.T, c Config, bg context.Context) *agent {
+	t.Helper()
 	var suite testsuite.WorkflowTestSuite
-	g := &agent{node: &Node{Name: name}, env: suite.NewTestActivityEnvironment()}
-	g.env.RegisterActivity(g.node)
+	g := &agent{node: New(c), env: suite.NewTestActivityEnvironment()}
+	registerAgent(g.env, g.node)
 	if bg != nil {
 		g.env.SetWorkerOptions(worker.Options{BackgroundActivityContext: bg})
 	}
@@ -156,22 +162,22 @@ func run[T any](g *agent, fn any, req any) (T, error) {
 
 func (g *agent) manifest(t *testing.T, req contract.ModelManifestRequest) weights.Manifest {
 	t.Helper()
-	req.Node = g.node.Name
-	m, err := run[weights.Manifest](g, g.node.ModelManifest, req)
+	req.Node = g.node.Probe.name
+	m, err := run[weights.Manifest](g, g.node.Weights.ModelManifest, req)
 	if err != nil {
-		t.Fatalf("%s: model manifest: %v", g.node.Name, err)
+		t.Fatalf("%s: model manifest: %v", g.node.Probe.name, err)
 	}
 	return m
 }
 
 func (g *agent) sync(req contract.SyncModelRequest) (contract.SyncResult, error) {
-	req.Node = g.node.Name
-	return run[contract.SyncResult](g, g.node.SyncModel, req)
+	req.Node = g.node.Probe.name
+	return run[contract.SyncResult](g, g.node.Weights.SyncModel, req)
 }
 
 func (g *agent) open(t *testing.T, root string, files []string, ttl time.Duration) contract.ModelServer {
 	t.Helper()
-	srv, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: g.node.Name, Addr: loopback, Root: root, Files: files, TTL: ttl})
+	srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: g.node.Probe.name, Addr: loopback, Root: root, Files: files, TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,13 +214,13 @@ func TestModelManifestActivity(t *testing.T) {
 	if d := a.manifest(t, contract.ModelManifestRequest{Dir: filepath.Join(cache, "nowhere")}); d.Absent == "" {
 		t.Errorf("a directory that is not there: %+v", d)
 	}
-	_, err := run[weights.Manifest](a, a.node.ModelManifest, contract.ModelManifestRequest{Node: "node-b", HFCache: cache, Repo: modelRepo})
+	_, err := run[weights.Manifest](a, a.node.Weights.ModelManifest, contract.ModelManifestRequest{Node: "node-b", HFCache: cache, Repo: modelRepo})
 	if app := modelAppError(t, err); app.Type() != contract.ErrWrongNode {
 		t.Errorf("task for another node: %v", err)
 	}
 	writeModelFile(t, filepath.Join(cache, "bad", "config.json"), []byte("{}"))
 	writeModelFile(t, filepath.Join(cache, "bad", "model.safetensors.index.json"), []byte("{"))
-	_, err = run[weights.Manifest](a, a.node.ModelManifest, contract.ModelManifestRequest{Node: "node-a", Dir: filepath.Join(cache, "bad")})
+	_, err = run[weights.Manifest](a, a.node.Weights.ModelManifest, contract.ModelManifestRequest{Node: "node-a", Dir: filepath.Join(cache, "bad")})
 	if app := modelAppError(t, err); app.Type() != contract.ErrModelCorrupt || !app.NonRetryable() {
 		t.Errorf("unreadable index: %v", err)
 	}
@@ -490,10 +496,10 @@ func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
 		t.Fatal("the model server's port still accepts connections")
 	}
 	other := a.open(t, dir, []string{"config.json"}, time.Hour)
-	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil || openModelServer(other.Token) != nil {
+	if _, err := a.env.ExecuteActivity(a.node.Weights.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil || openModelServer(other.Token) != nil {
 		t.Fatalf("close: %v", err)
 	}
-	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil {
+	if _, err := a.env.ExecuteActivity(a.node.Weights.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil {
 		t.Errorf("closing a closed server: %v", err)
 	}
 	b := newAgent(t, "node-b", nil)
@@ -509,7 +515,7 @@ func TestRemovePartialModel(t *testing.T) {
 		writeModelFile(t, filepath.Join(root, n), []byte("x"))
 	}
 	a := newAgent(t, "node-b", nil)
-	res, err := run[contract.RemovePartialModelResult](a, a.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: root})
+	res, err := run[contract.RemovePartialModelResult](a, a.node.Weights.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: root})
 	want := []string{"config.json" + linkSuffix, "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix}
 	if err != nil || !slices.Equal(res.Removed, want) {
 		t.Fatalf("removed %q, %v; want %q", res.Removed, err, want)
@@ -517,7 +523,7 @@ func TestRemovePartialModel(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "model.safetensors")); err != nil {
 		t.Errorf("a complete file was removed: %v", err)
 	}
-	if _, err := run[contract.RemovePartialModelResult](a, a.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: filepath.Join(root, "nowhere")}); err != nil {
+	if _, err := run[contract.RemovePartialModelResult](a, a.node.Weights.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: filepath.Join(root, "nowhere")}); err != nil {
 		t.Errorf("a directory that is not there: %v", err)
 	}
 }

@@ -353,8 +353,8 @@ type AddressCheck struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// Activity names: the methods of the agent's activities (activities.Node) and of the
-// operations activities every agent serves on the workflow queue (control.Checks).
+// Activity names: the methods of the node agent's activity structs (activities.Agent) and
+// of the operations activities every agent serves on the workflow queue (control.Checks).
 const (
 	ActivityProbeNode           = "ProbeNode"
 	ActivityOpenProbeListeners  = "OpenProbeListeners"
