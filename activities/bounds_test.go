@@ -21,6 +21,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/weights/transfer"
 )
 
 // Issue #23 finding 5: everything the agent reads or keeps for a request is bounded, and
@@ -169,19 +170,25 @@ func TestModelServersAreBoundedAndOnlyTheTokenKeepsThemOpen(t *testing.T) {
 	dir := t.TempDir()
 	writeModelFile(t, filepath.Join(dir, "m", "config.json"), []byte("{}"))
 	g := guardedAgent(t, "node-a", dir)
-	for i := 0; i < maxModelServers; i++ {
+	var tokens []string
+	t.Cleanup(func() {
+		for _, tok := range tokens {
+			g.node.Weights.servers.Close(tok)
+		}
+	})
+	for i := 0; i < transfer.MaxServers; i++ {
 		srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
 		if err != nil {
-			t.Fatalf("server %d of %d: %v", i+1, maxModelServers, err)
+			t.Fatalf("server %d of %d: %v", i+1, transfer.MaxServers, err)
 		}
-		t.Cleanup(func() { closeModelServer(srv.Token) })
+		tokens = append(tokens, srv.Token)
 	}
 	_, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
 	if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied {
-		t.Fatalf("server %d: %v", maxModelServers+1, err)
+		t.Fatalf("server %d: %v", transfer.MaxServers+1, err)
 	}
-	for tok := range snapshotTokens() {
-		closeModelServer(tok)
+	for _, tok := range tokens {
+		g.node.Weights.servers.Close(tok)
 	}
 	// Requests without the token, every 50 ms, do not keep a 300 ms server open.
 	srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"),
@@ -190,25 +197,15 @@ func TestModelServersAreBoundedAndOnlyTheTokenKeepsThemOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Second)
-	for openModelServer(srv.Token) != nil && time.Now().Before(deadline) {
+	for g.isOpen(srv) && time.Now().Before(deadline) {
 		resp, err := http.Get("http://" + srv.Addr.String() + "/config.json")
 		if err == nil {
 			resp.Body.Close()
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if openModelServer(srv.Token) != nil {
-		closeModelServer(srv.Token)
+	if g.isOpen(srv) {
+		g.node.Weights.servers.Close(srv.Token)
 		t.Fatal("unauthenticated requests kept the model server open past its TTL")
 	}
-}
-
-func snapshotTokens() map[string]bool {
-	modelServers.mu.Lock()
-	defer modelServers.mu.Unlock()
-	out := map[string]bool{}
-	for tok := range modelServers.m {
-		out[tok] = true
-	}
-	return out
 }

@@ -54,7 +54,7 @@ func TestModelServerRefusesPlantedLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeModelServer(srv.Token) })
+	t.Cleanup(func() { a.node.Weights.servers.Close(srv.Token) })
 	get := func(name string) (int, []byte) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr.String()+"/"+name, nil)
 		req.Header.Set("Authorization", "Bearer "+srv.Token)
@@ -126,7 +126,7 @@ func TestSyncModelRefusesPlantedLinks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { closeModelServer(srv.Token) })
+			t.Cleanup(func() { a.node.Weights.servers.Close(srv.Token) })
 			_, err = b.sync(contract.SyncModelRequest{From: netip.AddrPortFrom(own, srv.Addr.Port()), Token: srv.Token, Root: snap,
 				Layout: contract.ModelLayoutHF, Ref: "main", Files: head.Files})
 			if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied {

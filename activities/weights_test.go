@@ -30,6 +30,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/weights"
+	"github.com/tpdeploy/tpdeploy/weights/transfer"
 )
 
 const (
@@ -181,17 +182,24 @@ func (g *agent) open(t *testing.T, root string, files []string, ttl time.Duratio
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeModelServer(srv.Token) })
+	t.Cleanup(func() { g.node.Weights.servers.Close(srv.Token) })
 	return srv
 }
 
-func served(t *testing.T, srv contract.ModelServer) int64 {
+// isOpen says whether g's model server srv is open.
+func (g *agent) isOpen(srv contract.ModelServer) bool {
+	_, ok := g.node.Weights.servers.Stats(srv.Token)
+	return ok
+}
+
+// served is the bytes g's model server srv has sent.
+func (g *agent) served(t *testing.T, srv contract.ModelServer) int64 {
 	t.Helper()
-	s := openModelServer(srv.Token)
-	if s == nil {
+	st, ok := g.node.Weights.servers.Stats(srv.Token)
+	if !ok {
 		t.Fatal("the model server closed")
 	}
-	return s.served.Load()
+	return st.Served
 }
 
 func modelAppError(t *testing.T, err error) *temporal.ApplicationError {
@@ -252,8 +260,8 @@ func TestSyncModelNothingMissingCopiesNothing(t *testing.T) {
 	// Every file, all there already: found, not sent.
 	res, err = b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
 		Layout: contract.ModelLayoutHF, Ref: "main", Files: head.Files})
-	if err != nil || res.Bytes != 0 || len(res.Copied) != len(head.Files) || served(t, srv) != 0 {
-		t.Fatalf("sync of what is there = %+v, %v; served %d bytes", res, err, served(t, srv))
+	if err != nil || res.Bytes != 0 || len(res.Copied) != len(head.Files) || a.served(t, srv) != 0 {
+		t.Fatalf("sync of what is there = %+v, %v; served %d bytes", res, err, a.served(t, srv))
 	}
 }
 
@@ -288,8 +296,8 @@ func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(res.Copied, []string{shard2, shard4}) || res.Bytes != 600_000 || served(t, srv) != 600_000 {
-		t.Fatalf("sync = %+v; served %d", res, served(t, srv))
+	if !slices.Equal(res.Copied, []string{shard2, shard4}) || res.Bytes != 600_000 || a.served(t, srv) != 600_000 {
+		t.Fatalf("sync = %+v; served %d", res, a.served(t, srv))
 	}
 	if after := b.manifest(t, contract.ModelManifestRequest{HFCache: bCache, Repo: modelRepo, Checksums: true}); len(weights.Compare(head, "node-b", after)) != 0 || len(weights.Check("node-b", after)) != 0 {
 		t.Fatalf("node-b after the copy: %v %v", weights.Compare(head, "node-b", after), weights.Check("node-b", after))
@@ -377,23 +385,21 @@ func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
 
 	// The cut response's handler ends once the link is gone; then count.
 	proxy.Close()
-	for s := openModelServer(srv.Token); ; time.Sleep(5 * time.Millisecond) {
-		s.mu.Lock()
-		active := s.active
-		s.mu.Unlock()
-		if active == 0 {
+	for {
+		if st, ok := a.node.Weights.servers.Stats(srv.Token); !ok || st.Active == 0 {
 			break
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	before := served(t, srv)
+	before := a.served(t, srv)
 	second := newAgent(t, "node-b", nil) // a restarted agent: only the disk remembers
 	req.From = srv.Addr
 	res, err := second.sync(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Bytes != size-cut || res.Reused != cut || served(t, srv)-before != size-cut {
-		t.Fatalf("resumed copy = %+v; the server sent %d bytes; want %d sent, %d reused", res, served(t, srv)-before, size-cut, cut)
+	if res.Bytes != size-cut || res.Reused != cut || a.served(t, srv)-before != size-cut {
+		t.Fatalf("resumed copy = %+v; the server sent %d bytes; want %d sent, %d reused", res, a.served(t, srv)-before, size-cut, cut)
 	}
 	if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("partial file left: %v", err)
@@ -485,10 +491,10 @@ func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
 	}
 	// Idle for its TTL, it closes: the port refuses connections.
 	deadline := time.Now().Add(5 * time.Second)
-	for openModelServer(srv.Token) != nil && time.Now().Before(deadline) {
+	for a.isOpen(srv) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if openModelServer(srv.Token) != nil {
+	if a.isOpen(srv) {
 		t.Fatal("the model server is still open after its TTL")
 	}
 	if c, err := net.DialTimeout("tcp", srv.Addr.String(), time.Second); err == nil {
@@ -496,7 +502,7 @@ func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
 		t.Fatal("the model server's port still accepts connections")
 	}
 	other := a.open(t, dir, []string{"config.json"}, time.Hour)
-	if _, err := a.env.ExecuteActivity(a.node.Weights.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil || openModelServer(other.Token) != nil {
+	if _, err := a.env.ExecuteActivity(a.node.Weights.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil || a.isOpen(other) {
 		t.Fatalf("close: %v", err)
 	}
 	if _, err := a.env.ExecuteActivity(a.node.Weights.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil {
@@ -511,12 +517,12 @@ func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
 
 func TestRemovePartialModel(t *testing.T) {
 	root := t.TempDir()
-	for _, n := range []string{"model.safetensors", "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix, "config.json" + linkSuffix} {
+	for _, n := range []string{"model.safetensors", "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix, "config.json" + transfer.LinkSuffix} {
 		writeModelFile(t, filepath.Join(root, n), []byte("x"))
 	}
 	a := newAgent(t, "node-b", nil)
 	res, err := run[contract.RemovePartialModelResult](a, a.node.Weights.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: root})
-	want := []string{"config.json" + linkSuffix, "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix}
+	want := []string{"config.json" + transfer.LinkSuffix, "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix}
 	if err != nil || !slices.Equal(res.Removed, want) {
 		t.Fatalf("removed %q, %v; want %q", res.Removed, err, want)
 	}

@@ -8,9 +8,10 @@ import (
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
-// The model-weight activities (activities/weights.go): manifests compared at preflight,
-// and the agent-to-agent copy of model.sync: from-head. Paths are the node's own (the
-// agent applies its host root, if any).
+// The model-weight activities (activities.Weights; the server and the copy are package
+// weights/transfer's): manifests compared at preflight, and the agent-to-agent copy of
+// model.sync: from-head. Paths are the node's own (the agent applies its host root, if
+// any).
 
 // Error types of the model-weight activities.
 const (
