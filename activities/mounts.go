@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"go.temporal.io/sdk/temporal"
-	"golang.org/x/sys/unix"
 
 	"github.com/tpdeploy/tpdeploy/confined"
 	"github.com/tpdeploy/tpdeploy/contract"
@@ -72,25 +71,6 @@ func (m *mounts) beneath(nodePath, what string) (*confined.Dir, string, error) {
 		return nil, "", fmt.Errorf("%s: allowed mount %s: %w", m.name, root, err)
 	}
 	return c, rel, nil
-}
-
-// checkModelDir refuses a model directory (or cache) that is not beneath an allowed mount,
-// or whose path there passes through a symlink. One that is not there yet is fine (the
-// manifest says it is absent).
-func (m *mounts) checkModelDir(nodePath, what string) error {
-	dir, rel, err := m.beneath(nodePath, what)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	d, err := dir.OpenFile(rel, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		if confined.IsRefusal(err) {
-			return m.denyPath(what+" "+nodePath, err)
-		}
-		return nil
-	}
-	return d.Close()
 }
 
 // hostPath is a path of the node's filesystem as this agent reads it (under its host root,

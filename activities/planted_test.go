@@ -2,6 +2,8 @@ package activities
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/netip"
@@ -161,4 +163,88 @@ func TestRemovePartialModelRemovesALinkNotItsTarget(t *testing.T) {
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
 		t.Errorf("the link's target: %q, %v", b, err)
 	}
+}
+
+// The model scan (ModelManifest) reads beneath the allowed mount without the kernel
+// following any link: a snapshot's links to its blobs are resolved by the scan, a link a
+// container planted out of the mount is refused — its target's size and, with checksums,
+// its hash would otherwise go into workflow history — and so is a directory on the way
+// that is a link.
+func TestModelScanRefusesPlantedLinks(t *testing.T) {
+	files := tinyModelFiles(2, 4000)
+	secret := []byte("root:$y$j9T$the-host's-shadow-line:19000:0:99999:7:::\n")
+	sum := sha256.Sum256(secret)
+	secretHash := hex.EncodeToString(sum[:])
+	for _, tc := range []struct {
+		name  string
+		hf    bool
+		plant func(t *testing.T, model, outside string)
+	}{
+		{"a host_dir file that links out by an absolute path", false, func(t *testing.T, model, outside string) {
+			relink(t, filepath.Join(model, "config.json"), filepath.Join(outside, "shadow"))
+		}},
+		{"a snapshot entry that links up and out of the cache", true, func(t *testing.T, snap, outside string) {
+			relink(t, filepath.Join(snap, "tokenizer.json"), strings.Repeat("../", 8)+strings.TrimPrefix(filepath.Join(outside, "shadow"), "/"))
+		}},
+		{"a snapshot directory on the way that links out", true, func(t *testing.T, snap, outside string) {
+			writeModelFile(t, filepath.Join(outside, "sub", files[2].name), secret)
+			if err := os.Symlink(filepath.Join(outside, "sub"), filepath.Join(snap, "sub")); err != nil {
+				t.Fatal(err)
+			}
+			relinkData(t, filepath.Join(snap, "model.safetensors.index.json"), []byte(`{"weight_map":{"a":"sub/`+files[2].name+`"}}`))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache, outside := t.TempDir(), t.TempDir()
+			writeModelFile(t, filepath.Join(outside, "shadow"), secret)
+			g := guardedAgent(t, "node-a", cache)
+			req := contract.ModelManifestRequest{Node: "node-a", Checksums: true}
+			model := filepath.Join(cache, "model")
+			if tc.hf {
+				writeHFCache(t, cache, files)
+				model = weights.HFSnapshotDir(cache, modelRepo, modelCommit)
+				req.HFCache, req.Repo = cache, modelRepo
+			} else {
+				writeModelDir(t, model, files)
+				req.Dir = model
+			}
+			// Unplanted, the model scans: the snapshot's own links to its blobs resolve.
+			if m, err := run[weights.Manifest](g, g.node.Weights.ModelManifest, req); err != nil || len(m.Files) != len(files) || len(m.Missing) != 0 {
+				t.Fatalf("the model before the plant: %+v, %v", m, err)
+			}
+			tc.plant(t, model, outside)
+			m, err := run[weights.Manifest](g, g.node.Weights.ModelManifest, req)
+			for _, f := range m.Files {
+				if f.Size == int64(len(secret)) || f.SHA256 == secretHash {
+					t.Errorf("the manifest describes the file outside: %+v", f)
+				}
+			}
+			if err == nil {
+				t.Fatalf("a planted link was scanned through: %+v", m)
+			}
+			if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied || strings.Contains(app.Message(), secretHash) {
+				t.Fatalf("type %s: %s", app.Type(), app.Message())
+			}
+		})
+	}
+}
+
+// relink replaces p with a link to target.
+func relink(t *testing.T, p, target string) {
+	t.Helper()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// relinkData replaces p (a snapshot link) with a regular file holding data.
+func relinkData(t *testing.T, p string, data []byte) {
+	t.Helper()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	writeModelFile(t, p, data)
 }

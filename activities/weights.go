@@ -52,16 +52,18 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 	if req.Dir == "" && (req.HFCache == "" || req.Repo == "") {
 		return weights.Manifest{}, temporal.NewNonRetryableApplicationError("a model manifest needs a directory, or a Hugging Face cache and repository", contract.ErrBadRequest, nil)
 	}
-	// Both directories must be beneath an allowed mount, with no symlink on the way
-	// (an hf_cache under the allowed prefix that is a link resolves elsewhere).
-	for _, d := range []struct{ path, what string }{{req.Dir, "model.host_dir"}, {req.HFCache, "hf_cache"}} {
-		if d.path == "" {
-			continue
-		}
-		if err := w.mounts.checkModelDir(d.path, d.what); err != nil {
-			return weights.Manifest{}, err
-		}
+	// The scan reads beneath the allowed mount the directory is under, through package
+	// confined: no symlink is followed by the kernel, a snapshot's links to its blobs are
+	// resolved by the scan itself, and a link out of the mount is refused.
+	root, what := req.Dir, "model.host_dir"
+	if root == "" {
+		root, what = req.HFCache, "hf_cache"
 	}
+	dir, rel, err := w.mounts.beneath(root, what)
+	if err != nil {
+		return weights.Manifest{}, err
+	}
+	defer dir.Close()
 	type scanned struct {
 		m   weights.Manifest
 		err error
@@ -70,12 +72,13 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 	go func() {
 		var s scanned
 		if req.Dir != "" {
-			s.m, s.err = weights.ScanDirContext(ctx, w.mounts.hostPath(req.Dir), req.Checksums)
-			s.m.Source = req.Dir
+			s.m, s.err = weights.ScanDir(ctx, dir, filepath.ToSlash(rel), req.Dir, req.Checksums)
 		} else {
-			s.m, s.err = weights.ScanHFContext(ctx, w.mounts.hostPath(req.HFCache), req.Repo, req.Revision, req.Checksums)
+			s.m, s.err = weights.ScanHF(ctx, dir, filepath.ToSlash(rel), req.Repo, req.Revision, req.Checksums)
 		}
-		s.m.Dir = w.mounts.nodePath(s.m.Dir)
+		if s.m.Dir != "" {
+			s.m.Dir = w.mounts.nodePath(dir.Path(s.m.Dir))
+		}
 		done <- s
 	}()
 	// Checksums read every byte (minutes for a large model): heartbeat meanwhile.
@@ -90,6 +93,13 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 			}
 			if errors.Is(s.err, weights.ErrInvalid) {
 				return s.m, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model %s: %v", source, s.err), contract.ErrModelCorrupt, nil)
+			}
+			if confined.IsRefusal(s.err) || errors.Is(s.err, weights.ErrLinkOutside) {
+				scanned := "model.host_dir " + req.Dir
+				if req.Dir == "" {
+					scanned = fmt.Sprintf("model %s in hf_cache %s", req.Repo, req.HFCache)
+				}
+				return s.m, w.denyPath("scan of "+scanned, s.err)
 			}
 			if s.err != nil {
 				return s.m, fmt.Errorf("scan model %s: %w", source, s.err)

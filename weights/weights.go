@@ -1,7 +1,8 @@
 // Package weights describes a model's files as a node holds them (a Hugging Face cache
 // snapshot or a plain directory) and compares those descriptions across nodes: which files
 // a node lacks, holds at another size or hash, or holds at another revision. Scanning reads
-// only the directory the caller names; comparing is pure, so the preflight's decisions can
+// only through the fs.FS the caller gives, and follows no symbolic link by the file
+// system's own resolution (scan.go); comparing is pure, so the preflight's decisions can
 // be table-tested and recorded in workflow history.
 package weights
 
