@@ -59,6 +59,10 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 	if root == "" {
 		root, what = req.HFCache, "hf_cache"
 	}
+	if len(req.Hash) > maxSyncFiles {
+		return weights.Manifest{}, w.deny("%d files to hash: at most %d, the files of one copy", len(req.Hash), maxSyncFiles)
+	}
+	hashing := weights.Hashing{All: req.Checksums, Files: req.Hash}
 	dir, rel, err := w.mounts.beneath(root, what)
 	if err != nil {
 		return weights.Manifest{}, err
@@ -72,16 +76,16 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 	go func() {
 		var s scanned
 		if req.Dir != "" {
-			s.m, s.err = weights.ScanDir(ctx, dir, filepath.ToSlash(rel), req.Dir, req.Checksums)
+			s.m, s.err = weights.ScanDir(ctx, dir, filepath.ToSlash(rel), req.Dir, hashing)
 		} else {
-			s.m, s.err = weights.ScanHF(ctx, dir, filepath.ToSlash(rel), req.Repo, req.Revision, req.Checksums)
+			s.m, s.err = weights.ScanHF(ctx, dir, filepath.ToSlash(rel), req.Repo, req.Revision, hashing)
 		}
 		if s.m.Dir != "" {
 			s.m.Dir = w.mounts.nodePath(dir.Path(s.m.Dir))
 		}
 		done <- s
 	}()
-	// Checksums read every byte (minutes for a large model): heartbeat meanwhile.
+	// Hashing reads every byte (minutes for a large model): heartbeat meanwhile.
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {
@@ -183,7 +187,7 @@ func (w *Weights) CloseModelServer(ctx context.Context, req contract.CloseModelS
 
 // SyncModel copies the files a node lacks from the head's model server, agent to agent
 // over the planned subnet (transfer.Copy: resumable from partial files, verified by size
-// and hash, renamed into place). Progress heartbeats every second; a retried attempt
+// and hash, renamed into place; a file without a hash is refused). Progress heartbeats every second; a retried attempt
 // trusts the files on disk, not the heartbeat. Nothing in Files: nothing is done.
 func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) (contract.SyncResult, error) {
 	res := contract.SyncResult{Copied: []string{}}
@@ -211,12 +215,6 @@ func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) 
 	}
 	if len(req.Files) == 0 {
 		return res, nil
-	}
-	if err := dir.MkdirAll(rel); err != nil {
-		if confined.IsRefusal(err) {
-			return res, w.denyPath("model destination "+req.Root, err)
-		}
-		return res, err
 	}
 	var prev contract.SyncProgress
 	if activity.HasHeartbeatDetails(ctx) {
@@ -258,6 +256,7 @@ func (w *Weights) copyError(err error) error {
 		{transfer.ErrSourceLacks, contract.ErrModelIncomplete},
 		{transfer.ErrServerGone, contract.ErrModelServerGone},
 		{transfer.ErrNotServed, contract.ErrBadRequest},
+		{transfer.ErrUnverifiable, contract.ErrBadRequest},
 	} {
 		if errors.Is(err, k.kind) {
 			return temporal.NewNonRetryableApplicationError(err.Error(), k.typ, nil)

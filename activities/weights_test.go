@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -458,6 +460,78 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 	}
 }
 
+// A model.host_dir copy is verified by content, not size, whatever model.checksums says:
+// given the sizes a scan without checksums reports, the copy places nothing — here, a
+// partial file an earlier attempt left with bytes that are not the head's would have
+// been completed to the right length and renamed into place as the model's shard.
+func TestHostDirCopyIsNeverVerifiedBySizeAlone(t *testing.T) {
+	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
+	shardData := randomBytes(3, 1<<20)
+	writeModelDir(t, headDir, []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"model.safetensors", shardData}})
+	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
+	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir}) // no checksums: the default
+	shard, _ := head.File("model.safetensors")
+	partial := filepath.Join(nodeDir, shard.Name+weights.PartialSuffix)
+	writeModelFile(t, partial, randomBytes(99, 1<<19)) // half the shard, other bytes
+	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute)
+	_, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: nodeDir, Files: []weights.File{shard}})
+	if got, rerr := os.ReadFile(filepath.Join(nodeDir, shard.Name)); rerr == nil && !bytes.Equal(got, shardData) {
+		t.Fatalf("the copy placed %d bytes that are not the head's shard (it was verified by its size alone)", len(got))
+	}
+	if app := modelAppError(t, err); app.Type() != contract.ErrBadRequest || !strings.Contains(app.Message(), "no sha256 or blob id to verify it by") {
+		t.Fatalf("a copy without hashes: type %s: %s", app.Type(), app.Message())
+	}
+	if a.isOpen(srv) && a.served(t, srv) != 0 {
+		t.Errorf("the server sent %d bytes to a copy that could not verify them", a.served(t, srv))
+	}
+}
+
+// The head hashes the files a copy will send when asked (what a deploy asks before a
+// model.host_dir copy); with those hashes a corrupted partial file, and a file in place
+// of the right size with other bytes, are caught: the first fails the copy as
+// ModelCorrupt and is removed, the second is copied again.
+func TestHostDirCopyVerifiesWhatTheHeadHashed(t *testing.T) {
+	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
+	files := []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"tokenizer.json", []byte(strings.Repeat("tok ", 300))},
+		{"model.safetensors", randomBytes(3, 1<<20)}}
+	writeModelDir(t, headDir, files)
+	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
+	sized := a.manifest(t, contract.ModelManifestRequest{Dir: headDir})
+	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir, Hash: []string{"model.safetensors", "tokenizer.json"}})
+	for _, f := range head.Files {
+		sum := sha256.Sum256(files[slices.IndexFunc(files, func(m modelFile) bool { return m.name == f.Name })].data)
+		want := map[bool]string{true: hex.EncodeToString(sum[:])}[f.Name != "config.json"]
+		if f.SHA256 != want {
+			t.Errorf("%s: sha256 %q, want %q (only the files asked for are hashed)", f.Name, f.SHA256, want)
+		}
+	}
+	if !slices.Equal(weights.Names(head.Files), weights.Names(sized.Files)) {
+		t.Fatalf("hashing changed the files: %q, %q", weights.Names(head.Files), weights.Names(sized.Files))
+	}
+	shard, _ := head.File("model.safetensors")
+	tok, _ := head.File("tokenizer.json")
+	partial := filepath.Join(nodeDir, shard.Name+weights.PartialSuffix)
+	writeModelFile(t, partial, randomBytes(99, 1<<19))
+	writeModelFile(t, filepath.Join(nodeDir, tok.Name), []byte(strings.Repeat("TOK ", 300))) // the right size, other bytes
+	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute)
+	req := contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: nodeDir, Files: []weights.File{tok, shard}, Parallel: 1}
+	_, err := b.sync(req)
+	if app := modelAppError(t, err); app.Type() != contract.ErrModelCorrupt || !strings.Contains(app.Message(), "sha256") {
+		t.Fatalf("a corrupted partial file: type %s: %s", app.Type(), app.Message())
+	}
+	if _, err := os.Stat(partial); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the corrupt partial file is still there: %v", err)
+	}
+	if _, err := b.sync(req); err != nil {
+		t.Fatalf("the copy again: %v", err)
+	}
+	for _, f := range files[1:] {
+		if got, err := os.ReadFile(filepath.Join(nodeDir, f.name)); err != nil || !bytes.Equal(got, f.data) {
+			t.Errorf("%s on node-b is not the head's (%d bytes, %v)", f.name, len(got), err)
+		}
+	}
+}
+
 // TestModelServerServesOnlyItsListAndExpires: the server answers ranges of the files it
 // was given, refuses any other file and strangers, and closes by itself after its TTL.
 func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
@@ -510,7 +584,8 @@ func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
 		t.Errorf("closing a closed server: %v", err)
 	}
 	b := newAgent(t, "node-b", nil)
-	_, err := b.sync(contract.SyncModelRequest{From: other.Addr, Token: other.Token, Root: t.TempDir(), Files: []weights.File{{Name: "config.json", Size: 22}}})
+	_, err := b.sync(contract.SyncModelRequest{From: other.Addr, Token: other.Token, Root: t.TempDir(),
+		Files: []weights.File{{Name: "config.json", Size: 22, SHA256: strings.Repeat("0", 64)}}})
 	if app := modelAppError(t, err); app.Type() != contract.ErrModelServerGone {
 		t.Errorf("copy from a closed server: %s: %s", app.Type(), app.Message())
 	}

@@ -50,6 +50,10 @@ type ModelManifestRequest struct {
 	Dir string `json:"dir,omitempty"`
 	// Checksums reads and hashes every file (model.checksums).
 	Checksums bool `json:"checksums,omitempty"`
+	// Hash names files to read and hash without Checksums: the files a copy will send
+	// that have no hash in the manifest yet (a model.host_dir's), which the copy verifies
+	// by it.
+	Hash []string `json:"hash,omitempty"`
 }
 
 // OpenModelServerRequest asks the head's node to serve model files to the other nodes.

@@ -50,6 +50,18 @@ func HFSnapshotDir(cache, repo, commit string) string {
 
 func hfRepoFolder(repo string) string { return "models--" + strings.ReplaceAll(repo, "/", "--") }
 
+// Hashing says which files a scan reads and hashes, beyond the names and sizes it always
+// reads.
+type Hashing struct {
+	// All hashes every file (model.checksums): reads every byte.
+	All bool
+	// Files are files to hash without All, by name: the files a copy will send, which
+	// the copy verifies by their hash.
+	Files []string
+}
+
+func (h Hashing) of(name string) bool { return h.All || slices.Contains(h.Files, name) }
+
 // How a scan reads. Everything is read through fsys, by fs.FS names: the caller chooses
 // what the names resolve beneath (the agent's fsys is package confined's, which refuses
 // every symbolic link). Links a model legitimately holds — a Hugging Face snapshot's
@@ -61,10 +73,10 @@ func hfRepoFolder(repo string) string { return "models--" + strings.ReplaceAll(r
 
 // ScanHF describes the snapshot a Hugging Face cache holds of a repository: the commit
 // revision names (a branch or tag under refs/, or a commit), "main" when revision is
-// empty. cache is the cache's name in fsys. With checksums every file is read and hashed;
-// without, only sizes are read and LFS files carry the sha256 their blob is named after. It stops when ctx is done (hashing
+// empty. cache is the cache's name in fsys. Files h names are read and hashed; the others'
+// sizes only are read, and LFS files carry the sha256 their blob is named after. It stops when ctx is done (hashing
 // reads every byte).
-func ScanHF(ctx context.Context, fsys fs.FS, cache, repo, revision string, checksums bool) (Manifest, error) {
+func ScanHF(ctx context.Context, fsys fs.FS, cache, repo, revision string, h Hashing) (Manifest, error) {
 	m := Manifest{Source: repo}
 	org, name, ok := strings.Cut(repo, "/")
 	if !ok || !validSegment(org) || !validSegment(name) {
@@ -109,13 +121,13 @@ func ScanHF(ctx context.Context, fsys fs.FS, cache, repo, revision string, check
 	} else if err != nil {
 		return m, err
 	}
-	return m, scanDir(ctx, fsys, m.Dir, checksums, &m)
+	return m, scanDir(ctx, fsys, m.Dir, h, &m)
 }
 
 // ScanDir describes the model a plain directory holds (a model.host_dir), as ScanHF does
 // for a snapshot; dir is its name in fsys, and source what the manifest and its messages
 // call it (the node's path).
-func ScanDir(ctx context.Context, fsys fs.FS, dir, source string, checksums bool) (Manifest, error) {
+func ScanDir(ctx context.Context, fsys fs.FS, dir, source string, h Hashing) (Manifest, error) {
 	m := Manifest{Source: source, Dir: dir}
 	fi, err := fs.Stat(fsys, dir)
 	switch {
@@ -128,13 +140,13 @@ func ScanDir(ctx context.Context, fsys fs.FS, dir, source string, checksums bool
 		m.Absent = source + " is not a directory"
 		return m, nil
 	}
-	return m, scanDir(ctx, fsys, dir, checksums, &m)
+	return m, scanDir(ctx, fsys, dir, h, &m)
 }
 
 // scanDir fills m with the model files in dir: config.json, every file a safetensors index
 // lists (or, without an index, the *.safetensors present), and the small files present at
 // the top (JSON, tokenizer, chat templates, remote code) that vLLM reads too.
-func scanDir(ctx context.Context, fsys fs.FS, dir string, checksums bool, m *Manifest) error {
+func scanDir(ctx context.Context, fsys fs.FS, dir string, h Hashing, m *Manifest) error {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return err
@@ -199,16 +211,13 @@ func scanDir(ctx context.Context, fsys fs.FS, dir string, checksums bool, m *Man
 				f.Blob = b
 			}
 		}
-		if !checksums && IsSHA256(f.Blob) {
+		if !h.of(name) && IsSHA256(f.Blob) {
 			f.SHA256 = f.Blob
 		}
 		m.Files = append(m.Files, f)
 		targets = append(targets, target)
 	}
-	if checksums {
-		return hashAll(ctx, fsys, m.Files, targets)
-	}
-	return nil
+	return hashAll(ctx, fsys, m.Files, targets, h)
 }
 
 // resolve looks name up, following its symbolic links as the package comment says, and
@@ -269,13 +278,16 @@ func readIndex(fsys fs.FS, name string) ([]string, error) {
 	return out, nil
 }
 
-// hashAll sets the SHA256 of every file from its content (at targets, its links
-// resolved).
-func hashAll(ctx context.Context, fsys fs.FS, files []File, targets []string) error {
+// hashAll sets the SHA256 of the files h names from their content (at targets, their
+// links resolved).
+func hashAll(ctx context.Context, fsys fs.FS, files []File, targets []string, h Hashing) error {
 	sem := make(chan struct{}, hashParallelism)
 	errs := make([]error, len(files))
 	var wg sync.WaitGroup
 	for i := range files {
+		if !h.of(files[i].Name) {
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {

@@ -273,13 +273,13 @@ func TestScanHFAndCompare(t *testing.T) {
 // confined: no link followed by the kernel).
 func scanHFAt(t *testing.T, cache, repo, revision string, checksums bool) (Manifest, error) {
 	t.Helper()
-	return ScanHF(context.Background(), openFS(t, cache), ".", repo, revision, checksums)
+	return ScanHF(context.Background(), openFS(t, cache), ".", repo, revision, Hashing{All: checksums})
 }
 
 // scanDirAt is ScanDir of the directory at an OS path, read beneath its parent.
 func scanDirAt(t *testing.T, dir string, checksums bool) (Manifest, error) {
 	t.Helper()
-	return ScanDir(context.Background(), openFS(t, filepath.Dir(dir)), filepath.Base(dir), dir, checksums)
+	return ScanDir(context.Background(), openFS(t, filepath.Dir(dir)), filepath.Base(dir), dir, Hashing{All: checksums})
 }
 
 func openFS(t *testing.T, root string) *confined.Dir {
@@ -501,7 +501,7 @@ func TestScanResolvesLinksWithinItsFileSystem(t *testing.T) {
 			"secret":                               {Data: []byte("outside the model, inside the cache")},
 		}
 	}
-	m, err := ScanHF(context.Background(), model(link("../../blobs/cfg")), ".", repo, "", true)
+	m, err := ScanHF(context.Background(), model(link("../../blobs/cfg")), ".", repo, "", Hashing{All: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +516,7 @@ func TestScanResolvesLinksWithinItsFileSystem(t *testing.T) {
 		"../../../../../etc/passwd": ErrLinkOutside,
 		"../../blobs/loop-one":      nil, // a loop: refused as one, whatever else
 	} {
-		_, err := ScanHF(context.Background(), model(link(target)), ".", repo, "", true)
+		_, err := ScanHF(context.Background(), model(link(target)), ".", repo, "", Hashing{All: true})
 		if err == nil || want != nil && !errors.Is(err, want) {
 			t.Errorf("config.json -> %s: err = %v, want %v", target, err, want)
 		}
@@ -526,7 +526,7 @@ func TestScanResolvesLinksWithinItsFileSystem(t *testing.T) {
 	}
 	// A link that stays in the file system, out of the repository, is the file system's
 	// to allow: the agent's is the allowed mount.
-	if m, err := ScanHF(context.Background(), model(link("../../../../secret")), ".", repo, "", false); err != nil || len(m.Missing) != 0 {
+	if m, err := ScanHF(context.Background(), model(link("../../../../secret")), ".", repo, "", Hashing{}); err != nil || len(m.Missing) != 0 {
 		t.Errorf("a link within the file system: %+v, %v", m, err)
 	}
 }

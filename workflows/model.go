@@ -83,7 +83,7 @@ func (d *deployment) checkModel(ctx workflow.Context) error {
 
 // copyModel copies what each node lacks from the head, agent to agent over the planned
 // subnet: the head's agent serves exactly those files, each node's agent fetches them
-// (resumable, verified), and the server closes. A failed copy leaves complete files in
+// (resumable, verified by each file's hash: hashCopies), and the server closes. A failed copy leaves complete files in
 // place and removes partial ones.
 func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manifest, lacking map[string][]weights.File) error {
 	m := d.spec.Model
@@ -126,6 +126,9 @@ func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manife
 			}
 			return weights.HFSnapshotDir(d.spec.HFCache, m.Path, headManifest.Revision), contract.ModelLayoutHF, ref
 		}
+		if err := d.hashCopies(ctx, head, headManifest, nodes, lacking); err != nil {
+			return err
+		}
 		for _, n := range nodes {
 			dir, _, _ := root(n)
 			d.saga.add("remove partial model files on "+n, func(ctx workflow.Context) error {
@@ -144,6 +147,78 @@ func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manife
 			workflow.GetLogger(ctx).Warn("model server gone; opening another", "attempt", attempt)
 		}
 	})
+}
+
+// hashCopies gives every file a copy sends the hash the copy verifies it by (the agents
+// copy only files with one: size alone would let a corrupt or tampered file of the right
+// length through). Hugging Face files carry theirs in their blob's name; the others — a
+// model.host_dir scanned without checksums — are hashed now by the head's agent: only the
+// files some node lacks, and only when a copy is needed, rather than every file of every
+// node at every deploy (what model.checksums does).
+func (d *deployment) hashCopies(ctx workflow.Context, head string, headManifest weights.Manifest, nodes []string, lacking map[string][]weights.File) error {
+	seen := map[string]bool{}
+	var names []string
+	for _, n := range nodes {
+		for _, f := range lacking[n] {
+			if !f.Hashed() && !seen[f.Name] {
+				seen[f.Name] = true
+				names = append(names, f.Name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	m := d.spec.Model
+	req := contract.ModelManifestRequest{Node: head, Hash: names}
+	if m.HostDir != "" {
+		req.Dir = m.HostDir
+	} else {
+		req.HFCache, req.Repo, req.Revision = d.spec.HFCache, m.Path, m.Revision
+	}
+	var hashed weights.Manifest
+	o := deployStep(d.spec.Timeouts.ModelSyncTimeout(), stepAttempts) // reads every byte of those files
+	err := workflow.ExecuteActivity(d.onNode(ctx, head, fmt.Sprintf("hash %d model files on %s", len(names), head), o),
+		contract.ActivityModelManifest, req).Get(ctx, &hashed)
+	if err != nil {
+		return classify("hash model files", head, err)
+	}
+	changed := func(what string) error {
+		return &stepError{Step: "hash model files", Node: head, Type: contract.ErrModelIncomplete,
+			Msg: what + " on " + head + " while the deploy checked the model. Fix: complete the model on the head, then deploy again"}
+	}
+	if hashed.Revision != headManifest.Revision {
+		return changed(fmt.Sprintf("the snapshot changed from revision %s to %q", headManifest.Revision, hashed.Revision))
+	}
+	for _, n := range nodes {
+		files := lacking[n]
+		for i, f := range files {
+			if f.Hashed() {
+				continue
+			}
+			hf, ok := hashed.File(f.Name)
+			if !ok || hf.Size != f.Size || !weights.IsSHA256(hf.SHA256) {
+				return changed(fmt.Sprintf("%s changed (%s then, %s now)", f.Name, weights.HumanSize(f.Size), fileNow(hashed, f.Name)))
+			}
+			files[i].SHA256 = hf.SHA256
+		}
+	}
+	return nil
+}
+
+// fileNow says what a manifest holds of a file, for a message.
+func fileNow(m weights.Manifest, name string) string {
+	f, ok := m.File(name)
+	switch {
+	case m.Absent != "":
+		return m.Absent
+	case !ok:
+		return "missing"
+	case !weights.IsSHA256(f.SHA256):
+		return weights.HumanSize(f.Size) + " and not hashed"
+	}
+	return weights.HumanSize(f.Size)
 }
 
 // copyOnce opens the head's model server, has every node copy what it lacks, and closes

@@ -5,8 +5,11 @@ package fakeagents
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -497,17 +500,31 @@ func SeedManifest() weights.Manifest {
 			{Name: "model.safetensors.index.json", Size: 30_000}}}
 }
 
-// ModelManifest answers with the node's manifest.
+// ModelManifest answers with the node's manifest, the files req.Hash names hashed
+// (FakeSHA256).
 func (f *Agents) ModelManifest(ctx context.Context, req contract.ModelManifestRequest) (weights.Manifest, error) {
-	if err := f.record(ctx, "ModelManifest", req.Node, ""); err != nil {
+	if err := f.record(ctx, "ModelManifest", req.Node, strings.Join(req.Hash, ",")); err != nil {
 		return weights.Manifest{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if m, ok := f.Manifests[req.Node]; ok {
-		return m, nil
+	m, ok := f.Manifests[req.Node]
+	if !ok {
+		m = SeedManifest()
 	}
-	return SeedManifest(), nil
+	m.Files = append([]weights.File(nil), m.Files...)
+	for i, file := range m.Files {
+		if slices.Contains(req.Hash, file.Name) {
+			m.Files[i].SHA256 = FakeSHA256(file.Name)
+		}
+	}
+	return m, nil
+}
+
+// FakeSHA256 is the sha256 the fake agents report for a file they were asked to hash.
+func FakeSHA256(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:])
 }
 
 func (f *Agents) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
@@ -530,6 +547,11 @@ func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (
 	}
 	res := contract.SyncResult{Seconds: 1}
 	for _, file := range req.Files {
+		if !file.Hashed() { // as an agent refuses it (transfer.ErrUnverifiable)
+			return res, temporal.NewNonRetryableApplicationError("copy "+file.Name+": no sha256 or blob id to verify it by", contract.ErrBadRequest, nil)
+		}
+	}
+	for _, file := range req.Files {
 		res.Bytes += file.Size
 		res.Copied = append(res.Copied, file.Name)
 	}
@@ -543,6 +565,14 @@ func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (
 func (f *Agents) RemovePartialModel(ctx context.Context, req contract.RemovePartialModelRequest) (contract.RemovePartialModelResult, error) {
 	f.signed("RemovePartialModel", req.Node, req.Intent)
 	return contract.RemovePartialModelResult{}, f.record(ctx, "RemovePartialModel", req.Node, req.Root)
+}
+
+// SetManifest makes m what node holds of the model from now on (safe while a workflow
+// runs).
+func SetManifest(f *Agents, node string, m weights.Manifest) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Manifests[node] = m
 }
 
 // RenameLink renames one of a node's links, as a link that came back under another name.

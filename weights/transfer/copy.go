@@ -55,6 +55,9 @@ var (
 	// ErrNotServed: the server refused a file (not in its list, or leading outside its
 	// directory).
 	ErrNotServed = errors.New("model file not served")
+	// ErrUnverifiable: a file to copy has no hash (weights.File.Hashed), so what arrives
+	// could not be told from what the head holds: nothing is copied.
+	ErrUnverifiable = errors.New("model file without a hash")
 )
 
 // failure is an error of one of the kinds above, with its own message.
@@ -101,12 +104,21 @@ type Copy struct {
 // Run copies c.Files. Each file is written to <name>.tpdeploy-partial, resumed from that
 // file's size with a Range request when it is there (so an agent killed mid-copy does not
 // fetch again what arrived), verified by size and hash (the resumed part included), and
-// renamed into place. A file already in place is not fetched. The result is what arrived,
-// even on an error.
+// renamed into place. A file already in place (its size and hash) is not fetched. Every
+// file must have a hash: size alone would let a corrupt or tampered file of the right
+// length through. The result is what arrived, even on an error.
 func (c Copy) Run(ctx context.Context) (contract.SyncResult, error) {
 	res := contract.SyncResult{Copied: []string{}}
 	if len(c.Files) == 0 {
 		return res, nil
+	}
+	for _, f := range c.Files {
+		if !f.Hashed() {
+			return res, fail(ErrUnverifiable, "copy %s: no sha256 or blob id to verify it by (the head's manifest hashes the files a copy sends)", f.Name)
+		}
+	}
+	if err := c.Dir.MkdirAll(c.Rel); err != nil {
+		return res, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -335,9 +347,9 @@ func (s *syncer) one(ctx context.Context, f weights.File) error {
 }
 
 // inPlace reports whether a file is already where it belongs: for a Hugging Face cache,
-// its blob is there at its size (then the snapshot entry is linked to it); for a directory,
-// the file is there at its size and, when its hash is known, with that hash (unless an
-// earlier attempt reported it copied).
+// its blob is there at its size (then the snapshot entry is linked to it; the blob's name
+// is its hash); for a directory, the file is there at its size and with its hash (unless
+// an earlier attempt reported it copied).
 func (s *syncer) inPlace(ctx context.Context, f weights.File, dest, blobs string) (bool, error) {
 	if blobs != "" {
 		blob := blobName(f)
