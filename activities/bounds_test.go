@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -165,34 +166,53 @@ func TestListenerSetsAreBounded(t *testing.T) {
 	}
 }
 
-func TestModelServersAreBoundedAndOnlyTheTokenKeepsThemOpen(t *testing.T) {
+func TestModelServersAreBoundedAndOnlyAKeyKeepsThemOpen(t *testing.T) {
 	own := ownIPv4(t).Addr()
 	dir := t.TempDir()
 	writeModelFile(t, filepath.Join(dir, "m", "config.json"), []byte("{}"))
 	g := guardedAgent(t, "node-a", dir)
-	var tokens []string
+	serve := func(edit func(*contract.OpenModelServerRequest)) contract.OpenModelServerRequest {
+		r := contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"},
+			Keys: []string{transfer.KeyHash("secret")}, Peers: []netip.Addr{own}}
+		if edit != nil {
+			edit(&r)
+		}
+		return r
+	}
+	var ids []string
 	t.Cleanup(func() {
-		for _, tok := range tokens {
-			g.node.Weights.servers.Close(tok)
+		for _, id := range ids {
+			g.node.Weights.servers.Close(id)
 		}
 	})
 	for i := 0; i < transfer.MaxServers; i++ {
-		srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
+		srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, serve(nil))
 		if err != nil {
 			t.Fatalf("server %d of %d: %v", i+1, transfer.MaxServers, err)
 		}
-		tokens = append(tokens, srv.Token)
+		ids = append(ids, srv.ID)
 	}
-	_, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"}})
+	_, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, serve(nil))
 	if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied {
 		t.Fatalf("server %d: %v", transfer.MaxServers+1, err)
 	}
-	for _, tok := range tokens {
-		g.node.Weights.servers.Close(tok)
+	for _, id := range ids {
+		g.node.Weights.servers.Close(id)
 	}
-	// Requests without the token, every 50 ms, do not keep a 300 ms server open.
-	srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"),
-		Files: []string{"config.json"}, TTL: 300 * time.Millisecond})
+	// Many keys or peers are refused; so is a server for nobody.
+	for what, req := range map[string]contract.OpenModelServerRequest{
+		"too many keys":  serve(func(r *contract.OpenModelServerRequest) { r.Keys = slices.Repeat(r.Keys, transfer.MaxPeers+1) }),
+		"too many peers": serve(func(r *contract.OpenModelServerRequest) { r.Peers = slices.Repeat(r.Peers, transfer.MaxPeers+1) }),
+	} {
+		if _, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, req); modelAppError(t, err).Type() != contract.ErrPolicyDenied {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if _, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, serve(func(r *contract.OpenModelServerRequest) { r.Keys = nil })); modelAppError(t, err).Type() != contract.ErrBadRequest {
+		t.Errorf("a server without keys: %v", err)
+	}
+	// Requests without a key's secret, every 50 ms, do not keep a 300 ms server open.
+	srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, serve(func(r *contract.OpenModelServerRequest) { r.TTL = 300 * time.Millisecond }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +225,33 @@ func TestModelServersAreBoundedAndOnlyTheTokenKeepsThemOpen(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if g.isOpen(srv) {
-		g.node.Weights.servers.Close(srv.Token)
+		g.node.Weights.servers.Close(srv.ID)
 		t.Fatal("unauthenticated requests kept the model server open past its TTL")
+	}
+}
+
+func TestCopyKeysAreBounded(t *testing.T) {
+	g := newAgent(t, "node-b", nil)
+	prepare := func(ttl time.Duration) (contract.ModelCopyKey, error) {
+		return run[contract.ModelCopyKey](g, g.node.Weights.PrepareModelCopy, contract.PrepareModelCopyRequest{Node: "node-b", Root: "/", TTL: ttl})
+	}
+	var keys []string
+	for i := 0; i < transfer.MaxKeys; i++ {
+		keys = append(keys, g.copyKey(t))
+	}
+	if _, err := prepare(0); modelAppError(t, err).Type() != contract.ErrPolicyDenied {
+		t.Fatalf("key %d: %v", transfer.MaxKeys+1, err)
+	}
+	// A key whose copy is done, and one unused past its TTL, free their places.
+	g.node.Weights.keys.Forget(keys[0])
+	if _, err := prepare(time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := g.node.Weights.keys.Len(); n != transfer.MaxKeys-1 {
+		t.Fatalf("%d keys kept, want %d", n, transfer.MaxKeys-1)
+	}
+	if k, err := prepare(0); err != nil || slices.Contains(keys, k.Key) {
+		t.Fatalf("the freed place: %+v, %v", k, err)
 	}
 }

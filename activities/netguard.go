@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -98,21 +99,67 @@ func (n *hostNet) checkDial(targets ...netip.AddrPort) error {
 }
 
 func dialable(own []netip.Prefix, t netip.AddrPort) error {
-	addr := t.Addr().Unmap()
 	switch {
 	case !t.IsValid():
 		return fmt.Errorf("dial %s: not an address and port", t)
-	case addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsMulticast() || addr.IsUnspecified():
-		return fmt.Errorf("dial %s: loopback, link-local, multicast and unspecified addresses are no peer's", t)
 	case t.Port() < minUnprivilegedPort:
 		return fmt.Errorf("dial %s: a privileged port", t)
+	}
+	if err := peerAddr(own, t.Addr()); err != nil {
+		return fmt.Errorf("dial %s: %w", t, err)
+	}
+	return nil
+}
+
+// peerAddr allows an address a peer of this node may have: in one of its subnets, not
+// loopback, link-local, multicast or unspecified.
+func peerAddr(own []netip.Prefix, addr netip.Addr) error {
+	addr = addr.Unmap()
+	if !addr.IsValid() || addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsMulticast() || addr.IsUnspecified() {
+		return errors.New("loopback, link-local, multicast and unspecified addresses are no peer's")
 	}
 	for _, p := range own {
 		if p.Masked().Contains(addr) {
 			return nil
 		}
 	}
-	return fmt.Errorf("dial %s: in no subnet this node has an address in", t)
+	return errors.New("in no subnet this node has an address in")
+}
+
+// checkPeers allows the addresses a model server accepts requests from: peers' (peerAddr).
+func (n *hostNet) checkPeers(addrs []netip.Addr) error {
+	if n.policy == nil {
+		return nil
+	}
+	own, err := n.ownPrefixes()
+	if err != nil {
+		return err
+	}
+	return n.allowed(func(policy.Policy) error {
+		for _, a := range addrs {
+			if err := peerAddr(own, a); err != nil {
+				return fmt.Errorf("serve %s: %w", a, err)
+			}
+		}
+		return nil
+	})
+}
+
+// checkSource allows an address to dial from: one of this node's own.
+func (n *hostNet) checkSource(addr netip.Addr) error {
+	if n.policy == nil {
+		return nil
+	}
+	own, err := n.ownPrefixes()
+	if err != nil {
+		return err
+	}
+	return n.allowed(func(policy.Policy) error {
+		if !ownsAddr(own, addr) {
+			return fmt.Errorf("dial from %s: not an address of this node", addr)
+		}
+		return nil
+	})
 }
 
 // checkDialString is checkDial for "host:port".

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -15,6 +15,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/weights"
+	"github.com/tpdeploy/tpdeploy/weights/transfer"
 )
 
 // Issue #23 finding 3: the Hugging Face cache is mounted read-write into containers that
@@ -51,22 +52,16 @@ func TestModelServerRefusesPlantedLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	const secret = "a copy's secret"
 	srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: snap,
-		Files: []string{"config.json", "tokenizer.json", files[2].name}})
+		Files: []string{"config.json", "tokenizer.json", files[2].name}, Keys: []string{transfer.KeyHash(secret)}, Peers: []netip.Addr{own}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.node.Weights.servers.Close(srv.Token) })
+	t.Cleanup(func() { a.node.Weights.servers.Close(srv.ID) })
 	get := func(name string) (int, []byte) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr.String()+"/"+name, nil)
-		req.Header.Set("Authorization", "Bearer "+srv.Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		code, body := getModelFile(t, &net.TCPAddr{IP: own.AsSlice()}, srv, name, secret, "")
+		return code, []byte(body)
 	}
 	passwd, _ := os.ReadFile("/etc/passwd")
 	for _, name := range []string{"config.json", "tokenizer.json"} {
@@ -124,12 +119,14 @@ func TestSyncModelRefusesPlantedLinks(t *testing.T) {
 			head := a.manifest(t, contract.ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
 			snap := weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision)
 			tc.plant(t, snap, weights.HFRepoDir(nodeCache, modelRepo), outside)
-			srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: head.Dir, Files: weights.Names(head.Files)})
+			key := b.copyKey(t)
+			srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: head.Dir, Files: weights.Names(head.Files),
+				Keys: []string{key}, Peers: []netip.Addr{own}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { a.node.Weights.servers.Close(srv.Token) })
-			_, err = b.sync(contract.SyncModelRequest{From: netip.AddrPortFrom(own, srv.Addr.Port()), Token: srv.Token, Root: snap,
+			t.Cleanup(func() { a.node.Weights.servers.Close(srv.ID) })
+			_, err = b.sync(contract.SyncModelRequest{From: netip.AddrPortFrom(own, srv.Addr.Port()), Key: key, Addr: own, Root: snap,
 				Layout: contract.ModelLayoutHF, Ref: "main", Files: head.Files})
 			if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied {
 				t.Errorf("sync through a planted link: %v", err)

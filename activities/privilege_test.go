@@ -107,9 +107,16 @@ func TestForeignWorkflowGetsPolicyDeniedForEveryPrimitive(t *testing.T) {
 		want           []string
 	}{
 		{"serve /etc/shadow", contract.ActivityOpenModelServer,
-			contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: "/etc", Files: []string{"shadow"}}, []string{"/etc", "allowed_mounts"}},
+			contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: "/etc", Files: []string{"shadow"},
+				Keys: []string{strings.Repeat("0", 64)}, Peers: []netip.Addr{own.Addr()}}, []string{"/etc", "allowed_mounts"}},
+		{"serve to a stranger's address", contract.ActivityOpenModelServer,
+			contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: cache, Files: []string{"config.json"},
+				Keys: []string{strings.Repeat("0", 64)}, Peers: []netip.Addr{netip.MustParseAddr("203.0.113.9")}}, []string{"203.0.113.9", "no subnet"}},
+		{"copy from a stranger's address", contract.ActivitySyncModel,
+			contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 8000), Key: strings.Repeat("0", 64), Addr: netip.MustParseAddr("203.0.113.9"), Root: cache,
+				Files: []weights.File{{Name: "config.json", Size: 2}}}, []string{"203.0.113.9", "not an address of this node"}},
 		{"write /root/.ssh/authorized_keys", contract.ActivitySyncModel,
-			contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 8000), Token: "t", Root: "/root/.ssh",
+			contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 8000), Key: strings.Repeat("0", 64), Addr: own.Addr(), Root: "/root/.ssh",
 				Files: []weights.File{{Name: "authorized_keys", Size: 100}}}, []string{"/root/.ssh", "allowed_mounts"}},
 		{"scan /etc", contract.ActivityModelManifest,
 			contract.ModelManifestRequest{Node: "node-a", Dir: "/etc", Checksums: true}, []string{"/etc", "allowed_mounts"}},

@@ -34,8 +34,10 @@ type Weights struct {
 	*nodeBase
 	net    *hostNet
 	mounts *mounts
-	// servers are this agent's open model servers.
+	// servers are this agent's open model servers; keys the secrets its own copies
+	// present to other agents' servers.
 	servers transfer.Servers
+	keys    transfer.Keys
 }
 
 func newWeights(base *nodeBase, net *hostNet, mnt *mounts) *Weights {
@@ -115,9 +117,27 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 	}
 }
 
+// PrepareModelCopy makes the key this node's copy (SyncModel) will present to the head's
+// model server: a random secret the agent keeps in memory, of which only the SHA-256 is
+// returned (transfer.Keys). Workflow history then carries nothing a server accepts.
+func (w *Weights) PrepareModelCopy(ctx context.Context, req contract.PrepareModelCopyRequest) (contract.ModelCopyKey, error) {
+	if err := w.checkNode(req.Node); err != nil {
+		return contract.ModelCopyKey{}, err
+	}
+	if err := w.signedModelRoot(req.Intent, req.Root); err != nil {
+		return contract.ModelCopyKey{}, err
+	}
+	key, err := w.keys.New(req.TTL)
+	if errors.Is(err, transfer.ErrKeysFull) {
+		return contract.ModelCopyKey{}, w.deny("%v (each is forgotten within %s unused)", err, transfer.MaxTTL)
+	}
+	return contract.ModelCopyKey{Key: key}, err
+}
+
 // OpenModelServer starts an HTTP server on an ephemeral port of Addr, in the node's network
-// namespace, serving the listed files under Root (GET /<name>, with Range, bearer token).
-// It closes on CloseModelServer, or by itself after TTL without a request in flight.
+// namespace, serving the listed files under Root (GET /<name>, with Range) to the planned
+// peers presenting one of the copies' keys. It closes on CloseModelServer, or by itself
+// after TTL without a request in flight.
 func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
 	if err := w.checkNode(req.Node); err != nil {
 		return contract.ModelServer{}, err
@@ -132,6 +152,20 @@ func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelSer
 		if !fs.ValidPath(f) || f == "." {
 			return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model file %q is not a path inside the model's directory", f), contract.ErrBadRequest, nil)
 		}
+	}
+	if len(req.Keys) > transfer.MaxPeers || len(req.Peers) > transfer.MaxPeers {
+		return contract.ModelServer{}, w.deny("%d keys and %d peers asked for: at most %d of each", len(req.Keys), len(req.Peers), transfer.MaxPeers)
+	}
+	if len(req.Keys) == 0 || len(req.Peers) == 0 {
+		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError("a model server needs the keys and the planned addresses of the nodes it serves", contract.ErrBadRequest, nil)
+	}
+	for _, k := range req.Keys {
+		if !weights.IsSHA256(k) {
+			return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("key %q is not a hex SHA-256", k), contract.ErrBadRequest, nil)
+		}
+	}
+	if err := w.net.checkPeers(req.Peers); err != nil {
+		return contract.ModelServer{}, err
 	}
 	if w.servers.Len() >= transfer.MaxServers {
 		return contract.ModelServer{}, w.deny("%v", transfer.ErrFull)
@@ -165,23 +199,24 @@ func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelSer
 	}
 	ap := l.Addr().(*net.TCPAddr).AddrPort()
 	addr := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	token, err := w.servers.Open(transfer.Serve{Listener: l, Dir: dir, Rel: rel, Files: req.Files, TTL: req.TTL, Node: w.name, Log: w.logger()})
+	id, err := w.servers.Open(transfer.Serve{Listener: l, Dir: dir, Rel: rel, Files: req.Files, Keys: req.Keys, Peers: req.Peers,
+		TTL: req.TTL, Node: w.name, Log: w.logger()})
 	if errors.Is(err, transfer.ErrFull) {
 		return contract.ModelServer{}, w.deny("%v", err)
 	}
 	if err != nil {
 		return contract.ModelServer{}, err
 	}
-	return contract.ModelServer{Addr: addr, Token: token}, nil
+	return contract.ModelServer{Addr: addr, ID: id}, nil
 }
 
-// CloseModelServer closes the server of a token; an unknown token (already closed,
-// expired, or lost with an agent restart) is not an error.
+// CloseModelServer closes the server of an ID; an unknown ID (already closed, expired, or
+// lost with an agent restart) is not an error.
 func (w *Weights) CloseModelServer(ctx context.Context, req contract.CloseModelServerRequest) error {
 	if err := w.checkNode(req.Node); err != nil {
 		return err
 	}
-	w.servers.Close(req.Token)
+	w.servers.Close(req.ID)
 	return nil
 }
 
@@ -213,16 +248,25 @@ func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) 
 	if err := w.net.checkDial(req.From); err != nil {
 		return res, err
 	}
+	if err := w.net.checkSource(req.Addr); err != nil {
+		return res, err
+	}
 	if len(req.Files) == 0 {
 		return res, nil
 	}
+	secret, release, ok := w.keys.Take(req.Key)
+	if !ok {
+		return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s holds no copy key %s (it expired, or this agent restarted since it made it): the copy starts over with a new key",
+			w.name, shortKey(req.Key)), contract.ErrModelServerGone, nil)
+	}
+	defer release()
 	var prev contract.SyncProgress
 	if activity.HasHeartbeatDetails(ctx) {
 		_ = activity.GetHeartbeatDetails(ctx, &prev)
 	}
-	dialer := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
+	dialer := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second, LocalAddr: &net.TCPAddr{IP: req.Addr.AsSlice()}}
 	res, err = transfer.Copy{
-		From: req.From, Token: req.Token,
+		From: req.From, Secret: secret,
 		Dial: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
 			err = w.net.inNetNS(func() error {
 				var derr error
@@ -239,6 +283,7 @@ func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) 
 		w.logger().Warn("model sync stopped", zap.Int64("received", res.Bytes), zap.Strings("copied", res.Copied), zap.Error(err))
 		return res, w.copyError(err)
 	}
+	w.keys.Forget(req.Key) // the copy is done: its key opens nothing more
 	w.logger().Info("model synced", zap.Stringer("from", req.From), zap.Int("files", len(res.Copied)),
 		zap.Int64("bytes", res.Bytes), zap.Int64("reused", res.Reused), zap.Float64("mbps", res.MBps))
 	return res, nil
@@ -268,9 +313,12 @@ func (w *Weights) copyError(err error) error {
 	return err
 }
 
+// shortKey abbreviates a key for a message.
+func shortKey(k string) string { return k[:min(len(k), 12)] }
+
 func checkSyncRequest(req contract.SyncModelRequest) error {
-	if !req.From.IsValid() || req.Token == "" {
-		return errors.New("a model sync needs the model server's address and token")
+	if !req.From.IsValid() || !req.Addr.IsValid() || req.Key == "" {
+		return errors.New("a model sync needs the model server's address, this node's planned address and its copy key")
 	}
 	if req.Root == "" {
 		return errors.New("a model sync needs a destination directory")

@@ -374,6 +374,7 @@ const (
 	ActivityPrepareMaster       = "PrepareMaster"
 	ActivityStartVLLMRank       = "StartVLLMRank"
 	ActivityModelManifest       = "ModelManifest"
+	ActivityPrepareModelCopy    = "PrepareModelCopy"
 	ActivityOpenModelServer     = "OpenModelServer"
 	ActivityCloseModelServer    = "CloseModelServer"
 	ActivitySyncModel           = "SyncModel"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -759,11 +760,21 @@ func TestModelSyncFromHead(t *testing.T) {
 		t.Fatalf("deploy: %v", err)
 	}
 	snapshot := fakeagents.SeedManifest().Dir
-	calls := fakeagents.Calls(f, "OpenModelServer", "SyncModel", "CloseModelServer")
-	want := []string{"OpenModelServer node-a model-00002-of-00003.safetensors,model-00003-of-00003.safetensors",
+	calls := fakeagents.Calls(f, "PrepareModelCopy", "OpenModelServer", "SyncModel", "CloseModelServer")
+	want := []string{"PrepareModelCopy node-b " + snapshot, "OpenModelServer node-a model-00002-of-00003.safetensors,model-00003-of-00003.safetensors",
 		"SyncModel node-b " + snapshot, "CloseModelServer node-a"}
 	if !slices.Equal(calls, want) {
 		t.Errorf("calls %q, want %q", calls, want)
+	}
+	// The server is opened for node-b's key, from node-b's planned address, and the copy
+	// names the same key (the fake, like an agent, copies only with a key it made).
+	nodeB, _ := res.Plan.Node("node-b")
+	if len(f.ServerRequests) != 1 || len(f.SyncRequests) != 1 {
+		t.Fatalf("%d servers, %d copies", len(f.ServerRequests), len(f.SyncRequests))
+	}
+	srv, cp := f.ServerRequests[0], f.SyncRequests[0]
+	if !slices.Equal(srv.Keys, []string{cp.Key}) || !slices.Equal(srv.Peers, []netip.Addr{nodeB.Address}) || cp.Addr != nodeB.Address {
+		t.Errorf("server keys %q peers %v; copy key %q from %s; node-b is planned at %s", srv.Keys, srv.Peers, cp.Key, cp.Addr, nodeB.Address)
 	}
 	if len(res.ModelCopies) != 1 || res.ModelCopies[0].Node != "node-b" || res.ModelCopies[0].Bytes != 6_100_000_000 {
 		t.Errorf("model copies %+v", res.ModelCopies)

@@ -221,27 +221,50 @@ func fileNow(m weights.Manifest, name string) string {
 	return weights.HumanSize(f.Size)
 }
 
-// copyOnce opens the head's model server, has every node copy what it lacks, and closes
-// the server.
+// copyOnce has every copying node make its copy's key, opens the head's model server for
+// those keys and the nodes' planned addresses, has every node copy what it lacks, and
+// closes the server. The keys' secrets stay in the copying agents: history holds only
+// their SHA-256s (contract.PrepareModelCopyRequest).
 func (d *deployment) copyOnce(ctx workflow.Context, head string, addr netip.Addr, dir string, files, nodes []string,
 	lacking map[string][]weights.File, root func(string) (string, string, string)) error {
-	var srv contract.ModelServer
+	keys := map[string]string{}
+	peers := map[string]netip.Addr{}
+	for _, n := range nodes {
+		np, ok := d.plannedNode(n)
+		if !ok {
+			return &stepError{Step: "copy model", Node: n, Type: "Internal", Msg: "no plan for " + n}
+		}
+		peers[n] = np.Address
+	}
+	const ttl = 10 * time.Minute
 	o := deployStep(30*time.Second, stepAttempts)
-	err := workflow.ExecuteActivity(d.onNode(ctx, head, "serve model files on "+head, o), contract.ActivityOpenModelServer,
-		contract.OpenModelServerRequest{Node: head, Addr: addr, Root: dir, Files: files, TTL: 10 * time.Minute, Intent: d.req.Intent}).Get(ctx, &srv)
+	err := forEachNode(ctx, "prepare the model copy", nodes, func(node string) workflow.Future {
+		dir, _, _ := root(node)
+		return workflow.ExecuteActivity(d.onNode(ctx, node, "make a model copy key on "+node, o), contract.ActivityPrepareModelCopy,
+			contract.PrepareModelCopyRequest{Node: node, Root: dir, TTL: ttl, Intent: d.req.Intent})
+	}, func(node string, k contract.ModelCopyKey) { keys[node] = k.Key })
+	if err != nil {
+		return err
+	}
+	req := contract.OpenModelServerRequest{Node: head, Addr: addr, Root: dir, Files: files, TTL: ttl, Intent: d.req.Intent}
+	for _, n := range nodes { // sorted: the request is the same on replay
+		req.Keys, req.Peers = append(req.Keys, keys[n]), append(req.Peers, peers[n])
+	}
+	var srv contract.ModelServer
+	err = workflow.ExecuteActivity(d.onNode(ctx, head, "serve model files on "+head, o), contract.ActivityOpenModelServer, req).Get(ctx, &srv)
 	if err != nil {
 		return classify("serve model files", head, err)
 	}
 	defer func() {
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		_ = workflow.ExecuteActivity(d.onNode(dctx, head, "close model server on "+head, deployStep(10*time.Second, 2)),
-			contract.ActivityCloseModelServer, contract.CloseModelServerRequest{Node: head, Token: srv.Token}).Get(dctx, nil)
+			contract.ActivityCloseModelServer, contract.CloseModelServerRequest{Node: head, ID: srv.ID}).Get(dctx, nil)
 	}()
 	copyOpts := stepOptions{startToClose: d.spec.Timeouts.ModelSyncTimeout(), heartbeat: stepHeartbeat, attempts: stepAttempts}
 	return forEachNode(ctx, "copy model", nodes, func(node string) workflow.Future {
 		dir, layout, ref := root(node)
 		return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("copy %d model files to %s", len(lacking[node]), node), copyOpts),
-			contract.ActivitySyncModel, contract.SyncModelRequest{Node: node, From: srv.Addr, Token: srv.Token, Root: dir,
+			contract.ActivitySyncModel, contract.SyncModelRequest{Node: node, From: srv.Addr, Key: keys[node], Addr: peers[node], Root: dir,
 				Layout: layout, Ref: ref, Files: lacking[node], Intent: d.req.Intent})
 	}, func(node string, r contract.SyncResult) {
 		d.state.ModelCopies = append(d.state.ModelCopies, ModelCopy{Node: node, Files: len(r.Copied), Bytes: r.Bytes,

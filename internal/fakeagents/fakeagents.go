@@ -51,6 +51,12 @@ type Agents struct {
 	Proofs map[string]dataplane.Rank
 	// ProofRequests are the data-plane proof requests received, in order.
 	ProofRequests []contract.ProofRequest
+	// ServerRequests and SyncRequests are the model servers opened and the copies asked
+	// for, in order.
+	ServerRequests []contract.OpenModelServerRequest
+	SyncRequests   []contract.SyncModelRequest
+	// copyKeys are the keys each node made (PrepareModelCopy), the last one per node.
+	copyKeys map[string]string
 	// WatchSteps are the progress reports WatchServing returns, one per call.
 	WatchSteps []contract.ServingProgress
 	WatchCalls int
@@ -527,12 +533,32 @@ func FakeSHA256(name string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// PrepareModelCopy makes a key for the node's copy, as an agent does (its value says which
+// node and how many keys before).
+func (f *Agents) PrepareModelCopy(ctx context.Context, req contract.PrepareModelCopyRequest) (contract.ModelCopyKey, error) {
+	f.signed("PrepareModelCopy", req.Node, req.Intent)
+	if err := f.record(ctx, "PrepareModelCopy", req.Node, req.Root); err != nil {
+		return contract.ModelCopyKey{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.copyKeys == nil {
+		f.copyKeys = map[string]string{}
+	}
+	key := FakeSHA256(fmt.Sprintf("copy key %d of %s", len(f.copyKeys), req.Node))
+	f.copyKeys[req.Node] = key
+	return contract.ModelCopyKey{Key: key}, nil
+}
+
 func (f *Agents) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
 	f.signed("OpenModelServer", req.Node, req.Intent)
 	if err := f.record(ctx, "OpenModelServer", req.Node, strings.Join(req.Files, ",")); err != nil {
 		return contract.ModelServer{}, err
 	}
-	return contract.ModelServer{Addr: netip.AddrPortFrom(req.Addr, 40000), Token: "token"}, nil
+	f.mu.Lock()
+	f.ServerRequests = append(f.ServerRequests, req)
+	f.mu.Unlock()
+	return contract.ModelServer{Addr: netip.AddrPortFrom(req.Addr, 40000), ID: "server-1"}, nil
 }
 
 func (f *Agents) CloseModelServer(ctx context.Context, req contract.CloseModelServerRequest) error {
@@ -545,7 +571,14 @@ func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (
 	if err := f.record(ctx, "SyncModel", req.Node, req.Root); err != nil {
 		return contract.SyncResult{}, err
 	}
+	f.mu.Lock()
+	f.SyncRequests = append(f.SyncRequests, req)
+	key := f.copyKeys[req.Node]
+	f.mu.Unlock()
 	res := contract.SyncResult{Seconds: 1}
+	if req.Key == "" || req.Key != key { // as an agent holds only the keys it made
+		return res, temporal.NewNonRetryableApplicationError(req.Node+" holds no copy key "+req.Key, contract.ErrModelServerGone, nil)
+	}
 	for _, file := range req.Files {
 		if !file.Hashed() { // as an agent refuses it (transfer.ErrUnverifiable)
 			return res, temporal.NewNonRetryableApplicationError("copy "+file.Name+": no sha256 or blob id to verify it by", contract.ErrBadRequest, nil)

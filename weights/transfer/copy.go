@@ -49,7 +49,7 @@ var (
 	ErrCorrupt = errors.New("model file corrupt")
 	// ErrSourceLacks: the server does not hold a file it was to serve.
 	ErrSourceLacks = errors.New("the source lacks a model file")
-	// ErrServerGone: the server refused the connection or the token (closed, expired, or
+	// ErrServerGone: the server refused the connection or the key (closed, expired, or
 	// its agent restarted): open another and copy again.
 	ErrServerGone = errors.New("model server gone")
 	// ErrNotServed: the server refused a file (not in its list, or leading outside its
@@ -75,11 +75,12 @@ func fail(kind error, format string, args ...any) error {
 
 // Copy is one copy from a model server into a directory.
 type Copy struct {
-	// From is the model server and Token what it wants.
-	From  netip.AddrPort
-	Token string
+	// From is the model server, and Secret the secret of this node's key, which the
+	// server accepts (Keys).
+	From   netip.AddrPort
+	Secret string
 	// Dial makes the copy's connections (the agent dials from the node's own network
-	// namespace).
+	// namespace and its planned address: the server accepts only its peers').
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Dir is the allowed mount written beneath and Rel the destination in it: every
 	// path is opened without following links.
@@ -540,7 +541,7 @@ func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, ha
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+s.c.Token)
+	req.Header.Set("Authorization", "Bearer "+s.c.Secret)
 	if *have > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(*have, 10)+"-")
 	}
@@ -584,7 +585,7 @@ func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, ha
 		return fail(ErrCorrupt, "%s from %s: the source holds less than the %d bytes already copied, the head's manifest says %d; the partial copy was removed",
 			f.Name, from, *have, f.Size)
 	case http.StatusUnauthorized:
-		return fail(ErrServerGone, "copy %s: the model server at %s does not know this token (closed, expired, or its agent restarted)", f.Name, from)
+		return fail(ErrServerGone, "copy %s: the model server at %s does not accept this node's key (closed, expired, or its agent restarted)", f.Name, from)
 	case http.StatusForbidden:
 		return fail(ErrNotServed, "copy %s: %s", f.Name, body())
 	default:

@@ -2,7 +2,7 @@ package transfer
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,7 +10,9 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,14 +31,16 @@ const (
 	// flight when its close never arrives.
 	DefaultTTL = 5 * time.Minute
 	MaxTTL     = time.Hour
-	// MaxLifetime closes a server however busy it is kept.
+	// MaxLifetime closes a server however busy it is kept (and forgets a key).
 	MaxLifetime = 12 * time.Hour
+	// MaxPeers bounds the keys and the peer addresses of one server (a cluster's nodes).
+	MaxPeers = 64
 )
 
 // ErrFull is an Open refused because MaxServers are open.
 var ErrFull = fmt.Errorf("%d model servers are open, the most an agent keeps", MaxServers)
 
-// Servers are one agent's open model servers, by token.
+// Servers are one agent's open model servers, by ID.
 type Servers struct {
 	mu sync.Mutex
 	m  map[string]*server
@@ -52,6 +56,11 @@ type Serve struct {
 	Rel string
 	// Files are the names, relative to Rel, the server serves; nothing else is.
 	Files []string
+	// Keys are the hex SHA-256s of the secrets the server accepts as a bearer token (the
+	// copies' keys, KeyHash); Peers the addresses it accepts requests from (the nodes
+	// being served). A request needs both.
+	Keys  []string
+	Peers []netip.Addr
 	// TTL closes the server after this long without a request in flight (DefaultTTL when
 	// zero, at most MaxTTL).
 	TTL time.Duration
@@ -62,15 +71,17 @@ type Serve struct {
 
 // server serves a fixed list of files over HTTP with Range support.
 type server struct {
-	owner       *Servers
-	node, token string
-	dir         *confined.Dir
-	rel         string
-	files       map[string]bool
-	ttl         time.Duration
-	deadline    time.Time
-	srv         *http.Server
-	log         *zap.Logger
+	owner    *Servers
+	node, id string
+	keys     [][sha256.Size]byte
+	peers    []netip.Addr
+	dir      *confined.Dir
+	rel      string
+	files    map[string]bool
+	ttl      time.Duration
+	deadline time.Time
+	srv      *http.Server
+	log      *zap.Logger
 	// served counts the bytes of file content written to clients.
 	served atomic.Int64
 
@@ -81,11 +92,16 @@ type server struct {
 	closed bool
 }
 
-// Open starts serving s (GET /<name>, with Range, bearer token) and returns the token that
-// reads from and closes it. The server closes on Close, or by itself after its TTL without
-// a request in flight. On an error, s's listener and directory are closed.
+// Open starts serving s (GET /<name>, with Range, to a peer presenting a key's secret) and
+// returns the server's ID, which closes it and opens nothing: it is no secret. The server
+// closes on Close, or by itself after its TTL without a request in flight. On an error,
+// s's listener and directory are closed.
 func (ss *Servers) Open(s Serve) (string, error) {
-	token, err := newToken()
+	keys, err := parseKeys(s.Keys, s.Peers)
+	var id string
+	if err == nil {
+		id, err = newID()
+	}
 	if err != nil {
 		_ = s.Listener.Close()
 		_ = s.Dir.Close()
@@ -105,7 +121,11 @@ func (ss *Servers) Open(s Serve) (string, error) {
 		log = zap.NewNop()
 	}
 	now := time.Now()
-	srv := &server{owner: ss, node: s.Node, token: token, dir: s.Dir, rel: s.Rel, files: files, ttl: ttl, last: now,
+	peers := make([]netip.Addr, len(s.Peers))
+	for i, p := range s.Peers {
+		peers[i] = p.Unmap()
+	}
+	srv := &server{owner: ss, node: s.Node, id: id, keys: keys, peers: peers, dir: s.Dir, rel: s.Rel, files: files, ttl: ttl, last: now,
 		deadline: now.Add(MaxLifetime), log: log}
 	srv.srv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	ss.mu.Lock()
@@ -118,23 +138,48 @@ func (ss *Servers) Open(s Serve) (string, error) {
 	if ss.m == nil {
 		ss.m = map[string]*server{}
 	}
-	ss.m[token] = srv
+	ss.m[id] = srv
 	srv.mu.Lock() // expire reads the timer
 	srv.timer = time.AfterFunc(ttl, srv.expire)
 	srv.mu.Unlock()
 	ss.mu.Unlock()
 	go func() { _ = srv.srv.Serve(s.Listener) }()
 	log.Info("model server open", zap.Stringer("addr", s.Listener.Addr()), zap.String("root", s.Dir.Path(s.Rel)),
-		zap.Int("files", len(files)), zap.Duration("ttl", ttl))
-	return token, nil
+		zap.Int("files", len(files)), zap.Int("keys", len(keys)), zap.Stringers("peers", peers), zap.Duration("ttl", ttl))
+	return id, nil
 }
 
-// Close closes the server of a token and reports whether one was open; an unknown token
+// parseKeys checks a server's keys and peers: at least one of each, at most MaxPeers, each
+// key a hex SHA-256.
+func parseKeys(hashes []string, peers []netip.Addr) ([][sha256.Size]byte, error) {
+	switch {
+	case len(hashes) == 0 || len(peers) == 0:
+		return nil, errors.New("a model server needs the keys and the addresses of the nodes it serves")
+	case len(hashes) > MaxPeers || len(peers) > MaxPeers:
+		return nil, fmt.Errorf("%d keys and %d peers: at most %d of each", len(hashes), len(peers), MaxPeers)
+	}
+	keys := make([][sha256.Size]byte, len(hashes))
+	for i, h := range hashes {
+		b, err := hex.DecodeString(h)
+		if err != nil || len(b) != sha256.Size {
+			return nil, fmt.Errorf("key %q is not a hex SHA-256", h)
+		}
+		keys[i] = [sha256.Size]byte(b)
+	}
+	for _, p := range peers {
+		if !p.IsValid() {
+			return nil, errors.New("a peer address is empty")
+		}
+	}
+	return keys, nil
+}
+
+// Close closes the server of an ID and reports whether one was open; an unknown ID
 // (already closed, expired, or lost with an agent restart) is not an error.
-func (ss *Servers) Close(token string) bool {
+func (ss *Servers) Close(id string) bool {
 	ss.mu.Lock()
-	s, ok := ss.m[token]
-	delete(ss.m, token)
+	s, ok := ss.m[id]
+	delete(ss.m, id)
 	ss.mu.Unlock()
 	if !ok {
 		return false
@@ -164,10 +209,10 @@ type Stats struct {
 	Active int
 }
 
-// Stats reports on the server of a token, if it is open.
-func (ss *Servers) Stats(token string) (Stats, bool) {
+// Stats reports on the server of an ID, if it is open.
+func (ss *Servers) Stats(id string) (Stats, bool) {
 	ss.mu.Lock()
-	s, ok := ss.m[token]
+	s, ok := ss.m[id]
 	ss.mu.Unlock()
 	if !ok {
 		return Stats{}, false
@@ -177,10 +222,10 @@ func (ss *Servers) Stats(token string) (Stats, bool) {
 	return Stats{Served: s.served.Load(), Active: s.active}, true
 }
 
-func newToken() (string, error) {
+func newID() (string, error) {
 	b := make([]byte, 12)
 	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("model server token: %w", err)
+		return "", fmt.Errorf("model server id: %w", err)
 	}
 	return hex.EncodeToString(b), nil
 }
@@ -204,14 +249,19 @@ func (s *server) expire() {
 		return
 	}
 	s.mu.Unlock()
-	s.owner.Close(s.token)
+	s.owner.Close(s.id)
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Only a request with the token keeps the server open: anyone else who reaches the
-	// address must not hold it past its TTL.
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.token)) != 1 {
-		http.Error(w, "unknown token", http.StatusUnauthorized)
+	// Only a planned peer's request with a key's secret keeps the server open: anyone else
+	// who reaches the address must not hold it past its TTL.
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err != nil || !slices.Contains(s.peers, ap.Addr().Unmap()) {
+		http.Error(w, "not served to "+r.RemoteAddr+": not a planned peer's address", http.StatusForbidden)
+		return
+	}
+	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || !accepts(s.keys, secret) {
+		http.Error(w, "unknown key", http.StatusUnauthorized)
 		return
 	}
 	s.mu.Lock()
