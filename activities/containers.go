@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -16,13 +14,11 @@ import (
 	"strings"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/go-units"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
@@ -266,116 +262,9 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 	}, nil
 }
 
-// ensureContainer creates and starts s, or adopts the container of the same name: one
-// with the same spec hash is reused (and started if it is stopped — a crash between
-// create and start leaves exactly that), one with another hash is replaced.
-func (a *Node) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (contract.ContainerRef, error) {
-	if err := a.containerAllowed(s); err != nil {
-		return contract.ContainerRef{}, err
-	}
-	eng, addr, err := a.engine(host)
-	if err != nil {
-		return contract.ContainerRef{}, err
-	}
-	ref := contract.ContainerRef{Node: a.Name, Role: s.Labels[LabelRole], Name: s.Name}
-	run := s.Image // a pinned image runs by the ID it resolves to (pinned.go)
-	if _, pinned := policy.Digest(s.Image); pinned {
-		if _, run, err = a.resolveImage(ctx, eng, addr, s.Image); err != nil {
-			return ref, err
-		}
-	}
-	want := s.hash()
-	for attempt := 0; ; attempt++ {
-		got, err := eng.ContainerInspect(ctx, s.Name, client.ContainerInspectOptions{})
-		switch {
-		case cerrdefs.IsNotFound(err):
-			opts, err := s.createOptions()
-			if err != nil {
-				return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("container %s: %v", s.Name, err), contract.ErrBadRequest, nil)
-			}
-			opts.Config.Image = run
-			created, err := eng.ContainerCreate(ctx, opts)
-			if cerrdefs.IsConflict(err) && attempt < 3 {
-				continue // created meanwhile by an attempt we did not see finish
-			}
-			if cerrdefs.IsNotFound(err) {
-				return ref, imageMissing(s.Image)
-			}
-			if err != nil {
-				return ref, engineError(addr, "create "+s.Name, err)
-			}
-			ref.ID = created.ID
-			a.logger().Info("container created", zap.String("name", s.Name), zap.String("hash", want))
-		case err != nil:
-			return ref, engineError(addr, "inspect "+s.Name, err)
-		case got.Container.Config == nil || got.Container.Config.Labels[LabelCluster] != s.Labels[LabelCluster]:
-			// Never replace what another cluster, or not tpdeploy, owns.
-			owner := "no tpdeploy cluster"
-			if got.Container.Config != nil && got.Container.Config.Labels[LabelCluster] != "" {
-				owner = "cluster " + got.Container.Config.Labels[LabelCluster]
-			}
-			return ref, temporal.NewNonRetryableApplicationError(fmt.Sprintf("a container named %s exists and belongs to %s: remove or rename it", s.Name, owner), contract.ErrBadRequest, nil)
-		case !replace && got.Container.Config.Labels[LabelSpecHash] == want &&
-			(s.Labels[LabelIntent] == "" || got.Container.Config.Labels[LabelIntent] != ""):
-			// (With signed intent, a container started before it was required is replaced.)
-			ref.ID, ref.Adopted = got.Container.ID, true
-			if got.Container.State != nil && got.Container.State.Running {
-				return ref, nil
-			}
-		default:
-			if err := a.removeContainer(ctx, eng, addr, got.Container.ID, s.Options.StopTimeout); err != nil {
-				return ref, err
-			}
-			a.logger().Info("container replaced", zap.String("name", s.Name), zap.Bool("forced", replace))
-			replace = false
-			continue
-		}
-		if _, err := eng.ContainerStart(ctx, ref.ID, client.ContainerStartOptions{}); err != nil {
-			return ref, engineError(addr, "start "+s.Name, err)
-		}
-		return ref, nil
-	}
-}
-
-// containerAllowed checks a container against the node's policy before anything is made:
-// its image, its env names, and each host path it binds (by the policy's rules and as it
-// resolves on the node, refusing links).
-func (a *Node) containerAllowed(s containerSpec) error {
-	err := a.allowed(func(p policy.Policy) error {
-		errs := []error{p.CheckImage(s.Image), p.CheckEnv(envNames(s.Env)...)}
-		for _, b := range s.Binds {
-			src, _, _ := strings.Cut(b, ":")
-			errs = append(errs, p.CheckMount(a.nodePath(src))) // the policy names the node's paths
-		}
-		return errors.Join(errs...)
-	})
-	if err != nil {
-		return err
-	}
-	for _, b := range s.Binds {
-		src, _, _ := strings.Cut(b, ":")
-		if err := a.bindSource(a.nodePath(src)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func imageMissing(image string) error {
 	return temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("image %s not present (tpdeploy never pulls: load or pull it on the node first)", image), contract.ErrImageMissing, nil)
-}
-
-// removeContainer stops a container gracefully, then removes it; gone already is fine.
-func (a *Node) removeContainer(ctx context.Context, eng containerEngine, addr, id string, timeout time.Duration) error {
-	secs := int(timeout.Seconds())
-	if _, err := eng.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil && !cerrdefs.IsNotFound(err) {
-		return engineError(addr, "stop "+id[:min(12, len(id))], err)
-	}
-	if _, err := eng.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-		return engineError(addr, "remove "+id[:min(12, len(id))], err)
-	}
-	return nil
 }
 
 // agentEnv are the variables the agent itself sets from its own secrets, never from a
@@ -395,176 +284,154 @@ func envNames(env []string) []string {
 	return names
 }
 
-// bindSource makes sure a bind mount's source is a directory beneath an allowed mount
-// with no symlink on the way there (the engine would follow one: an hf_cache that is a
-// link to / would mount the host's root read-write), making it when it is not there (as
-// the engine would, but without following links).
-func (a *Node) bindSource(nodePath string) error {
-	dir, rel, err := a.beneath(nodePath, "host path")
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	if err := dir.mkdirAll(rel); err != nil {
-		if isResolveRefusal(err) {
-			return a.denyPath("host path "+nodePath, err)
-		}
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: host path %s: %v", a.Name, nodePath, err), contract.ErrBadRequest, nil)
-	}
-	return nil
+// Containers checks a node's engine before a deploy (PreflightNode), removes a
+// cluster's containers (RemoveContainers) and reads what they printed last
+// (LastOutput); the agent's start-up reconcile (Reconcile) removes what no deployment
+// holds.
+type Containers struct {
+	*nodeBase
+	docker *docker
+	// vllm resolves the spec's secrets: the preflight checks that they resolve, as vLLM's
+	// launch will need them (plannedAllowed, stage.go); their values go nowhere.
+	vllm *VLLM
 }
 
-// maxSecretSize bounds a secret file: a token is a few hundred bytes, and /dev/zero or a
-// multi-gigabyte file must not grow the agent's memory.
-const maxSecretSize = 64 << 10
+// specAllowed checks everything a spec would make this node do, so that preflight refuses
+// a spec outside the policy before anything starts (each action checks its part again).
+func (cs *Containers) specAllowed(c spec.Cluster) error {
+	n, _ := c.Node(cs.name)
+	return cs.allowed(func(p policy.Policy) error {
+		var hostDir error
+		if c.Model.HostDir != "" {
+			hostDir = p.CheckMount(c.Model.HostDir)
+		}
+		return errors.Join(p.CheckImage(c.Image), p.CheckDockerHost(n.DockerHost), p.CheckMount(c.HFCache), hostDir,
+			p.CheckPorts(c.Ports.VLLM, c.Ports.Ray, c.Ports.Dashboard))
+	})
+}
 
-// secretEnv resolves the spec's secret references on this node, within its policy: an
-// agent variable secret_env names, or a regular file under secret_dirs (opened beneath it
-// without following links, at most maxSecretSize). HF_TOKEN is for every vLLM process;
-// VLLM_API_KEY (withAPIKey) only for the one that runs the API server, on the head. Values
-// go into an exec's environment only, never into a container's configuration, a workflow
-// input, result, log or error.
-func (a *Node) secretEnv(s spec.Secrets, withAPIKey bool) (map[string]string, error) {
-	out := map[string]string{}
-	if s.HFToken != nil {
-		v, err := a.resolveSecret("secrets.hf_token", *s.HFToken)
+// PreflightNode checks that the node's engine answers and holds the image, and that the
+// head's fixed ports are free (ports.go); it never pulls (a multi-gigabyte pull belongs to
+// the operator, and an implicit one hides a typo).
+func (cs *Containers) PreflightNode(ctx context.Context, req contract.PreflightRequest) (contract.PreflightResult, error) {
+	if err := cs.checkNode(req.Node); err != nil {
+		return contract.PreflightResult{}, err
+	}
+	var signed *spec.Cluster
+	if cs.enforced() {
+		if req.Spec == nil {
+			return contract.PreflightResult{}, cs.deny("signed intent: a preflight without the spec")
+		}
+		c, err := cs.signedSpec(req.Intent, *req.Spec)
 		if err != nil {
-			return nil, err
+			return contract.PreflightResult{}, err
 		}
-		out["HF_TOKEN"] = v
-	}
-	if s.APIKey != nil && withAPIKey {
-		v, err := a.resolveSecret("secrets.api_key", *s.APIKey)
-		if err != nil {
-			return nil, err
+		signed = c
+		if req.Image != c.Image {
+			return contract.PreflightResult{}, cs.deny("signed intent: image %s is not the signed spec's %s", req.Image, c.Image)
 		}
-		out["VLLM_API_KEY"] = v
-	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return out, nil
-}
-
-// endpointKey is vLLM's API key for a readiness check of endpoint (secrets.api_key,
-// resolved on this node within its policy), or "" when the spec has none. The key goes
-// only to this node's own address at the spec's vLLM port: vLLM's API server runs on the
-// head, the node that checks it, so a request naming any other endpoint would be asking
-// the agent to hand the key to someone else.
-func (a *Node) endpointKey(c spec.Cluster, endpoint string) (string, error) {
-	if c.Secrets.APIKey == nil {
-		return "", nil
-	}
-	if err := a.checkOwnEndpoint(endpoint, c.WithDefaults().Ports.VLLM); err != nil {
-		return "", err
-	}
-	return a.resolveSecret("secrets.api_key", *c.Secrets.APIKey)
-}
-
-// EndpointKey is endpointKey for the operations activities this agent serves (control's
-// readiness checks on the head), for a spec signed as its policy requires (expired or
-// revoked too: a check starts nothing): a function, not a method, so that it is no
-// activity.
-func EndpointKey(a *Node) func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
-	return func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
-		if _, err := a.checkedSpec(in, c); err != nil {
-			return "", err
+		if err := cs.signedDockerHost(c, req.DockerHost); err != nil {
+			return contract.PreflightResult{}, err
 		}
-		return a.endpointKey(c, endpoint)
 	}
-}
-
-func (a *Node) resolveSecret(field string, ref spec.SecretRef) (string, error) {
-	bad := func(format string, args ...any) error {
-		return temporal.NewNonRetryableApplicationError(a.Name+": "+field+": "+fmt.Sprintf(format, args...), contract.ErrBadRequest, nil)
+	if req.Spec != nil {
+		if err := cs.specAllowed(*req.Spec); err != nil {
+			return contract.PreflightResult{}, err
+		}
+		if req.Plan != nil {
+			if err := cs.plannedAllowed(*req.Spec, *req.Plan, req.Deployment, signed); err != nil {
+				return contract.PreflightResult{}, err
+			}
+		}
 	}
-	switch {
-	case ref.Env != "":
-		if err := a.allowed(func(p policy.Policy) error { return p.CheckSecretEnv(ref.Env) }); err != nil {
-			return "", err
-		}
-		v := os.Getenv(ref.Env)
-		if v == "" {
-			return "", bad("agent environment variable %s is empty or unset", ref.Env)
-		}
-		return v, nil
-	case ref.File != "":
-		if err := a.allowed(func(p policy.Policy) error { return p.CheckSecretFile(ref.File) }); err != nil {
-			return "", err
-		}
-		b, err := a.readSecretFile(ref.File)
-		if err != nil {
-			return "", err
-		}
-		return strings.TrimSpace(string(b)), nil
-	}
-	return "", bad("set env or file")
-}
-
-// readSecretFile reads a secret file beneath its secret directory: no link followed, a
-// regular file only (not /dev/zero, not a FIFO that blocks), at most maxSecretSize. Its
-// errors never hold the content.
-func (a *Node) readSecretFile(file string) ([]byte, error) {
-	dirName, rel := filepath.Dir(file), filepath.Base(file)
-	if a.Policy != nil {
-		d, _ := a.Policy.SecretDir(file)
-		r, err := filepath.Rel(d, filepath.Clean(file))
-		if err != nil {
-			return nil, a.deny("secret file %s: %v", file, err)
-		}
-		dirName, rel = d, r
-	}
-	dir, err := openConfined(dirName)
+	eng, addr, err := cs.docker.engine(req.DockerHost)
 	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", a.Name, file, err), contract.ErrBadRequest, nil)
+		return contract.PreflightResult{}, err
 	}
-	defer dir.Close()
-	f, err := dir.open(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	id, _, err := cs.docker.resolveImage(ctx, eng, addr, req.Image) // pinned.go
 	if err != nil {
-		if isResolveRefusal(err) {
-			return nil, a.denyPath("secret file "+file, err)
+		return contract.PreflightResult{}, err
+	}
+	if req.Spec != nil {
+		if err := cs.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
+			return contract.PreflightResult{}, err
 		}
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", a.Name, file, err), contract.ErrBadRequest, nil)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", a.Name, file, err), contract.ErrBadRequest, nil)
-	case !fi.Mode().IsRegular():
-		return nil, a.deny("secret file %s is not a regular file (%s)", file, fi.Mode().Type())
-	case fi.Size() > maxSecretSize:
-		return nil, a.deny("secret file %s is %d bytes, more than the %d a secret may be", file, fi.Size(), maxSecretSize)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
-	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: read failed", a.Name, file), contract.ErrBadRequest, nil)
-	}
-	if len(b) > maxSecretSize {
-		return nil, a.deny("secret file %s grew past the %d bytes a secret may be", file, maxSecretSize)
-	}
-	return b, nil
+	return contract.PreflightResult{Node: cs.name, ImageID: id}, nil
 }
 
-// ownContainer refuses a container that is not one of this node's tpdeploy containers of
-// the given cluster ("" for any cluster, the name then being the cluster's own) and role:
-// an exec, a read of vLLM's output or a stop acts only on what the agent itself started,
-// whatever name a request gives.
-func (a *Node) ownContainer(name string, cfg *container.Config, cluster string, roles ...string) error {
-	var l map[string]string
-	if cfg != nil {
-		l = cfg.Labels
+// RemoveContainers stops and removes the cluster's containers on this node (only the
+// given roles, when set), found by their labels. vLLM goes first, stopped gracefully in
+// the Ray head's container, then the workers, then the head. Nothing to remove is not an
+// error.
+func (cs *Containers) RemoveContainers(ctx context.Context, req contract.RemoveRequest) (contract.RemoveResult, error) {
+	res := contract.RemoveResult{Node: cs.name, Removed: []string{}}
+	if err := cs.checkNode(req.Node); err != nil {
+		return res, err
 	}
-	c := l[LabelCluster]
-	switch {
-	case c == "" || l[LabelNode] != a.Name || !slices.Contains(roles, l[LabelRole]):
-		return a.deny("container %s is not one of this node's tpdeploy containers (role %s)", name, strings.Join(roles, " or "))
-	case cluster != "" && c != cluster:
-		return a.deny("container %s belongs to cluster %s, not %s", name, c, cluster)
-	case strings.TrimPrefix(name, "/") != contract.ContainerName(c, a.Name, l[LabelRole]):
-		return a.deny("container %s is not named as tpdeploy names cluster %s's %s", name, c, l[LabelRole])
-	case a.enforced() && l[LabelIntent] == "":
-		return a.deny("container %s was not started for a signed spec (it predates trusted_keys on this node): redeploy to replace it", name)
+	if c, err := cs.signedRemoval(req.Intent); err != nil {
+		return res, err
+	} else if c != nil {
+		if req.Cluster != c.Name {
+			return res, cs.deny("signed intent: a removal of cluster %s with the signed spec of cluster %s", req.Cluster, c.Name)
+		}
+		if err := cs.signedDockerHost(c, req.DockerHost); err != nil {
+			return res, err
+		}
 	}
-	return nil
+	return cs.removeCluster(ctx, req)
+}
+
+// removeCluster removes the cluster's containers on this node (RemoveContainers once the
+// request is checked). The agent's own reconcile calls it directly: that removal is the
+// agent's decision from Temporal's record, not a request anyone signed.
+func (cs *Containers) removeCluster(ctx context.Context, req contract.RemoveRequest) (contract.RemoveResult, error) {
+	res := contract.RemoveResult{Node: cs.name, Removed: []string{}}
+	eng, addr, err := cs.docker.engine(req.DockerHost)
+	if err != nil {
+		return res, err
+	}
+	list, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: cs.docker.clusterFilter(req.Cluster)})
+	if err != nil {
+		return res, engineError(addr, "list containers", err)
+	}
+	wants := func(role string) bool { return len(req.Roles) == 0 || slices.Contains(req.Roles, role) }
+	if wants(contract.RoleVLLM) {
+		for _, c := range list.Items {
+			if c.Labels[LabelRole] != contract.RoleRayHead || c.State != "running" {
+				continue
+			}
+			name := strings.TrimPrefix(c.Names[0], "/")
+			st, err := vllmProcStatus(ctx, eng, name)
+			if err != nil || st.State != "running" {
+				continue // no vLLM there (or no shell to ask): stopping the container ends it
+			}
+			if err := cs.docker.stopVLLM(ctx, eng, addr, name); err != nil {
+				return res, err
+			}
+			res.Removed = append(res.Removed, "vllm in "+name)
+			cs.logger().Info("vllm stopped", zap.String("container", name))
+		}
+	}
+	// The workers before the head: the order a hand teardown would use. (A container of
+	// role vllm is one an older tpdeploy ran vLLM in.)
+	order := map[string]int{contract.RoleVLLM: 0, contract.RoleRayWorker: 1, contract.RoleRayHead: 2}
+	sort.SliceStable(list.Items, func(i, j int) bool {
+		return order[list.Items[i].Labels[LabelRole]] < order[list.Items[j].Labels[LabelRole]]
+	})
+	for _, c := range list.Items {
+		if !wants(c.Labels[LabelRole]) {
+			continue
+		}
+		if err := cs.docker.removeContainer(ctx, eng, addr, c.ID, cs.docker.opts.StopTimeout); err != nil {
+			return res, err
+		}
+		name := c.ID
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		res.Removed = append(res.Removed, name)
+		cs.logger().Info("container removed", zap.String("name", name))
+	}
+	return res, nil
 }

@@ -114,8 +114,19 @@ func containersOf(t *testing.T, eng *client.Client, cluster string) []string {
 	return names
 }
 
-func testNode(name string) *Node {
-	return &Node{Name: name, Containers: ContainerOptions{Network: "none", StopTimeout: 2 * time.Second}}
+// testConfig is an agent whose containers have no network; testNode is its agent.
+func testConfig(name string) Config {
+	return Config{Name: name, Containers: ContainerOptions{Network: "none", StopTimeout: 2 * time.Second}}
+}
+
+func testNode(name string) *Agent { return New(testConfig(name)) }
+
+// onHostNetwork is an agent whose containers share its network namespace ("host"), as on
+// a real node.
+func onHostNetwork(name string) *Agent {
+	c := testConfig(name)
+	c.Containers.Network = "host"
+	return New(c)
 }
 
 func headRequest(c spec.Cluster, deployment string, env map[string]string) contract.StartRayRequest {
@@ -141,7 +152,7 @@ func TestStartCreatesAdoptsAndReplaces(t *testing.T) {
 	a := testNode("node-a")
 	env := map[string]string{"VLLM_HOST_IP": "127.0.0.1", "NCCL_SOCKET_IFNAME": "=lo"}
 
-	first, err := a.StartRayHead(ctx, headRequest(c, "run-1", env))
+	first, err := a.Ray.StartRayHead(ctx, headRequest(c, "run-1", env))
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -164,13 +175,13 @@ func TestStartCreatesAdoptsAndReplaces(t *testing.T) {
 	}
 
 	// The same spec from another deployment run adopts the running container.
-	again, err := a.StartRayHead(ctx, headRequest(c, "run-2", env))
+	again, err := a.Ray.StartRayHead(ctx, headRequest(c, "run-2", env))
 	if err != nil || !again.Adopted || again.ID != first.ID {
 		t.Fatalf("second start = %+v, %v; want the first container adopted", again, err)
 	}
 	// A changed spec replaces it.
 	env["NCCL_SOCKET_IFNAME"] = "=eth0"
-	replaced, err := a.StartRayHead(ctx, headRequest(c, "run-3", env))
+	replaced, err := a.Ray.StartRayHead(ctx, headRequest(c, "run-3", env))
 	if err != nil || replaced.Adopted || replaced.ID == first.ID || !running(t, eng, replaced.ID) {
 		t.Fatalf("changed spec = %+v, %v; want a new container", replaced, err)
 	}
@@ -199,7 +210,7 @@ func TestRetryAfterCrashBetweenCreateAndStart(t *testing.T) {
 	a := testNode("node-a")
 	req := headRequest(c, "run-1", nil)
 	// The first attempt created the container and died before starting it.
-	opts, err := rayHeadSpec(req, a.containerOptions()).createOptions()
+	opts, err := rayHeadSpec(req, a.Ray.docker.opts).createOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +218,7 @@ func TestRetryAfterCrashBetweenCreateAndStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	ref, err := a.StartRayHead(ctx, req)
+	ref, err := a.Ray.StartRayHead(ctx, req)
 	if err != nil {
 		t.Fatalf("retry: %v", err)
 	}
@@ -224,16 +235,16 @@ func TestRemoveContainersByLabels(t *testing.T) {
 	ctx := context.Background()
 	c := testCluster(t)
 	a, b := testNode("node-a"), testNode("node-b")
-	if _, err := a.StartRayHead(ctx, headRequest(c, "run-1", nil)); err != nil {
+	if _, err := a.Ray.StartRayHead(ctx, headRequest(c, "run-1", nil)); err != nil {
 		t.Fatal(err)
 	}
 	workerReq := contract.StartRayRequest{Node: "node-b", Deployment: contract.Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, RayAddress: "127.0.0.1:6379",
 		Plan: netplan.NodePlan{Name: "node-b", Address: netip.MustParseAddr("127.0.0.1")}}
-	if _, err := b.StartRayWorker(ctx, workerReq); err != nil {
+	if _, err := b.Ray.StartRayWorker(ctx, workerReq); err != nil {
 		t.Fatal(err)
 	}
 	// Both nodes share this engine, as lab nodes do: node-a's teardown must leave node-b's.
-	res, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name})
+	res, err := a.Containers.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,23 +254,23 @@ func TestRemoveContainersByLabels(t *testing.T) {
 	if left := containersOf(t, eng, c.Name); len(left) != 1 || !strings.Contains(left[0], "node-b") {
 		t.Fatalf("left %v, want node-b's worker only", left)
 	}
-	again, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name})
+	again, err := a.Containers.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name})
 	if err != nil || len(again.Removed) != 0 {
 		t.Fatalf("second removal = %+v, %v; want nothing, no error", again, err)
 	}
-	if _, err := b.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: c.Name, Roles: []string{contract.RoleVLLM}}); err != nil {
+	if _, err := b.Containers.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: c.Name, Roles: []string{contract.RoleVLLM}}); err != nil {
 		t.Fatal(err)
 	}
 	if left := containersOf(t, eng, c.Name); len(left) != 1 {
 		t.Fatalf("a vllm-only removal removed the worker: left %v", left)
 	}
-	if res, err := b.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: c.Name}); err != nil || len(res.Removed) != 1 {
+	if res, err := b.Containers.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: c.Name}); err != nil || len(res.Removed) != 1 {
 		t.Fatalf("node-b teardown = %+v, %v", res, err)
 	}
 	if left := containersOf(t, eng, c.Name); len(left) != 0 {
 		t.Fatalf("left %v after teardown of both nodes", left)
 	}
-	if res, err := b.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: "tpdtest-never-deployed"}); err != nil || len(res.Removed) != 0 {
+	if res, err := b.Containers.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-b", Cluster: "tpdtest-never-deployed"}); err != nil || len(res.Removed) != 0 {
 		t.Fatalf("unknown deployment = %+v, %v; want a no-op", res, err)
 	}
 }
@@ -277,11 +288,11 @@ func TestPreflightImage(t *testing.T) {
 	engineForTest(t)
 	ctx := context.Background()
 	b := testNode("node-b")
-	res, err := b.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: lab.SimImage})
+	res, err := b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: lab.SimImage})
 	if err != nil || !strings.HasPrefix(res.ImageID, "sha256:") {
 		t.Fatalf("present image = %+v, %v", res, err)
 	}
-	_, err = b.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: "vllm/vllm-openai:v0.17.0-tpdtest-absent"})
+	_, err = b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: "vllm/vllm-openai:v0.17.0-tpdtest-absent"})
 	app := appError(t, err)
 	if app.Type() != contract.ErrImageMissing || !app.NonRetryable() || !strings.Contains(app.Message(), "image vllm/vllm-openai:v0.17.0-tpdtest-absent not present") {
 		t.Fatalf("missing image: type %s non-retryable %v: %s", app.Type(), app.NonRetryable(), app.Message())
@@ -292,7 +303,7 @@ func TestUnreachableEngineIsRetryableAndNamed(t *testing.T) {
 	ctx := context.Background()
 	b := testNode("node-b")
 	for _, host := range []string{"unix://" + filepath.Join(t.TempDir(), "docker.sock"), "tcp://127.0.0.1:1"} {
-		_, err := b.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", DockerHost: host, Image: lab.SimImage})
+		_, err := b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", DockerHost: host, Image: lab.SimImage})
 		app := appError(t, err)
 		if app.Type() != contract.ErrDockerUnreachable || app.NonRetryable() || !strings.Contains(app.Message(), host) {
 			t.Errorf("%s: type %s non-retryable %v: %s", host, app.Type(), app.NonRetryable(), app.Message())
@@ -378,17 +389,16 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 	c.Parallel.Tensor = 1
 	c.Ports.Ray, c.Ports.VLLM = freePort(t), freePort(t)
 	c.Nodes = c.Nodes[:1]
-	a := testNode("node-a")
-	a.Containers.Network = "host"
+	a := onHostNetwork("node-a")
 	env := map[string]string{"VLLM_HOST_IP": "127.0.0.1", "RAY_ADDRESS": fmt.Sprintf("127.0.0.1:%d", c.Ports.Ray),
 		"TPDEPLOY_SIM_SHARDS": "4", "TPDEPLOY_SIM_SHARD_SECONDS": "0.3"}
-	if _, err := a.StartRayHead(ctx, headRequest(c, "run-1", env)); err != nil {
+	if _, err := a.Ray.StartRayHead(ctx, headRequest(c, "run-1", env)); err != nil {
 		t.Fatal(err)
 	}
 	plan := netplan.Plan{Head: "node-a", RayAddress: env["RAY_ADDRESS"], Nodes: []netplan.NodePlan{
 		{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1"), Env: env}}}
 	launch := contract.LaunchRequest{Node: "node-a", Deployment: contract.Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, Plan: plan}
-	ref, err := a.LaunchVLLM(ctx, launch)
+	ref, err := a.VLLM.LaunchVLLM(ctx, launch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +406,7 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 	if ref.Name != head || ref.Role != contract.RoleVLLM || ref.PID == 0 || ref.Adopted {
 		t.Fatalf("launch = %+v, want a new vllm process in %s", ref, head)
 	}
-	again, err := a.LaunchVLLM(ctx, launch)
+	again, err := a.VLLM.LaunchVLLM(ctx, launch)
 	if err != nil || !again.Adopted || again.PID != ref.PID {
 		t.Fatalf("second launch = %+v, %v; want pid %d adopted", again, err, ref.PID)
 	}
@@ -407,10 +417,10 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 		ReportWithin: 500 * time.Millisecond, Plan: &plan}
 	var suite testsuite.WorkflowTestSuite
 	aenv := suite.NewTestActivityEnvironment()
-	aenv.RegisterActivity(a)
+	registerAgent(aenv, a)
 	watchOnce := func() (contract.ServingProgress, error) {
 		var p contract.ServingProgress
-		v, err := aenv.ExecuteActivity(a.WatchServing, watch)
+		v, err := aenv.ExecuteActivity(a.VLLM.WatchServing, watch)
 		if err == nil {
 			err = v.Get(&p)
 		}
@@ -430,7 +440,7 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 	if p.ShardsTotal != 4 || p.ShardsLoaded != 4 || p.Offset == 0 {
 		t.Errorf("progress at serving = %+v", p)
 	}
-	res, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name, Roles: []string{contract.RoleVLLM}})
+	res, err := a.Containers.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", Cluster: c.Name, Roles: []string{contract.RoleVLLM}})
 	if err != nil || len(res.Removed) != 1 || res.Removed[0] != "vllm in "+head {
 		t.Fatalf("vllm-only removal = %+v, %v", res, err)
 	}
@@ -449,13 +459,13 @@ func TestVLLMRunsInTheRayHeadContainer(t *testing.T) {
 	if app.Type() != contract.ErrVLLMExited || !strings.Contains(app.Message(), "exited with code") {
 		t.Fatalf("watch after the stop: type %s: %s", app.Type(), app.Message())
 	}
-	relaunched, err := a.LaunchVLLM(ctx, launch)
+	relaunched, err := a.VLLM.LaunchVLLM(ctx, launch)
 	if err != nil || relaunched.Adopted || relaunched.PID == ref.PID {
 		t.Fatalf("relaunch after the stop = %+v, %v; want a new process", relaunched, err)
 	}
 	// A changed vLLM command replaces the running vLLM; the Ray head stays.
 	launch.Spec.Model.ExtraArgs = []string{"--max-model-len", "2048"}
-	changed, err := a.LaunchVLLM(ctx, launch)
+	changed, err := a.VLLM.LaunchVLLM(ctx, launch)
 	if err != nil || changed.Adopted || changed.PID == relaunched.PID {
 		t.Fatalf("launch of a changed command = %+v, %v; want the running vllm replaced", changed, err)
 	}
@@ -472,9 +482,8 @@ func TestPlacementNotProvenSaysWhatRaySees(t *testing.T) {
 	engineForTest(t)
 	c := testCluster(t)
 	c.Ports.Ray, c.Ports.Dashboard = freePort(t), freePort(t)
-	a := testNode("node-a")
-	a.Containers.Network = "host"
-	if _, err := a.StartRayHead(context.Background(), headRequest(c, "run-1", nil)); err != nil {
+	a := onHostNetwork("node-a")
+	if _, err := a.Ray.StartRayHead(context.Background(), headRequest(c, "run-1", nil)); err != nil {
 		t.Fatal(err)
 	}
 	// Ray as vLLM's images ship it: no dashboard, so the node table comes from the GCS.
@@ -487,11 +496,11 @@ func TestPlacementNotProvenSaysWhatRaySees(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(30 * time.Second)
-	env.RegisterActivity(a)
+	registerAgent(env, a)
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 8 * time.Second,
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
-		return workflow.ExecuteActivity(ctx, a.CheckPlacement, req).Get(ctx, nil)
+		return workflow.ExecuteActivity(ctx, a.Ray.CheckPlacement, req).Get(ctx, nil)
 	}, workflow.RegisterOptions{Name: "placement"})
 	start := time.Now()
 	env.ExecuteWorkflow("placement")
@@ -522,7 +531,7 @@ func freePort(t *testing.T) int {
 func TestPolicyRefusesWhatTheOperatorDidNotAllow(t *testing.T) {
 	ctx := context.Background()
 	pol := policy.Default()
-	a := &Node{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	a := New(Config{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 	c := spec.Cluster{Name: "tpdtest-policy", Image: "evil/miner:1", Model: spec.Model{Path: "m"}, Parallel: spec.Parallel{Tensor: 1},
 		Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, HFCache: "/etc"}.WithDefaults()
 	for _, tc := range []struct {
@@ -531,23 +540,23 @@ func TestPolicyRefusesWhatTheOperatorDidNotAllow(t *testing.T) {
 		want []string
 	}{
 		{"preflight checks the whole spec", func() error {
-			_, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
+			_, err := a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
 			return err
 		}, []string{"node-a: ", `image "evil/miner:1"`, "allowed_images", "--allow-image", "host path", "/etc", "allowed_mounts"}},
 		{"a container with a mount outside the policy", func() error {
 			ok := c
 			ok.Image = "vllm/vllm-openai:v0.17.0"
-			_, err := a.StartRayHead(ctx, headRequest(ok, "run-1", nil))
+			_, err := a.Ray.StartRayHead(ctx, headRequest(ok, "run-1", nil))
 			return err
 		}, []string{"host path", "/etc", "allowed_mounts"}},
 		{"an engine other than the local socket", func() error {
-			_, err := a.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", DockerHost: "tcp://10.9.9.9:2375", Cluster: c.Name})
+			_, err := a.Containers.RemoveContainers(ctx, contract.RemoveRequest{Node: "node-a", DockerHost: "tcp://10.9.9.9:2375", Cluster: c.Name})
 			return err
 		}, []string{"docker_host", "tcp://10.9.9.9:2375", "allowed_docker_hosts"}},
 		{"a privileged port", func() error {
 			low := c
 			low.Ports.VLLM = 80
-			_, err := a.LaunchVLLM(ctx, contract.LaunchRequest{Node: "node-a", Spec: low})
+			_, err := a.VLLM.LaunchVLLM(ctx, contract.LaunchRequest{Node: "node-a", Spec: low})
 			return err
 		}, []string{"port", "80", "allowed_ports"}},
 	} {
@@ -580,7 +589,7 @@ func TestNeverReplacesAnotherClustersContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = eng.ContainerRemove(ctx, other.ID, client.ContainerRemoveOptions{Force: true}) })
-	_, err = a.StartRayHead(ctx, headRequest(c, "run-1", nil))
+	_, err = a.Ray.StartRayHead(ctx, headRequest(c, "run-1", nil))
 	app := appError(t, err)
 	if app.Type() != contract.ErrBadRequest || !strings.Contains(app.Message(), "belongs to cluster "+c.Name+"-other") {
 		t.Fatalf("type %s: %s", app.Type(), app.Message())
@@ -609,20 +618,19 @@ func TestPreflightRefusesABusyHeadPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Ports.Ray = other.Addr().(*net.TCPAddr).Port
-	a := testNode("node-a")
-	a.Containers.Network = "host"
-	_, err = a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
+	a := onHostNetwork("node-a")
+	_, err = a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c})
 	app := appError(t, err)
 	want := fmt.Sprintf("port %d (ports.ray) already in use on node-a", c.Ports.Ray)
 	if app.Type() != contract.ErrResourcesBusy || !app.NonRetryable() || !strings.Contains(app.Message(), want) {
 		t.Fatalf("busy port: type %s non-retryable %v: %s\nwant %s containing %q", app.Type(), app.NonRetryable(), app.Message(), contract.ErrResourcesBusy, want)
 	}
 	other.Close()
-	if _, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
+	if _, err := a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
 		t.Fatalf("freed port: %v", err)
 	}
 	env := map[string]string{"VLLM_HOST_IP": "127.0.0.1", "RAY_ADDRESS": fmt.Sprintf("127.0.0.1:%d", c.Ports.Ray)}
-	if _, err := a.StartRayHead(ctx, headRequest(c, "run-1", env)); err != nil {
+	if _, err := a.Ray.StartRayHead(ctx, headRequest(c, "run-1", env)); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -635,7 +643,7 @@ func TestPreflightRefusesABusyHeadPort(t *testing.T) {
 			t.Fatalf("the head does not listen on its Ray port: %v", err)
 		}
 	}
-	if _, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
+	if _, err := a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: c.Image, Spec: &c}); err != nil {
 		t.Fatalf("port held by the cluster's own head: %v", err)
 	}
 }

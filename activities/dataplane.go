@@ -22,6 +22,14 @@ import (
 	"github.com/tpdeploy/tpdeploy/dataplane"
 )
 
+// DataPlane runs this node's rank of the data-plane proof (ProveDataPlane).
+type DataPlane struct {
+	*nodeBase
+	// net checks a fresh container's plan against the signed spec (signedProof).
+	net    *hostNet
+	docker *docker
+}
+
 // maxProofLines bounds the NCCL and proof lines a result carries into workflow history.
 const maxProofLines = 200
 
@@ -31,20 +39,20 @@ const maxProofLines = 200
 // (the node's env and the plan's, as vLLM gets them) plus NCCL's INFO lines. Every rank
 // runs at once; rank 0's store is on the master address. The program's watchdog ends it
 // after the timeout, so a rank that never joins cannot hold the step.
-func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (contract.ProofResult, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (dp *DataPlane) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (contract.ProofResult, error) {
+	if err := dp.checkNode(req.Node); err != nil {
 		return contract.ProofResult{}, err
 	}
-	eng, addr, err := a.engine(req.DockerHost)
+	eng, addr, err := dp.docker.engine(req.DockerHost)
 	if err != nil {
 		return contract.ProofResult{}, err
 	}
-	rank := dataplane.Node{Node: a.Name, Rank: req.Rank, HCAs: hcaList(req), MapNote: a.rdmaMapping(req.Plan).Note}
+	rank := dataplane.Node{Node: dp.name, Rank: req.Rank, HCAs: hcaList(req), MapNote: dp.docker.rdmaMapping(req.Plan).Note}
 	for _, d := range req.Plan.RDMA {
 		rank.LinkGbps += float64(d.RateMbps) / 1000
 	}
 	if req.Fresh != nil {
-		return a.proveInFreshContainer(ctx, req, rank)
+		return dp.proveInFreshContainer(ctx, req, rank)
 	}
 	info, err := eng.ContainerInspect(ctx, req.Container, client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
@@ -54,7 +62,7 @@ func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (c
 		return contract.ProofResult{}, engineError(addr, "inspect "+req.Container, err)
 	}
 	// The proof runs only in what the agent itself started: a Ray container of its node.
-	if err := a.ownContainer(req.Container, info.Container.Config, "", contract.RoleRayHead, contract.RoleRayWorker); err != nil {
+	if err := dp.docker.ownContainer(req.Container, info.Container.Config, "", contract.RoleRayHead, contract.RoleRayWorker); err != nil {
 		return contract.ProofResult{}, err
 	}
 	if hc := info.Container.HostConfig; hc != nil {
@@ -72,7 +80,7 @@ func (a *Node) ProveDataPlane(ctx context.Context, req contract.ProofRequest) (c
 		return contract.ProofResult{}, engineError(addr, "copy the proof into "+req.Container, err)
 	}
 	env := proofEnv(req)
-	a.logger().Info("data-plane proof", zap.String("container", req.Container), zap.Int("rank", req.Rank), zap.Int("world", req.World), zap.String("master", req.Master))
+	dp.logger().Info("data-plane proof", zap.String("container", req.Container), zap.Int("rank", req.Rank), zap.Int("world", req.World), zap.String("master", req.Master))
 	out, code, err := execBounded(ctx, eng, req.Container, []string{"python3", dataplane.ProgramPath}, env, req.Timeout+30*time.Second)
 	if err != nil {
 		return contract.ProofResult{}, engineError(addr, "run the proof in "+req.Container, err)
@@ -125,34 +133,34 @@ const proofLauncher = `f=$1; p=$2; shift 2; mkdir -p "$(dirname "$f")" && printf
 // proveInFreshContainer runs the proof in a one-shot container made as this node's vLLM
 // rank's container would be (executor mp: nothing runs on the node before its rank), waits
 // for it to end, reads its output and removes it.
-func (a *Node) proveInFreshContainer(ctx context.Context, req contract.ProofRequest, rank dataplane.Node) (contract.ProofResult, error) {
+func (dp *DataPlane) proveInFreshContainer(ctx context.Context, req contract.ProofRequest, rank dataplane.Node) (contract.ProofResult, error) {
 	fr := *req.Fresh
 	n, _ := fr.Spec.Node(req.Node)
-	c, err := a.signedDeployment(fr.Intent, fr.Spec, fr.Deployment)
+	c, err := dp.signedDeployment(fr.Intent, fr.Spec, fr.Deployment)
 	if err == nil {
-		err = a.signedProof(c, req)
+		err = dp.net.signedProof(c, req)
 	}
 	if err != nil {
 		return contract.ProofResult{}, err
 	}
-	s, _, err := rankSpec(fr, a.containerOptions())
+	s, _, err := rankSpec(fr, dp.docker.opts)
 	if err != nil {
 		return contract.ProofResult{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	np, _ := fr.Plan.Node(req.Node)
-	s = a.withRDMA(s, np)
+	s = dp.docker.withRDMA(s, np)
 	s.Name = contract.ContainerName(fr.Spec.Name, req.Node, contract.RoleProof)
 	s.Labels[LabelRole] = contract.RoleProof
 	s.Entrypoint = append([]string{"/bin/sh", "-c", proofLauncher, "sh", dataplane.ProgramPath, dataplane.Program}, proofEnv(req)...)
 	s.Cmd = nil
-	for _, d := range a.rdmaMapping(np).Mapped {
+	for _, d := range dp.docker.rdmaMapping(np).Mapped {
 		rank.Mapped = append(rank.Mapped, path.Base(d))
 	}
-	ref, err := a.ensureContainer(ctx, n.DockerHost, labelled(s, c), true)
+	ref, err := dp.docker.ensureContainer(ctx, n.DockerHost, labelled(s, c), true)
 	if err != nil {
 		return contract.ProofResult{}, err
 	}
-	eng, addr, err := a.engine(n.DockerHost)
+	eng, addr, err := dp.docker.engine(n.DockerHost)
 	if err != nil {
 		return contract.ProofResult{}, err
 	}
@@ -160,7 +168,7 @@ func (a *Node) proveInFreshContainer(ctx context.Context, req contract.ProofRequ
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if _, err := eng.ContainerRemove(rctx, ref.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			a.logger().Warn("remove the proof's container", zap.String("container", ref.Name), zap.Error(err))
+			dp.logger().Warn("remove the proof's container", zap.String("container", ref.Name), zap.Error(err))
 		}
 	}()
 	wctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)

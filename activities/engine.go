@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/policy"
 )
 
 // DefaultDockerHost is the engine a node's agent talks to when the spec names none.
@@ -81,15 +79,6 @@ func (e *engines) engine(host string) (containerEngine, string, error) {
 	}
 	e.clients[host] = c
 	return boundedEngine{c}, host, nil
-}
-
-// engine is the node's engine at host, if the node's policy allows that address.
-func (a *Node) engine(host string) (containerEngine, string, error) {
-	host = cmp.Or(host, os.Getenv("DOCKER_HOST"), DefaultDockerHost)
-	if err := a.allowed(func(p policy.Policy) error { return p.CheckDockerHost(host) }); err != nil {
-		return nil, host, err
-	}
-	return a.engines.engine(host)
 }
 
 func engineOptions(host string) ([]client.Opt, error) {

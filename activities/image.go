@@ -20,6 +20,13 @@ import (
 	"github.com/tpdeploy/tpdeploy/release"
 )
 
+// Images reads what an image holds (ReadImage), keeping the answer by image ID.
+type Images struct {
+	*nodeBase
+	docker *docker
+	cache  imageCache
+}
+
 // LabelImageRead marks the short-lived containers that read an image, so a leftover (an
 // agent killed mid-read) can be found and removed.
 const LabelImageRead = "tpdeploy.image-read"
@@ -42,40 +49,40 @@ type imageReader interface {
 // ID. It runs release.ReadScript in a container of the image with no network, a
 // read-only root, no capabilities and no mounts, and keeps the answer by image ID: an
 // image ID names its content, so a redeploy of an unchanged image costs one inspect.
-func (a *Node) ReadImage(ctx context.Context, req contract.ImageRequest) (release.Image, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (im *Images) ReadImage(ctx context.Context, req contract.ImageRequest) (release.Image, error) {
+	if err := im.checkNode(req.Node); err != nil {
 		return release.Image{}, err
 	}
-	if err := a.allowed(func(p policy.Policy) error {
+	if err := im.allowed(func(p policy.Policy) error {
 		return errors.Join(p.CheckImage(req.Image), p.CheckDockerHost(req.DockerHost))
 	}); err != nil {
 		return release.Image{}, err
 	}
-	eng, addr, err := a.engine(req.DockerHost)
+	eng, addr, err := im.docker.engine(req.DockerHost)
 	if err != nil {
 		return release.Image{}, err
 	}
 	// A pinned image is resolved to its content and read by its ID (pinned.go).
-	id, run, err := a.resolveImage(ctx, eng, addr, req.Image)
+	id, run, err := im.docker.resolveImage(ctx, eng, addr, req.Image)
 	if err != nil {
 		return release.Image{}, err
 	}
-	if img, ok := a.images.get(id); ok {
-		img.Node, img.Ref, img.Cached = a.Name, req.Image, true
+	if img, ok := im.cache.get(id); ok {
+		img.Node, img.Ref, img.Cached = im.name, req.Image, true
 		return img, nil
 	}
 	out, err := runImageRead(ctx, eng, run, id)
 	if err != nil {
-		return release.Image{}, fmt.Errorf("%s: read image %s: %w", a.Name, req.Image, err)
+		return release.Image{}, fmt.Errorf("%s: read image %s: %w", im.name, req.Image, err)
 	}
 	img, err := release.ParseRead(out)
 	if err != nil {
 		return release.Image{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("%s: image %s: %v", a.Name, req.Image, err), contract.ErrImageUnreadable, nil)
+			fmt.Sprintf("%s: image %s: %v", im.name, req.Image, err), contract.ErrImageUnreadable, nil)
 	}
 	img.ID = id
-	a.images.put(img)
-	img.Node, img.Ref = a.Name, req.Image
+	im.cache.put(img)
+	img.Node, img.Ref = im.name, req.Image
 	return img, nil
 }
 

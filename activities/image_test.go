@@ -43,7 +43,7 @@ func TestReadImageOnTheEngine(t *testing.T) {
 	imageLike(t, eng, "tpdeploy/test-image-read:noshell", "0.22.1", "", false)
 	b := testNode("node-b")
 
-	got, err := b.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:ray"})
+	got, err := b.Images.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:ray"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,25 +51,25 @@ func TestReadImageOnTheEngine(t *testing.T) {
 		got.Python != "3.12" || got.Node != "node-b" || !strings.HasPrefix(got.ID, "sha256:") || got.Cached {
 		t.Fatalf("read %+v", got)
 	}
-	again, err := b.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:ray"})
+	again, err := b.Images.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:ray"})
 	if err != nil || !again.Cached || again.VLLM != "0.17.1" || again.ID != got.ID {
 		t.Fatalf("second read %+v, %v; want it from the cache", again, err)
 	}
 
-	noRay, err := b.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:noray"})
+	noRay, err := b.Images.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:noray"})
 	if err != nil || noRay.HasRay() || noRay.VLLM != "0.22.1" {
 		t.Fatalf("no-Ray image %+v, %v", noRay, err)
 	}
 
-	_, err = b.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:noshell"})
+	_, err = b.Images.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:noshell"})
 	if app := appError(t, err); app.Type() != contract.ErrImageUnreadable || !app.NonRetryable() || !strings.Contains(app.Message(), "/bin/sh") {
 		t.Fatalf("image without a shell: %s %v: %s", app.Type(), app.NonRetryable(), app.Message())
 	}
-	_, err = b.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:absent"})
+	_, err = b.Images.ReadImage(ctx, contract.ImageRequest{Node: "node-b", Image: "tpdeploy/test-image-read:absent"})
 	if app := appError(t, err); app.Type() != contract.ErrImageMissing {
 		t.Fatalf("absent image: %s: %s", app.Type(), app.Message())
 	}
-	_, err = b.ReadImage(ctx, contract.ImageRequest{Node: "node-a", Image: "tpdeploy/test-image-read:ray"})
+	_, err = b.Images.ReadImage(ctx, contract.ImageRequest{Node: "node-a", Image: "tpdeploy/test-image-read:ray"})
 	if app := appError(t, err); app.Type() != contract.ErrWrongNode {
 		t.Fatalf("another node's request: %s", app.Type())
 	}
@@ -100,12 +100,12 @@ func BenchmarkReadImage(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		n := testNode("node-b")
 		start := time.Now()
-		if _, err := n.ReadImage(ctx, req); err != nil {
+		if _, err := n.Images.ReadImage(ctx, req); err != nil {
 			b.Fatal(err)
 		}
 		first += time.Since(start)
 		start = time.Now()
-		if img, err := n.ReadImage(ctx, req); err != nil || !img.Cached {
+		if img, err := n.Images.ReadImage(ctx, req); err != nil || !img.Cached {
 			b.Fatalf("cached read: %+v %v", img, err)
 		}
 		cached += time.Since(start)

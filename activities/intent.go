@@ -34,23 +34,23 @@ import (
 const LabelIntent = "tpdeploy.intent"
 
 // enforced says whether this node acts only on signed specs.
-func (a *Node) enforced() bool { return a.Policy != nil && a.Policy.Enforced() }
+func (b *nodeBase) enforced() bool { return b.policy != nil && b.policy.Enforced() }
 
 // signed verifies a request's intent with the node's trusted keys, refuses it when it has
 // expired or was signed before the policy's intents_not_before, and returns the spec it
 // signs; nil and no error when the node does not require signatures.
-func (a *Node) signed(in *contract.Intent) (*spec.Cluster, error) {
-	c, err := a.verified(in)
+func (b *nodeBase) signed(in *contract.Intent) (*spec.Cluster, error) {
+	c, err := b.verified(in)
 	if c == nil || err != nil {
 		return c, err
 	}
-	if err := intent.Current(in, time.Now(), a.Policy.NotBefore); err != nil {
+	if err := intent.Current(in, time.Now(), b.policy.NotBefore); err != nil {
 		fix := "sign the spec again (starter deploy --sign-key-file FILE, with --sign-valid-for for a new expiry)"
 		var te *intent.TimeError
 		if errors.As(err, &te) && !te.Expired {
-			fix += fmt.Sprintf("; this node's %s is %s (%s, %s)", policy.SettingNotBefore, a.Policy.NotBefore.Format(time.RFC3339), a.Policy.File, policy.FlagNotBefore)
+			fix += fmt.Sprintf("; this node's %s is %s (%s, %s)", policy.SettingNotBefore, b.policy.NotBefore.Format(time.RFC3339), b.policy.File, policy.FlagNotBefore)
 		}
-		return nil, a.deny("signed intent: %v: %s", err, fix)
+		return nil, b.deny("signed intent: %v: %s", err, fix)
 	}
 	return c, nil
 }
@@ -61,99 +61,83 @@ func (a *Node) signed(in *contract.Intent) (*spec.Cluster, error) {
 // does these, so a deploy whose signature expires midway cleans up after itself, an old
 // cluster is torn down without a new signature, and a cluster that serves is still seen
 // to serve once its signature expired. The key must still be trusted.
-func (a *Node) signedRemoval(in *contract.Intent) (*spec.Cluster, error) { return a.verified(in) }
+func (b *nodeBase) signedRemoval(in *contract.Intent) (*spec.Cluster, error) { return b.verified(in) }
 
 // checkedSpec is signedSpec for what starts nothing (signedRemoval): the times are not
 // checked.
-func (a *Node) checkedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
-	c, err := a.verified(in)
+func (b *nodeBase) checkedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
+	c, err := b.verified(in)
 	if c == nil || err != nil {
 		return c, err
 	}
 	if err := intent.Matches(*c, sent); err != nil {
-		return nil, a.deny("signed intent: %v", err)
+		return nil, b.deny("signed intent: %v", err)
 	}
 	return c, nil
 }
 
 // verified checks the intent's signature with the node's trusted keys, not its times.
-func (a *Node) verified(in *contract.Intent) (*spec.Cluster, error) {
-	if !a.enforced() {
+func (b *nodeBase) verified(in *contract.Intent) (*spec.Cluster, error) {
+	if !b.enforced() {
 		return nil, nil
 	}
-	trusted := fmt.Sprintf("%s: %s in %s, or %s", policy.SettingTrustedKeys, strings.Join(a.Policy.TrustedKeyNames(), ", "), a.Policy.File, policy.FlagTrustKey)
+	trusted := fmt.Sprintf("%s: %s in %s, or %s", policy.SettingTrustedKeys, strings.Join(b.policy.TrustedKeyNames(), ", "), b.policy.File, policy.FlagTrustKey)
 	if in == nil {
-		return nil, a.deny("the request is unsigned, and this node acts only on specs signed by a key it trusts (%s); deploy with starter --sign-key-file", trusted)
+		return nil, b.deny("the request is unsigned, and this node acts only on specs signed by a key it trusts (%s); deploy with starter --sign-key-file", trusted)
 	}
-	k, ok := a.Policy.TrustedKey(in.KeyID)
+	k, ok := b.policy.TrustedKey(in.KeyID)
 	if !ok {
-		return nil, a.deny("the request's spec is signed by %s, a key this node does not trust (%s)", in.KeyID, trusted)
+		return nil, b.deny("the request's spec is signed by %s, a key this node does not trust (%s)", in.KeyID, trusted)
 	}
 	c, err := intent.Verify(in, k.Key)
 	if err != nil {
-		return nil, a.deny("signed intent: %v", err)
+		return nil, b.deny("signed intent: %v", err)
 	}
 	return &c, nil
 }
 
 // signedSpec is signed, and the request's spec must be the signed one.
-func (a *Node) signedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
-	c, err := a.signed(in)
+func (b *nodeBase) signedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
+	c, err := b.signed(in)
 	if c == nil || err != nil {
 		return c, err
 	}
 	if err := intent.Matches(*c, sent); err != nil {
-		return nil, a.deny("signed intent: %v", err)
+		return nil, b.deny("signed intent: %v", err)
 	}
 	return c, nil
 }
 
 // signedDeployment is signedSpec, and the containers' deployment must be the signed
 // spec's cluster and hash.
-func (a *Node) signedDeployment(in *contract.Intent, sent spec.Cluster, d contract.Deployment) (*spec.Cluster, error) {
-	c, err := a.signedSpec(in, sent)
+func (b *nodeBase) signedDeployment(in *contract.Intent, sent spec.Cluster, d contract.Deployment) (*spec.Cluster, error) {
+	c, err := b.signedSpec(in, sent)
 	if c == nil || err != nil {
 		return c, err
 	}
 	if d.Cluster != c.Name || d.SpecHash != c.Hash() {
-		return nil, a.deny("signed intent: the deployment is of cluster %s spec %s, the signed spec is cluster %s spec %s", d.Cluster, d.SpecHash, c.Name, c.Hash())
+		return nil, b.deny("signed intent: the deployment is of cluster %s spec %s, the signed spec is cluster %s spec %s", d.Cluster, d.SpecHash, c.Name, c.Hash())
 	}
 	return c, nil
 }
 
 // signedNode is the signed spec's entry for this node.
-func (a *Node) signedNode(c *spec.Cluster) (spec.Node, error) {
-	n, ok := c.WithDefaults().Node(a.Name)
+func (b *nodeBase) signedNode(c *spec.Cluster) (spec.Node, error) {
+	n, ok := c.WithDefaults().Node(b.name)
 	if !ok {
-		return spec.Node{}, a.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, a.Name)
+		return spec.Node{}, b.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, b.name)
 	}
 	return n, nil
 }
 
 // signedDockerHost refuses an engine other than the one the signed spec gives this node.
-func (a *Node) signedDockerHost(c *spec.Cluster, host string) error {
-	n, err := a.signedNode(c)
+func (b *nodeBase) signedDockerHost(c *spec.Cluster, host string) error {
+	n, err := b.signedNode(c)
 	if err != nil {
 		return err
 	}
 	if host != "" && host != n.DockerHost || host == "" && n.DockerHost != spec.DefaultDockerHost {
-		return a.deny("signed intent: docker_host %q is not the signed spec's %q for %s", host, n.DockerHost, a.Name)
-	}
-	return nil
-}
-
-// signedAddress refuses a planned address that is not one of this node's own: the address
-// a container registers under (Ray's --node-ip-address) is measured, not signed.
-func (a *Node) signedAddress(addr netip.Addr) error {
-	if !a.enforced() {
-		return nil
-	}
-	own, err := a.ownPrefixes()
-	if err != nil {
-		return err
-	}
-	if !ownsAddr(own, addr) {
-		return a.deny("signed intent: the planned address %s is not an address of this node", addr)
+		return b.deny("signed intent: docker_host %q is not the signed spec's %q for %s", host, n.DockerHost, b.name)
 	}
 	return nil
 }
@@ -168,117 +152,150 @@ func (a *Node) signedAddress(addr netip.Addr) error {
 // signedNodePlan checks this node's plan against the verified spec c (nil: nothing to
 // check): its address and env, and join, the Ray head or rendezvous address it is told
 // to dial ("" for none), which must be the head's at the spec's port for it.
-func (a *Node) signedNodePlan(c *spec.Cluster, np netplan.NodePlan, join string, port int) error {
+func (n *hostNet) signedNodePlan(c *spec.Cluster, np netplan.NodePlan, join string, port int) error {
 	if c == nil {
 		return nil
 	}
-	if err := a.signedAddress(np.Address); err != nil {
+	if err := n.signedAddress(np.Address); err != nil {
 		return err
 	}
 	d := c.WithDefaults()
-	i, n, ok := nodeIndex(d, a.Name)
+	i, node, ok := nodeIndex(d, n.name)
 	if !ok {
-		return a.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, a.Name)
+		return n.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, n.name)
 	}
-	if err := a.pinnedAt(d, np.Address, fmt.Sprintf("nodes[%d].address", i), n.PinnedAddress(), "this node's planned address"); err != nil {
+	if err := n.pinnedAt(d, np.Address, fmt.Sprintf("nodes[%d].address", i), node.PinnedAddress(), "this node's planned address"); err != nil {
 		return err
 	}
 	for _, k := range sortedEnvNames(np.Env) {
 		v := np.Env[k]
-		switch signed, inSpec := n.Env[k]; {
+		switch signed, inSpec := node.Env[k]; {
 		case inSpec && signed != v:
-			return a.deny("signed intent: the plan sets %s=%q for %s, the signed spec's nodes[%d].env says %q", k, v, a.Name, i, signed)
+			return n.deny("signed intent: the plan sets %s=%q for %s, the signed spec's nodes[%d].env says %q", k, v, n.name, i, signed)
 		case !inSpec && !spec.PlannedEnv(k):
-			return a.deny("signed intent: the plan sets %s for %s, which is neither in the signed spec's nodes[%d].env nor a variable the plan owns", k, a.Name, i)
+			return n.deny("signed intent: the plan sets %s for %s, which is neither in the signed spec's nodes[%d].env nor a variable the plan owns", k, n.name, i)
 		case k == "VLLM_HOST_IP" && v != np.Address.String():
-			return a.deny("signed intent: the plan's VLLM_HOST_IP %s for %s is not its planned address %s", v, a.Name, np.Address)
+			return n.deny("signed intent: the plan's VLLM_HOST_IP %s for %s is not its planned address %s", v, n.name, np.Address)
 		case k == "RAY_ADDRESS":
-			if err := a.signedJoin(d, v, d.Ports.Ray, "RAY_ADDRESS"); err != nil {
+			if err := n.signedJoin(d, v, d.Ports.Ray, "RAY_ADDRESS"); err != nil {
 				return err
 			}
 		}
 	}
 	if join != "" {
-		return a.signedJoin(d, join, port, "the address to join")
+		return n.signedJoin(d, join, port, "the address to join")
 	}
 	return nil
 }
 
 // signedRank checks a rank's plan (executor mp) against the verified spec c: this node's
 // plan, and the rendezvous (--master-addr) the head's planned address at ports.master.
-func (a *Node) signedRank(c *spec.Cluster, req contract.RankRequest) error {
+func (n *hostNet) signedRank(c *spec.Cluster, req contract.RankRequest) error {
 	if c == nil {
 		return nil
 	}
-	np, _ := req.Plan.Node(a.Name)
+	np, _ := req.Plan.Node(n.name)
 	head, _ := req.Plan.Node(c.Head().Name)
 	port := c.WithDefaults().Ports.MasterPort()
-	return a.signedNodePlan(c, np, netip.AddrPortFrom(head.Address, uint16(port)).String(), port)
+	return n.signedNodePlan(c, np, netip.AddrPortFrom(head.Address, uint16(port)).String(), port)
 }
 
 // signedProof is signedRank for the proof's one-shot container, and the proof's own
 // rendezvous (its master) the head's too.
-func (a *Node) signedProof(c *spec.Cluster, req contract.ProofRequest) error {
+func (n *hostNet) signedProof(c *spec.Cluster, req contract.ProofRequest) error {
 	if c == nil {
 		return nil
 	}
-	if err := a.signedRank(c, *req.Fresh); err != nil {
+	if err := n.signedRank(c, *req.Fresh); err != nil {
 		return err
 	}
 	d := c.WithDefaults()
-	return a.signedJoin(d, req.Master, d.Ports.MasterPort(), "the proof's master")
+	return n.signedJoin(d, req.Master, d.Ports.MasterPort(), "the proof's master")
 }
 
 // signedJoin checks an address this node is told to dial as the head's (Ray's GCS, the
 // rendezvous): host:port, the port the spec's, the host the head's nodes[].address when
 // pinned and inside network.subnet when pinned.
-func (a *Node) signedJoin(d spec.Cluster, join string, port int, what string) error {
+func (b *nodeBase) signedJoin(d spec.Cluster, join string, port int, what string) error {
 	ap, err := netip.ParseAddrPort(join)
 	if err != nil {
-		return a.deny("signed intent: %s %q is not an address and port", what, join)
+		return b.deny("signed intent: %s %q is not an address and port", what, join)
 	}
 	if port > 0 && int(ap.Port()) != port {
-		return a.deny("signed intent: %s %s is not at the signed spec's port %d", what, ap, port)
+		return b.deny("signed intent: %s %s is not at the signed spec's port %d", what, ap, port)
 	}
 	hi, head, _ := nodeIndex(d, d.Head().Name)
-	return a.pinnedAt(d, ap.Addr(), fmt.Sprintf("nodes[%d].address", hi), head.PinnedAddress(), what+" "+ap.String()+" (the head "+head.Name+"'s)")
+	return b.pinnedAt(d, ap.Addr(), fmt.Sprintf("nodes[%d].address", hi), head.PinnedAddress(), what+" "+ap.String()+" (the head "+head.Name+"'s)")
 }
 
 // signedSource checks the address of the head's model server a copy is told to fetch from
 // against the signed spec's pins (the head's nodes[].address, network.subnet).
-func (a *Node) signedSource(in *contract.Intent, from netip.AddrPort) error {
-	c, err := a.signed(in)
+func (b *nodeBase) signedSource(in *contract.Intent, from netip.AddrPort) error {
+	c, err := b.signed(in)
 	if c == nil || err != nil {
 		return err
 	}
 	d := c.WithDefaults()
 	hi, head, _ := nodeIndex(d, d.Head().Name)
-	return a.pinnedAt(d, from.Addr(), fmt.Sprintf("nodes[%d].address", hi), head.PinnedAddress(), "the model server "+from.String()+" (the head "+head.Name+"'s)")
+	return b.pinnedAt(d, from.Addr(), fmt.Sprintf("nodes[%d].address", hi), head.PinnedAddress(), "the model server "+from.String()+" (the head "+head.Name+"'s)")
 }
 
 // signedOwnAddress checks an address of this node a request gives (the model server's)
 // against the signed spec's pins.
-func (a *Node) signedOwnAddress(in *contract.Intent, addr netip.Addr) error {
-	c, err := a.signed(in)
+func (b *nodeBase) signedOwnAddress(in *contract.Intent, addr netip.Addr) error {
+	c, err := b.signed(in)
 	if c == nil || err != nil {
 		return err
 	}
 	d := c.WithDefaults()
-	i, n, ok := nodeIndex(d, a.Name)
+	i, n, ok := nodeIndex(d, b.name)
 	if !ok {
-		return a.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, a.Name)
+		return b.deny("signed intent: the signed spec of cluster %s has no node %s", c.Name, b.name)
 	}
-	return a.pinnedAt(d, addr, fmt.Sprintf("nodes[%d].address", i), n.PinnedAddress(), "this node's planned address")
+	return b.pinnedAt(d, addr, fmt.Sprintf("nodes[%d].address", i), n.PinnedAddress(), "this node's planned address")
+}
+
+// signedPeers checks the addresses a model server is told to serve (the copying nodes'
+// planned addresses) against the signed spec's pins: each inside network.subnet when it
+// is pinned, and, when every other node pins its nodes[].address, one of those. A plan
+// cannot open the model to an address the operator did not sign.
+func (b *nodeBase) signedPeers(in *contract.Intent, peers []netip.Addr) error {
+	c, err := b.signed(in)
+	if c == nil || err != nil {
+		return err
+	}
+	d := c.WithDefaults()
+	pinned := map[netip.Addr]bool{}
+	others := 0
+	for _, n := range d.Nodes {
+		if n.Name == b.name {
+			continue
+		}
+		others++
+		if pin := n.PinnedAddress(); pin.IsValid() {
+			pinned[pin] = true
+		}
+	}
+	all := others > 0 && len(pinned) == others
+	for _, p := range peers {
+		if all && !pinned[p] {
+			return b.deny("signed intent: the model server's peer %s is none of the other nodes' addresses the signed spec pins (nodes[].address)", p)
+		}
+		if sub := d.Network.PinnedSubnet(); sub.IsValid() && !sub.Contains(p) {
+			return b.deny("signed intent: the model server's peer %s is outside the signed spec's network.subnet %s", p, sub)
+		}
+	}
+	return nil
 }
 
 // pinnedAt refuses addr when the signed spec d pins it elsewhere: pin (the field named)
 // or outside network.subnet.
-func (a *Node) pinnedAt(d spec.Cluster, addr netip.Addr, field string, pin netip.Addr, what string) error {
+func (b *nodeBase) pinnedAt(d spec.Cluster, addr netip.Addr, field string, pin netip.Addr, what string) error {
 	if pin.IsValid() && addr != pin {
-		return a.deny("signed intent: %s is %s, not the signed spec's %s %s", what, addr, field, pin)
+		return b.deny("signed intent: %s is %s, not the signed spec's %s %s", what, addr, field, pin)
 	}
 	if sub := d.Network.PinnedSubnet(); sub.IsValid() && !sub.Contains(addr) {
-		return a.deny("signed intent: %s is %s, outside the signed spec's network.subnet %s", what, addr, sub)
+		return b.deny("signed intent: %s is %s, outside the signed spec's network.subnet %s", what, addr, sub)
 	}
 	return nil
 }
@@ -304,26 +321,26 @@ func sortedEnvNames(env map[string]string) []string {
 
 // signedModelRoot refuses a model directory that is not the signed spec's: model.host_dir,
 // or a snapshot of model.path in its hf_cache.
-func (a *Node) signedModelRoot(in *contract.Intent, root string) error {
-	c, err := a.signed(in)
+func (b *nodeBase) signedModelRoot(in *contract.Intent, root string) error {
+	c, err := b.signed(in)
 	if c == nil || err != nil {
 		return err
 	}
-	return a.modelRootOf(c, root)
+	return b.modelRootOf(c, root)
 }
 
 // signedRemovalModelRoot is signedModelRoot for the removal of a copy's partial files,
 // which an expired or revoked signature still does (signedRemoval).
-func (a *Node) signedRemovalModelRoot(in *contract.Intent, root string) error {
-	c, err := a.signedRemoval(in)
+func (b *nodeBase) signedRemovalModelRoot(in *contract.Intent, root string) error {
+	c, err := b.signedRemoval(in)
 	if c == nil || err != nil {
 		return err
 	}
-	return a.modelRootOf(c, root)
+	return b.modelRootOf(c, root)
 }
 
 // modelRootOf refuses a model directory that is not the verified spec c's.
-func (a *Node) modelRootOf(c *spec.Cluster, root string) error {
+func (b *nodeBase) modelRootOf(c *spec.Cluster, root string) error {
 	d := c.WithDefaults()
 	clean := filepath.Clean(root)
 	if d.Model.HostDir != "" && clean == filepath.Clean(d.Model.HostDir) {
@@ -335,7 +352,7 @@ func (a *Node) modelRootOf(c *spec.Cluster, root string) error {
 			return nil
 		}
 	}
-	return a.deny("signed intent: %s is not the signed spec's model directory (model.host_dir, or a snapshot of %s in %s)", root, d.Model.Path, d.HFCache)
+	return b.deny("signed intent: %s is not the signed spec's model directory (model.host_dir, or a snapshot of %s in %s)", root, d.Model.Path, d.HFCache)
 }
 
 // labelled marks a container spec as started for the verified spec c (nil: none).

@@ -33,7 +33,8 @@ func otherAddrs(own netip.Prefix, n int) []netip.Addr {
 // A spec that pins its addresses (nodes[].address, network.subnet) binds, once signed, the
 // plan's addresses that a compromised node would otherwise choose: node-b's agent refuses
 // to join a Ray head, a rendezvous, a proof or a model server at any address but the
-// signed head's, to register under any address but its own pinned one, and to take env
+// signed head's, to register, serve or copy under any address but its own pinned one, to
+// serve the model to an address no other node pins, and to take env
 // the signed spec does not give it, each PolicyDenied naming the field; the operator's own
 // plan passes.
 func TestPinnedAddressesBindThePlan(t *testing.T) {
@@ -51,7 +52,7 @@ func TestPinnedAddressesBindThePlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &Node{Name: "node-b", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	b := New(Config{Name: "node-b", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	c := spec.Cluster{Name: "tpdtest-pins-" + hex.EncodeToString(suffix), Image: lab.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
@@ -110,9 +111,18 @@ func TestPinnedAddressesBindThePlan(t *testing.T) {
 			r := rank(head)
 			return contract.ProofRequest{Node: "node-b", DockerHost: spec.DefaultDockerHost, Plan: ownPlan, Rank: 1, World: 2, Master: at(attacker, 29501), Timeout: time.Second, Fresh: &r}
 		}(), "the proof's master " + at(attacker, 29501) + " (the head node-a's) is " + attacker.String()},
-		{"model copy from the attacker's server", contract.ActivitySyncModel, contract.SyncModelRequest{Node: "node-b", From: netip.AddrPortFrom(attacker, 40000), Token: "t",
+		{"model copy from the attacker's server", contract.ActivitySyncModel, contract.SyncModelRequest{Node: "node-b", From: netip.AddrPortFrom(attacker, 40000), Key: strings.Repeat("0", 64), Addr: own.Addr(),
 			Root: snapshot, Layout: contract.ModelLayoutHF, Files: []weights.File{{Name: "config.json", Size: 2}}, Intent: in},
 			"the model server " + at(attacker, 40000) + " (the head node-a's) is " + attacker.String() + ", not the signed spec's nodes[0].address " + head.String()},
+		{"model copy dialing from another address", contract.ActivitySyncModel, contract.SyncModelRequest{Node: "node-b", From: netip.AddrPortFrom(head, 40000), Key: strings.Repeat("0", 64), Addr: attacker,
+			Root: snapshot, Layout: contract.ModelLayoutHF, Files: []weights.File{{Name: "config.json", Size: 2}}, Intent: in},
+			"this node's planned address is " + attacker.String() + ", not the signed spec's nodes[1].address " + own.Addr().String()},
+		{"model server on another address", contract.ActivityOpenModelServer, contract.OpenModelServerRequest{Node: "node-b", Addr: attacker, Root: snapshot, Files: []string{"config.json"},
+			Keys: []string{strings.Repeat("0", 64)}, Peers: []netip.Addr{head}, Intent: in},
+			"this node's planned address is " + attacker.String() + ", not the signed spec's nodes[1].address " + own.Addr().String()},
+		{"model server serving the attacker", contract.ActivityOpenModelServer, contract.OpenModelServerRequest{Node: "node-b", Addr: own.Addr(), Root: snapshot, Files: []string{"config.json"},
+			Keys: []string{strings.Repeat("0", 64)}, Peers: []netip.Addr{attacker}, Intent: in},
+			"the model server's peer " + attacker.String() + " is none of the other nodes' addresses the signed spec pins (nodes[].address)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := runForeign(t, b, tc.activity, tc.req)
@@ -142,7 +152,7 @@ func TestPinnedAddressesBindThePlan(t *testing.T) {
 
 	// The operator's plan, as the pins say, passes: the worker starts (and joins nothing
 	// here, no head runs at the pinned address).
-	ref, err := b.StartRayWorker(t.Context(), worker(ownPlan, at(head, 6379)))
+	ref, err := b.Ray.StartRayWorker(t.Context(), worker(ownPlan, at(head, 6379)))
 	if err != nil {
 		t.Fatalf("the plan the pins allow: %v", err)
 	}

@@ -20,11 +20,11 @@ import (
 )
 
 // runForeign runs foreignWorkflow against a, calling activity with req once.
-func runForeign(t *testing.T, a *Node, activity string, req any) string {
+func runForeign(t *testing.T, a *Agent, activity string, req any) string {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
-	env.RegisterActivity(a)
+	registerAgent(env, a)
 	env.RegisterWorkflowWithOptions(foreignWorkflow, workflow.RegisterOptions{Name: "NotTpdeploys"})
 	env.ExecuteWorkflow("NotTpdeploys", activity, req)
 	var got string
@@ -48,7 +48,7 @@ func TestForeignWorkflowGetsPolicyDeniedWithoutTheSignedSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Node{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	a := New(Config{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 	own := ownIPv4(t)
 	c := spec.Cluster{Name: "tpdtest-signed", Image: lab.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
 		Parallel: spec.Parallel{Tensor: 1}, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, HFCache: cache}.WithDefaults()
@@ -94,10 +94,14 @@ func TestForeignWorkflowGetsPolicyDeniedWithoutTheSignedSpec(t *testing.T) {
 			return contract.RemoveRequest{Node: "node-a", DockerHost: spec.DefaultDockerHost, Cluster: s.Name, Intent: in}
 		}},
 		{"model server", contract.ActivityOpenModelServer, func(in *contract.Intent, s spec.Cluster) any {
-			return contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: snapshot(s), Files: []string{"config.json"}, Intent: in}
+			return contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: snapshot(s), Files: []string{"config.json"},
+				Keys: []string{strings.Repeat("0", 64)}, Peers: []netip.Addr{own.Addr()}, Intent: in}
+		}},
+		{"model copy key", contract.ActivityPrepareModelCopy, func(in *contract.Intent, s spec.Cluster) any {
+			return contract.PrepareModelCopyRequest{Node: "node-a", Root: snapshot(s), Intent: in}
 		}},
 		{"model copy", contract.ActivitySyncModel, func(in *contract.Intent, s spec.Cluster) any {
-			return contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 40000), Token: "t", Root: snapshot(s), Layout: contract.ModelLayoutHF,
+			return contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 40000), Key: strings.Repeat("0", 64), Addr: own.Addr(), Root: snapshot(s), Layout: contract.ModelLayoutHF,
 				Files: []weights.File{{Name: "config.json", Size: 2}}, Intent: in}
 		}},
 		{"partial file removal", contract.ActivityRemovePartialModel, func(in *contract.Intent, s spec.Cluster) any {

@@ -18,7 +18,7 @@ import (
 
 // signedAgent is node-a's agent trusting one operator key, with policy lines extra added,
 // and a one-node spec of a cluster whose HF cache is an allowed mount.
-func signedAgent(t *testing.T, extra string) (*Node, ed25519.PrivateKey, spec.Cluster) {
+func signedAgent(t *testing.T, extra string) (*Agent, ed25519.PrivateKey, spec.Cluster) {
 	t.Helper()
 	cache := t.TempDir()
 	pub, operator, _ := intent.GenerateKey()
@@ -27,7 +27,7 @@ func signedAgent(t *testing.T, extra string) (*Node, ed25519.PrivateKey, spec.Cl
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Node{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	a := New(Config{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 	c := spec.Cluster{Name: "tpdtest-times", Image: lab.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
 		Parallel: spec.Parallel{Tensor: 1}, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, HFCache: cache}.WithDefaults()
 	return a, operator, c
@@ -59,9 +59,11 @@ func timedRequests(c spec.Cluster, in *contract.Intent, own netip.Prefix) map[st
 			Master: netip.AddrPortFrom(own.Addr(), 29501).String(), Timeout: time.Second, Fresh: &rank}},
 		"serving watch": {contract.ActivityWatchServing, contract.WatchRequest{Node: "node-a", Spec: c, Endpoint: "http://" + netip.AddrPortFrom(own.Addr(), 8000).String(),
 			Container: contract.ContainerRef{Name: contract.ContainerName(c.Name, "node-a", contract.RoleRayHead)}, Intent: in}},
-		"model server": {contract.ActivityOpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: snapshot, Files: []string{"config.json"}, Intent: in}},
-		"model copy": {contract.ActivitySyncModel, contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 40000), Token: "t", Root: snapshot, Layout: contract.ModelLayoutHF,
-			Files: []weights.File{{Name: "config.json", Size: 2}}, Intent: in}},
+		"model server": {contract.ActivityOpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: snapshot, Files: []string{"config.json"},
+			Keys: []string{strings.Repeat("0", 64)}, Peers: []netip.Addr{own.Addr()}, Intent: in}},
+		"model copy key": {contract.ActivityPrepareModelCopy, contract.PrepareModelCopyRequest{Node: "node-a", Root: snapshot, Intent: in}},
+		"model copy": {contract.ActivitySyncModel, contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 40000), Key: strings.Repeat("0", 64), Addr: own.Addr(),
+			Root: snapshot, Layout: contract.ModelLayoutHF, Files: []weights.File{{Name: "config.json", Size: 2}}, Intent: in}},
 		// What starts nothing: an expired or revoked signature still does it.
 		"container removal":    {contract.ActivityRemoveContainers, contract.RemoveRequest{Node: "node-a", DockerHost: spec.DefaultDockerHost, Cluster: c.Name, Intent: in}},
 		"partial file removal": {contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snapshot, Intent: in}},
@@ -91,7 +93,7 @@ func TestExpiredOrRevokedIntentStartsNothing(t *testing.T) {
 				}
 			})
 		}
-		key, err := EndpointKey(a)(c, in, "http://"+netip.AddrPortFrom(own.Addr(), 8000).String())
+		key, err := EndpointKey(a.VLLM)(c, in, "http://"+netip.AddrPortFrom(own.Addr(), 8000).String())
 		if err != nil || key != "" {
 			t.Errorf("the supervisor's check of a cluster whose signature expired: key %q, %v", key, err)
 		}
@@ -103,7 +105,7 @@ func TestExpiredOrRevokedIntentStartsNothing(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				got := runForeign(t, a, r.activity, r.req)
 				refused := strings.HasPrefix(got, contract.ErrPolicyDenied+": node-a: signed intent: the spec was signed at "+old.SignedAt.Format(time.RFC3339)) &&
-					strings.Contains(got, "intents_not_before is "+a.Policy.NotBefore.Format(time.RFC3339)+" (/etc/tpdeploy/policy.yaml, --intents-not-before)")
+					strings.Contains(got, "intents_not_before is "+a.Containers.policy.NotBefore.Format(time.RFC3339)+" (/etc/tpdeploy/policy.yaml, --intents-not-before)")
 				if refused == startsNothing[name] {
 					t.Fatalf("%s answered %q (refused for intents_not_before: %v, want %v)", r.activity, got, refused, !startsNothing[name])
 				}

@@ -24,15 +24,15 @@ const (
 // their logs: Ray, or vLLM's own container in mp mode) and, in a running Ray head's
 // container, the tail of vLLM's output: what a recovery keeps before it tears the cluster
 // down, so the incident says what the engine and the ranks said before they were stopped.
-func (a *Node) LastOutput(ctx context.Context, req contract.LastOutputRequest) (string, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (cs *Containers) LastOutput(ctx context.Context, req contract.LastOutputRequest) (string, error) {
+	if err := cs.checkNode(req.Node); err != nil {
 		return "", err
 	}
-	eng, addr, err := a.engine(req.DockerHost)
+	eng, addr, err := cs.docker.engine(req.DockerHost)
 	if err != nil {
 		return "", err
 	}
-	list, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: a.clusterFilter(req.Cluster)})
+	list, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: cs.docker.clusterFilter(req.Cluster)})
 	if err != nil {
 		return "", engineError(addr, "list containers", err)
 	}

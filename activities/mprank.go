@@ -70,45 +70,45 @@ func rankSpec(req contract.RankRequest, o ContainerOptions) (containerSpec, []st
 // StartVLLMRank creates (or adopts) the node's vLLM container for its rank and starts vLLM
 // in it (or adopts the vLLM running there with the same launch): a vLLM of the same launch
 // that has ended is started again, since it would never join again.
-func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (contract.ContainerRef, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (v *VLLM) StartVLLMRank(ctx context.Context, req contract.RankRequest) (contract.ContainerRef, error) {
+	if err := v.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
 	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
-	c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment)
+	c, err := v.signedDeployment(req.Intent, req.Spec, req.Deployment)
 	if err == nil {
-		err = a.signedRank(c, req)
+		err = v.net.signedRank(c, req)
 	}
 	if err != nil {
 		return contract.ContainerRef{}, err
 	}
-	secrets, err := a.secretEnv(req.Spec.Secrets, req.Rank == 0)
+	secrets, err := v.secretEnv(req.Spec.Secrets, req.Rank == 0)
 	if err != nil {
 		return contract.ContainerRef{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
 	if req.Rank == 0 {
-		if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.VLLM, req.Spec.Ports.MasterPort()) }); err != nil {
+		if err := v.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.VLLM, req.Spec.Ports.MasterPort()) }); err != nil {
 			return contract.ContainerRef{}, err
 		}
 	}
-	s, argv, err := rankSpec(req, a.containerOptions())
+	s, argv, err := rankSpec(req, v.docker.opts)
 	if err != nil {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
 	np, _ := req.Plan.Node(req.Node)
-	s = a.withRDMA(s, np)
-	ref, err := a.ensureContainer(ctx, n.DockerHost, labelled(s, c), req.Replace)
+	s = v.docker.withRDMA(s, np)
+	ref, err := v.docker.ensureContainer(ctx, n.DockerHost, labelled(s, c), req.Replace)
 	if err != nil {
 		return ref, err
 	}
-	eng, addr, err := a.engine(n.DockerHost)
+	eng, addr, err := v.docker.engine(n.DockerHost)
 	if err != nil {
 		return ref, err
 	}
-	pid, adopted, err := a.launchVLLM(ctx, eng, addr, ref.Name, argv, secretList(secrets), nil, false)
+	pid, adopted, err := v.launchVLLM(ctx, eng, addr, ref.Name, argv, secretList(secrets), nil, false)
 	if err != nil {
 		return ref, err
 	}
@@ -121,28 +121,28 @@ func (a *Node) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 // old rank 0, if any, is removed (it holds the port, and it is replaced anyway) and a
 // listener opens on the master address and port, for the other nodes to dial before
 // any rank starts — proving the path and the port, firewall included.
-func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (contract.MasterCheck, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (v *VLLM) PrepareMaster(ctx context.Context, req contract.RankRequest) (contract.MasterCheck, error) {
+	if err := v.checkNode(req.Node); err != nil {
 		return contract.MasterCheck{}, err
 	}
-	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.MasterPort()) }); err != nil {
+	if err := v.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.MasterPort()) }); err != nil {
 		return contract.MasterCheck{}, err
 	}
-	if c, err := a.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
+	if c, err := v.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
 		return contract.MasterCheck{}, err
-	} else if err := a.signedRank(c, req); err != nil {
+	} else if err := v.net.signedRank(c, req); err != nil {
 		return contract.MasterCheck{}, err
 	}
 	n, _ := req.Spec.Node(req.Node)
-	secrets, err := a.secretEnv(req.Spec.Secrets, req.Rank == 0)
+	secrets, err := v.secretEnv(req.Spec.Secrets, req.Rank == 0)
 	if err != nil {
 		return contract.MasterCheck{}, err
 	}
-	s, argv, err := rankSpec(req, a.containerOptions())
+	s, argv, err := rankSpec(req, v.docker.opts)
 	if err != nil {
 		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
-	eng, addr, err := a.engine(n.DockerHost)
+	eng, addr, err := v.docker.engine(n.DockerHost)
 	if err != nil {
 		return contract.MasterCheck{}, err
 	}
@@ -161,14 +161,14 @@ func (a *Node) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 				return contract.MasterCheck{Adopted: true}, nil
 			}
 		}
-		if err := a.removeContainer(ctx, eng, addr, info.Container.ID, a.containerOptions().StopTimeout); err != nil {
+		if err := v.docker.removeContainer(ctx, eng, addr, info.Container.ID, v.docker.opts.StopTimeout); err != nil {
 			return contract.MasterCheck{}, err
 		}
-		a.logger().Info("old rank 0 removed before the master port check", zap.String("container", s.Name))
+		v.logger().Info("old rank 0 removed before the master port check", zap.String("container", s.Name))
 	}
 	np, _ := req.Plan.Node(req.Node)
 	prefix := netip.PrefixFrom(np.Address, req.Plan.Subnet.Bits())
-	res, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: req.Node, Addrs: []netip.Prefix{prefix}, Port: req.Spec.Ports.MasterPort()})
+	res, err := v.reach.OpenProbeListeners(ctx, contract.ListenRequest{Node: req.Node, Addrs: []netip.Prefix{prefix}, Port: req.Spec.Ports.MasterPort()})
 	if err != nil {
 		return contract.MasterCheck{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("the master port %d on %s cannot be opened (something else holds it?): %v",
 			req.Spec.Ports.MasterPort(), np.Address, err), contract.ErrBadRequest, nil)

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -21,13 +22,13 @@ import (
 const minUnprivilegedPort = 1024
 
 // ownPrefixes are this node's addresses with their prefix length (loopback excluded).
-func (a *Node) ownPrefixes() ([]netip.Prefix, error) {
-	h, err := a.netlinkHandle()
+func (n *hostNet) ownPrefixes() ([]netip.Prefix, error) {
+	h, err := n.netlinkHandle()
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	links, err := a.links(h)
+	links, err := n.links(h)
 	if err != nil {
 		return nil, err
 	}
@@ -44,15 +45,15 @@ func (a *Node) ownPrefixes() ([]netip.Prefix, error) {
 
 // checkListen allows a listener on one of this node's addresses, at port 0 (ephemeral) or
 // an unprivileged port the policy allows.
-func (a *Node) checkListen(addrs []netip.Addr, port int) error {
-	if a.Policy == nil {
+func (n *hostNet) checkListen(addrs []netip.Addr, port int) error {
+	if n.policy == nil {
 		return nil
 	}
-	own, err := a.ownPrefixes()
+	own, err := n.ownPrefixes()
 	if err != nil {
 		return err
 	}
-	return a.allowed(func(p policy.Policy) error {
+	return n.allowed(func(p policy.Policy) error {
 		for _, addr := range addrs {
 			if !ownsAddr(own, addr) {
 				return fmt.Errorf("listen on %s: not an address of this node", addr)
@@ -79,15 +80,15 @@ func ownsAddr(own []netip.Prefix, addr netip.Addr) bool {
 }
 
 // checkDial allows dialling targets in this node's subnets on unprivileged ports.
-func (a *Node) checkDial(targets ...netip.AddrPort) error {
-	if a.Policy == nil {
+func (n *hostNet) checkDial(targets ...netip.AddrPort) error {
+	if n.policy == nil {
 		return nil
 	}
-	own, err := a.ownPrefixes()
+	own, err := n.ownPrefixes()
 	if err != nil {
 		return err
 	}
-	return a.allowed(func(policy.Policy) error {
+	return n.allowed(func(policy.Policy) error {
 		for _, t := range targets {
 			if err := dialable(own, t); err != nil {
 				return err
@@ -98,56 +99,102 @@ func (a *Node) checkDial(targets ...netip.AddrPort) error {
 }
 
 func dialable(own []netip.Prefix, t netip.AddrPort) error {
-	addr := t.Addr().Unmap()
 	switch {
 	case !t.IsValid():
 		return fmt.Errorf("dial %s: not an address and port", t)
-	case addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsMulticast() || addr.IsUnspecified():
-		return fmt.Errorf("dial %s: loopback, link-local, multicast and unspecified addresses are no peer's", t)
 	case t.Port() < minUnprivilegedPort:
 		return fmt.Errorf("dial %s: a privileged port", t)
+	}
+	if err := peerAddr(own, t.Addr()); err != nil {
+		return fmt.Errorf("dial %s: %w", t, err)
+	}
+	return nil
+}
+
+// peerAddr allows an address a peer of this node may have: in one of its subnets, not
+// loopback, link-local, multicast or unspecified.
+func peerAddr(own []netip.Prefix, addr netip.Addr) error {
+	addr = addr.Unmap()
+	if !addr.IsValid() || addr.IsLoopback() || addr.IsLinkLocalUnicast() || addr.IsMulticast() || addr.IsUnspecified() {
+		return errors.New("loopback, link-local, multicast and unspecified addresses are no peer's")
 	}
 	for _, p := range own {
 		if p.Masked().Contains(addr) {
 			return nil
 		}
 	}
-	return fmt.Errorf("dial %s: in no subnet this node has an address in", t)
+	return errors.New("in no subnet this node has an address in")
+}
+
+// checkPeers allows the addresses a model server accepts requests from: peers' (peerAddr).
+func (n *hostNet) checkPeers(addrs []netip.Addr) error {
+	if n.policy == nil {
+		return nil
+	}
+	own, err := n.ownPrefixes()
+	if err != nil {
+		return err
+	}
+	return n.allowed(func(policy.Policy) error {
+		for _, a := range addrs {
+			if err := peerAddr(own, a); err != nil {
+				return fmt.Errorf("serve %s: %w", a, err)
+			}
+		}
+		return nil
+	})
+}
+
+// checkSource allows an address to dial from: one of this node's own.
+func (n *hostNet) checkSource(addr netip.Addr) error {
+	if n.policy == nil {
+		return nil
+	}
+	own, err := n.ownPrefixes()
+	if err != nil {
+		return err
+	}
+	return n.allowed(func(policy.Policy) error {
+		if !ownsAddr(own, addr) {
+			return fmt.Errorf("dial from %s: not an address of this node", addr)
+		}
+		return nil
+	})
 }
 
 // checkDialString is checkDial for "host:port".
-func (a *Node) checkDialString(hostport string) error {
+func (n *hostNet) checkDialString(hostport string) error {
 	ap, err := netip.ParseAddrPort(hostport)
 	if err != nil {
-		return a.allowed(func(policy.Policy) error { return fmt.Errorf("dial %q: not an IP address and port", hostport) })
+		return n.allowed(func(policy.Policy) error { return fmt.Errorf("dial %q: not an IP address and port", hostport) })
 	}
-	return a.checkDial(ap)
+	return n.checkDial(ap)
 }
 
 // checkEndpoint allows an http:// URL whose host is an address in this node's subnets.
-func (a *Node) checkEndpoint(endpoint string) error {
+func (n *hostNet) checkEndpoint(endpoint string) error {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Scheme != "http" || u.User != nil {
-		return a.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: not an http://ADDRESS:PORT URL", endpoint) })
+		return n.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: not an http://ADDRESS:PORT URL", endpoint) })
 	}
 	port := u.Port()
 	if port == "" {
 		port = "80"
 	}
 	if _, err := strconv.Atoi(port); err != nil {
-		return a.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: bad port", endpoint) })
+		return n.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: bad port", endpoint) })
 	}
-	return a.checkDialString(net.JoinHostPort(u.Hostname(), port))
+	return n.checkDialString(net.JoinHostPort(u.Hostname(), port))
 }
 
 // checkOwnEndpoint allows an http:// URL whose host is one of this node's own addresses
 // and whose port is port: where a check that carries a secret (vLLM's API key) may go.
-func (a *Node) checkOwnEndpoint(endpoint string, port int) error {
-	if a.Policy == nil {
+func (n *hostNet) checkOwnEndpoint(endpoint string, port int) error {
+	if n.policy == nil {
 		return nil
 	}
 	deny := func(why string) error {
-		return a.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: %s", endpoint, why) })
+		return n.allowed(func(policy.Policy) error { return fmt.Errorf("endpoint %q: %s", endpoint, why) })
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Scheme != "http" || u.User != nil || (u.Path != "" && u.Path != "/") {
@@ -160,7 +207,7 @@ func (a *Node) checkOwnEndpoint(endpoint string, port int) error {
 	if u.Port() != strconv.Itoa(port) {
 		return deny(fmt.Sprintf("vLLM's API key goes only to the spec's vLLM port %d", port))
 	}
-	own, err := a.ownPrefixes()
+	own, err := n.ownPrefixes()
 	if err != nil {
 		return err
 	}

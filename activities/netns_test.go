@@ -20,7 +20,7 @@ import (
 
 // seedLab builds the seed topology in network namespaces and returns one agent per node.
 // It needs root and iproute2, which CI has; without them it fails rather than skips.
-func seedLab(t testing.TB, n int) (*labnet.Topology, []*Node) {
+func seedLab(t testing.TB, n int) (*labnet.Topology, []*Agent) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("network namespace tests need root (CI runs as root)")
@@ -38,9 +38,9 @@ func seedLab(t testing.TB, n int) (*labnet.Topology, []*Node) {
 			t.Error(err)
 		}
 	})
-	agents := make([]*Node, n)
+	agents := make([]*Agent, n)
 	for i, node := range topo.Nodes {
-		agents[i] = &Node{Name: node.Name, NetNS: node.NetNS}
+		agents[i] = New(Config{Name: node.Name, NetNS: node.NetNS})
 	}
 	return topo, agents
 }
@@ -69,11 +69,11 @@ func findLink(p netplan.NodeProbe, name string) (netplan.Link, bool) {
 func TestProbeSeedTopology(t *testing.T) {
 	_, agents := seedLab(t, 2)
 	ctx := context.Background()
-	a, err := agents[0].ProbeNode(ctx, contract.ProbeRequest{Node: "node-a", SpecGPUs: 1})
+	a, err := agents[0].Probe.ProbeNode(ctx, contract.ProbeRequest{Node: "node-a", SpecGPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := agents[1].ProbeNode(ctx, contract.ProbeRequest{Node: "node-b", SpecGPUs: 1})
+	b, err := agents[1].Probe.ProbeNode(ctx, contract.ProbeRequest{Node: "node-b", SpecGPUs: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +104,12 @@ func TestProbeSeedTopology(t *testing.T) {
 
 // reach runs the reachability protocol the workflow runs: everyone listens, everyone
 // dials everyone else, everyone closes.
-func reach(t testing.TB, agents []*Node, addrs map[string][]netip.Prefix) []netplan.PairResult {
+func reach(t testing.TB, agents []*Agent, addrs map[string][]netip.Prefix) []netplan.PairResult {
 	t.Helper()
 	ctx := context.Background()
 	listeners := make([]contract.ListenResult, len(agents))
 	for i, a := range agents {
-		r, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: a.Name, Addrs: addrs[a.Name], TTL: time.Minute})
+		r, err := a.Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: a.Probe.name, Addrs: addrs[a.Probe.name], TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func reach(t testing.TB, agents []*Node, addrs map[string][]netip.Prefix) []netp
 			}
 		}
 		wg.Go(func() {
-			res, err := a.DialPeers(ctx, contract.DialRequest{Node: a.Name, Targets: targets, Timeout: time.Second})
+			res, err := a.Reachability.DialPeers(ctx, contract.DialRequest{Node: a.Probe.name, Targets: targets, Timeout: time.Second})
 			if err != nil {
 				t.Error(err)
 				return
@@ -138,23 +138,23 @@ func reach(t testing.TB, agents []*Node, addrs map[string][]netip.Prefix) []netp
 	}
 	wg.Wait()
 	for i, a := range agents {
-		if err := a.CloseProbeListeners(ctx, contract.CloseRequest{Node: a.Name, Token: listeners[i].Token}); err != nil {
+		if err := a.Reachability.CloseProbeListeners(ctx, contract.CloseRequest{Node: a.Probe.name, Token: listeners[i].Token}); err != nil {
 			t.Fatal(err)
 		}
-		if a.openSets() != 0 {
-			t.Errorf("%s: listeners left open", a.Name)
+		if a.Reachability.openSets() != 0 {
+			t.Errorf("%s: listeners left open", a.Probe.name)
 		}
 	}
 	return matrix
 }
 
-func probeAll(t testing.TB, agents []*Node) []netplan.NodeProbe {
+func probeAll(t testing.TB, agents []*Agent) []netplan.NodeProbe {
 	t.Helper()
 	probes := make([]netplan.NodeProbe, len(agents))
 	var wg sync.WaitGroup
 	for i, a := range agents {
 		wg.Go(func() {
-			p, err := a.ProbeNode(context.Background(), contract.ProbeRequest{Node: a.Name, SpecGPUs: 1})
+			p, err := a.Probe.ProbeNode(context.Background(), contract.ProbeRequest{Node: a.Probe.name, SpecGPUs: 1})
 			if err != nil {
 				t.Error(err)
 			}
@@ -209,12 +209,12 @@ func TestSeedPlanChoosesSharedFastSubnet(t *testing.T) {
 func TestWorkerCannotReachHeadExternalAddress(t *testing.T) {
 	topo, agents := seedLab(t, 2)
 	ctx := context.Background()
-	l, err := agents[0].OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{topo.Nodes[0].ExtAddr, topo.Nodes[0].FastAddr}, TTL: time.Minute})
+	l, err := agents[0].Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{topo.Nodes[0].ExtAddr, topo.Nodes[0].FastAddr}, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer agents[0].CloseProbeListeners(ctx, contract.CloseRequest{Node: "node-a", Token: l.Token})
-	res, err := agents[1].DialPeers(ctx, contract.DialRequest{Node: "node-b", Targets: l.Targets, Timeout: time.Second})
+	defer agents[0].Reachability.CloseProbeListeners(ctx, contract.CloseRequest{Node: "node-a", Token: l.Token})
+	res, err := agents[1].Reachability.DialPeers(ctx, contract.DialRequest{Node: "node-b", Targets: l.Targets, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,21 +230,21 @@ func TestListenersCloseAndExpire(t *testing.T) {
 	topo, agents := seedLab(t, 2)
 	ctx := context.Background()
 	a := agents[0]
-	l, err := a.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{topo.Nodes[0].FastAddr}, TTL: 300 * time.Millisecond})
+	l, err := a.Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: "node-a", Addrs: []netip.Prefix{topo.Nodes[0].FastAddr}, TTL: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.openSets() != 1 {
-		t.Fatalf("open sets = %d", a.openSets())
+	if a.Reachability.openSets() != 1 {
+		t.Fatalf("open sets = %d", a.Reachability.openSets())
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for a.openSets() != 0 && time.Now().Before(deadline) {
+	for a.Reachability.openSets() != 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if a.openSets() != 0 {
+	if a.Reachability.openSets() != 0 {
 		t.Fatal("listeners outlived their TTL")
 	}
-	res, err := agents[1].DialPeers(ctx, contract.DialRequest{Node: "node-b", Targets: l.Targets, Timeout: time.Second})
+	res, err := agents[1].Reachability.DialPeers(ctx, contract.DialRequest{Node: "node-b", Targets: l.Targets, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestListenersCloseAndExpire(t *testing.T) {
 		t.Errorf("dial after expiry: %+v, want connection refused", res[0])
 	}
 	// Closing an expired token is not an error.
-	if err := a.CloseProbeListeners(ctx, contract.CloseRequest{Node: "node-a", Token: l.Token}); err != nil {
+	if err := a.Reachability.CloseProbeListeners(ctx, contract.CloseRequest{Node: "node-a", Token: l.Token}); err != nil {
 		t.Error(err)
 	}
 }
@@ -271,8 +271,8 @@ func TestCutNodeIsRejectedWithReason(t *testing.T) {
 }
 
 func TestTaskForAnotherNodeIsRefused(t *testing.T) {
-	a := &Node{Name: "node-a"}
-	_, err := a.ProbeNode(context.Background(), contract.ProbeRequest{Node: "node-b"})
+	a := New(Config{Name: "node-a"})
+	_, err := a.Probe.ProbeNode(context.Background(), contract.ProbeRequest{Node: "node-b"})
 	if err == nil || !strings.Contains(err.Error(), `task for node "node-b" reached the agent of node "node-a"`) {
 		t.Errorf("err = %v", err)
 	}

@@ -32,7 +32,7 @@ type imageInspector interface {
 // to run it: ref itself when it pins nothing, the image ID when it is pinned. A pinned
 // ref that names no image on the node, or whose TAG names another, is ImageMissing
 // naming the node and the spec's field.
-func (a *Node) resolveImage(ctx context.Context, eng imageInspector, addr, ref string) (id, run string, err error) {
+func (d *docker) resolveImage(ctx context.Context, eng imageInspector, addr, ref string) (id, run string, err error) {
 	digest, pinned := policy.Digest(ref)
 	if !pinned {
 		img, err := eng.ImageInspect(ctx, ref)
@@ -46,7 +46,7 @@ func (a *Node) resolveImage(ctx context.Context, eng imageInspector, addr, ref s
 	}
 	named, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
-		return "", "", a.pinMissing(ref, "it is not an image reference: %v", err)
+		return "", "", d.pinMissing(ref, "it is not an image reference: %v", err)
 	}
 	name := reference.TrimNamed(named)
 	var tagged reference.NamedTagged
@@ -77,25 +77,25 @@ func (a *Node) resolveImage(ctx context.Context, eng imageInspector, addr, ref s
 		}
 	}
 	if found == nil {
-		return "", "", a.pinMissing(ref, "%s", why)
+		return "", "", d.pinMissing(ref, "%s", why)
 	}
 	if tagged != nil {
 		img, err := eng.ImageInspect(ctx, reference.FamiliarString(tagged))
 		switch {
 		case cerrdefs.IsNotFound(err):
-			return "", "", a.pinMissing(ref, "%s is not on this node, and the digest is given with that tag", reference.FamiliarString(tagged))
+			return "", "", d.pinMissing(ref, "%s is not on this node, and the digest is given with that tag", reference.FamiliarString(tagged))
 		case err != nil:
 			return "", "", engineError(addr, "inspect image "+reference.FamiliarString(tagged), err)
 		case img.ID != found.ID:
-			return "", "", a.pinMissing(ref, "%s on this node is %s, not the pinned image %s", reference.FamiliarString(tagged), img.ID, found.ID)
+			return "", "", d.pinMissing(ref, "%s on this node is %s, not the pinned image %s", reference.FamiliarString(tagged), img.ID, found.ID)
 		}
 	}
 	return found.ID, found.ID, nil
 }
 
 // pinMissing is ImageMissing for a pinned image the node does not hold as pinned.
-func (a *Node) pinMissing(ref, format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: image %s (the spec's image, pinned by content): %s", a.Name, ref, fmt.Sprintf(format, args...)),
+func (d *docker) pinMissing(ref, format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: image %s (the spec's image, pinned by content): %s", d.name, ref, fmt.Sprintf(format, args...)),
 		contract.ErrImageMissing, nil)
 }
 

@@ -31,16 +31,16 @@ func TestPinnedImageByRepositoryDigest(t *testing.T) {
 	const digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 	const id, other = "sha256:aaaa", "sha256:bbbb"
 	pulled := image.InspectResponse{ID: id, RepoTags: []string{"registry.internal/vllm/vllm-openai:v0.22.1"}, RepoDigests: []string{"registry.internal/vllm/vllm-openai@" + digest}}
-	a := &Node{Name: "node-a"}
+	a := New(Config{Name: "node-a"})
 	eng := fakeImages{"registry.internal/vllm/vllm-openai@" + digest: pulled, "registry.internal/vllm/vllm-openai:v0.22.1": pulled}
 	for _, ref := range []string{"registry.internal/vllm/vllm-openai@" + digest, "registry.internal/vllm/vllm-openai:v0.22.1@" + digest} {
-		got, run, err := a.resolveImage(context.Background(), eng, "unix:///var/run/docker.sock", ref)
+		got, run, err := a.Images.docker.resolveImage(context.Background(), eng, "unix:///var/run/docker.sock", ref)
 		if err != nil || got != id || run != id {
 			t.Errorf("%s: %s, run %s, %v; want %s run by its ID", ref, got, run, err, id)
 		}
 	}
 	eng["registry.internal/vllm/vllm-openai:v0.22.1"] = image.InspectResponse{ID: other, RepoTags: []string{"registry.internal/vllm/vllm-openai:v0.22.1"}}
-	_, _, err := a.resolveImage(context.Background(), eng, "unix:///var/run/docker.sock", "registry.internal/vllm/vllm-openai:v0.22.1@"+digest)
+	_, _, err := a.Images.docker.resolveImage(context.Background(), eng, "unix:///var/run/docker.sock", "registry.internal/vllm/vllm-openai:v0.22.1@"+digest)
 	if app := appError(t, err); app.Type() != contract.ErrImageMissing ||
 		!strings.Contains(app.Message(), "node-a: image registry.internal/vllm/vllm-openai:v0.22.1@"+digest+" (the spec's image, pinned by content): registry.internal/vllm/vllm-openai:v0.22.1 on this node is sha256:bbbb, not the pinned image sha256:aaaa") {
 		t.Errorf("the tag retagged: %s: %s", app.Type(), app.Message())
@@ -68,20 +68,21 @@ func TestPinnedImageByImageID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := testNode("node-a")
-	a.Policy = &pol
+	cfg := testConfig("node-a")
+	cfg.Policy = &pol
+	a := New(cfg)
 
 	pinned := c
 	pinned.Image = lab.SimImage + "@" + sim.ID
-	pre, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: pinned.Image, Spec: &pinned})
+	pre, err := a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: pinned.Image, Spec: &pinned})
 	if err != nil || pre.ImageID != sim.ID {
 		t.Fatalf("preflight of the pinned image: %+v, %v", pre, err)
 	}
-	read, err := a.ReadImage(ctx, contract.ImageRequest{Node: "node-a", Image: pinned.Image})
+	read, err := a.Images.ReadImage(ctx, contract.ImageRequest{Node: "node-a", Image: pinned.Image})
 	if err != nil || read.ID != sim.ID || read.VLLM == "" {
 		t.Fatalf("read of the pinned image: %+v, %v", read, err)
 	}
-	ref, err := a.StartRayHead(ctx, headRequest(pinned, "run-1", nil))
+	ref, err := a.Ray.StartRayHead(ctx, headRequest(pinned, "run-1", nil))
 	if err != nil {
 		t.Fatalf("ray head of the pinned image: %v", err)
 	}
@@ -97,14 +98,14 @@ func TestPinnedImageByImageID(t *testing.T) {
 	byTag.Image = lab.SimImage
 	for name, call := range map[string]func() error{
 		"preflight": func() error {
-			_, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: byTag.Image, Spec: &byTag})
+			_, err := a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: byTag.Image, Spec: &byTag})
 			return err
 		},
 		"image read": func() error {
-			_, err := a.ReadImage(ctx, contract.ImageRequest{Node: "node-a", Image: byTag.Image})
+			_, err := a.Images.ReadImage(ctx, contract.ImageRequest{Node: "node-a", Image: byTag.Image})
 			return err
 		},
-		"ray head": func() error { _, err := a.StartRayHead(ctx, headRequest(byTag, "run-2", nil)); return err },
+		"ray head": func() error { _, err := a.Ray.StartRayHead(ctx, headRequest(byTag, "run-2", nil)); return err },
 	} {
 		app := appError(t, call())
 		if app.Type() != contract.ErrPolicyDenied || !strings.HasPrefix(app.Message(), "node-a: ") ||
@@ -120,7 +121,7 @@ func TestPinnedImageByImageID(t *testing.T) {
 	} {
 		s := c
 		s.Image = tc.image
-		_, err := a.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: s.Image, Spec: &s})
+		_, err := a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: s.Image, Spec: &s})
 		if app := appError(t, err); app.Type() != contract.ErrImageMissing || !strings.Contains(app.Message(), "node-a: image "+tc.image+" (the spec's image, pinned by content): "+tc.want) {
 			t.Errorf("%s: %s: %s", tc.image, app.Type(), app.Message())
 		}

@@ -2,7 +2,9 @@ package activities
 
 import (
 	"bytes"
-	"io"
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/weights"
+	"github.com/tpdeploy/tpdeploy/weights/transfer"
 )
 
 // Issue #23 finding 3: the Hugging Face cache is mounted read-write into containers that
@@ -22,13 +25,11 @@ import (
 // guardedAgent is a test agent whose policy allows only root as a mount.
 func guardedAgent(t *testing.T, name, root string) *agent {
 	t.Helper()
-	g := newAgent(t, name, nil)
 	pol, err := policy.Parse([]byte("allowed_mounts: ["+root+"]\n"), "/etc/tpdeploy/policy.yaml", policy.Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.node.Policy = &pol
-	return g
+	return newAgentWith(t, Config{Name: name, Policy: &pol}, nil)
 }
 
 func TestModelServerRefusesPlantedLinks(t *testing.T) {
@@ -51,22 +52,16 @@ func TestModelServerRefusesPlantedLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv, err := run[contract.ModelServer](a, a.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: snap,
-		Files: []string{"config.json", "tokenizer.json", files[2].name}})
+	const secret = "a copy's secret"
+	srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: snap,
+		Files: []string{"config.json", "tokenizer.json", files[2].name}, Keys: []string{transfer.KeyHash(secret)}, Peers: []netip.Addr{own}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeModelServer(srv.Token) })
+	t.Cleanup(func() { a.node.Weights.servers.Close(srv.ID) })
 	get := func(name string) (int, []byte) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr.String()+"/"+name, nil)
-		req.Header.Set("Authorization", "Bearer "+srv.Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		code, body := getModelFile(t, &net.TCPAddr{IP: own.AsSlice()}, srv, name, secret, "")
+		return code, []byte(body)
 	}
 	passwd, _ := os.ReadFile("/etc/passwd")
 	for _, name := range []string{"config.json", "tokenizer.json"} {
@@ -124,12 +119,14 @@ func TestSyncModelRefusesPlantedLinks(t *testing.T) {
 			head := a.manifest(t, contract.ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
 			snap := weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision)
 			tc.plant(t, snap, weights.HFRepoDir(nodeCache, modelRepo), outside)
-			srv, err := run[contract.ModelServer](a, a.node.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: head.Dir, Files: weights.Names(head.Files)})
+			key := b.copyKey(t)
+			srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: head.Dir, Files: weights.Names(head.Files),
+				Keys: []string{key}, Peers: []netip.Addr{own}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { closeModelServer(srv.Token) })
-			_, err = b.sync(contract.SyncModelRequest{From: netip.AddrPortFrom(own, srv.Addr.Port()), Token: srv.Token, Root: snap,
+			t.Cleanup(func() { a.node.Weights.servers.Close(srv.ID) })
+			_, err = b.sync(contract.SyncModelRequest{From: netip.AddrPortFrom(own, srv.Addr.Port()), Key: key, Addr: own, Root: snap,
 				Layout: contract.ModelLayoutHF, Ref: "main", Files: head.Files})
 			if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied {
 				t.Errorf("sync through a planted link: %v", err)
@@ -156,11 +153,95 @@ func TestRemovePartialModelRemovesALinkNotItsTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := guardedAgent(t, "node-a", cache)
-	res, err := run[contract.RemovePartialModelResult](g, g.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snap})
+	res, err := run[contract.RemovePartialModelResult](g, g.node.Weights.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snap})
 	if err != nil || len(res.Removed) != 1 {
 		t.Fatalf("removed %v, %v", res.Removed, err)
 	}
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
 		t.Errorf("the link's target: %q, %v", b, err)
 	}
+}
+
+// The model scan (ModelManifest) reads beneath the allowed mount without the kernel
+// following any link: a snapshot's links to its blobs are resolved by the scan, a link a
+// container planted out of the mount is refused — its target's size and, with checksums,
+// its hash would otherwise go into workflow history — and so is a directory on the way
+// that is a link.
+func TestModelScanRefusesPlantedLinks(t *testing.T) {
+	files := tinyModelFiles(2, 4000)
+	secret := []byte("root:$y$j9T$the-host's-shadow-line:19000:0:99999:7:::\n")
+	sum := sha256.Sum256(secret)
+	secretHash := hex.EncodeToString(sum[:])
+	for _, tc := range []struct {
+		name  string
+		hf    bool
+		plant func(t *testing.T, model, outside string)
+	}{
+		{"a host_dir file that links out by an absolute path", false, func(t *testing.T, model, outside string) {
+			relink(t, filepath.Join(model, "config.json"), filepath.Join(outside, "shadow"))
+		}},
+		{"a snapshot entry that links up and out of the cache", true, func(t *testing.T, snap, outside string) {
+			relink(t, filepath.Join(snap, "tokenizer.json"), strings.Repeat("../", 8)+strings.TrimPrefix(filepath.Join(outside, "shadow"), "/"))
+		}},
+		{"a snapshot directory on the way that links out", true, func(t *testing.T, snap, outside string) {
+			writeModelFile(t, filepath.Join(outside, "sub", files[2].name), secret)
+			if err := os.Symlink(filepath.Join(outside, "sub"), filepath.Join(snap, "sub")); err != nil {
+				t.Fatal(err)
+			}
+			relinkData(t, filepath.Join(snap, "model.safetensors.index.json"), []byte(`{"weight_map":{"a":"sub/`+files[2].name+`"}}`))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache, outside := t.TempDir(), t.TempDir()
+			writeModelFile(t, filepath.Join(outside, "shadow"), secret)
+			g := guardedAgent(t, "node-a", cache)
+			req := contract.ModelManifestRequest{Node: "node-a", Checksums: true}
+			model := filepath.Join(cache, "model")
+			if tc.hf {
+				writeHFCache(t, cache, files)
+				model = weights.HFSnapshotDir(cache, modelRepo, modelCommit)
+				req.HFCache, req.Repo = cache, modelRepo
+			} else {
+				writeModelDir(t, model, files)
+				req.Dir = model
+			}
+			// Unplanted, the model scans: the snapshot's own links to its blobs resolve.
+			if m, err := run[weights.Manifest](g, g.node.Weights.ModelManifest, req); err != nil || len(m.Files) != len(files) || len(m.Missing) != 0 {
+				t.Fatalf("the model before the plant: %+v, %v", m, err)
+			}
+			tc.plant(t, model, outside)
+			m, err := run[weights.Manifest](g, g.node.Weights.ModelManifest, req)
+			for _, f := range m.Files {
+				if f.Size == int64(len(secret)) || f.SHA256 == secretHash {
+					t.Errorf("the manifest describes the file outside: %+v", f)
+				}
+			}
+			if err == nil {
+				t.Fatalf("a planted link was scanned through: %+v", m)
+			}
+			if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied || strings.Contains(app.Message(), secretHash) {
+				t.Fatalf("type %s: %s", app.Type(), app.Message())
+			}
+		})
+	}
+}
+
+// relink replaces p with a link to target.
+func relink(t *testing.T, p, target string) {
+	t.Helper()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// relinkData replaces p (a snapshot link) with a regular file holding data.
+func relinkData(t *testing.T, p string, data []byte) {
+	t.Helper()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	writeModelFile(t, p, data)
 }

@@ -41,13 +41,13 @@ type namedPort struct {
 // agent's network namespace ("host" on a real node, "container:NODE" in the lab) can a
 // listen here answer for them, and only when the engine is this machine's (unix://). Ports held while this cluster's own containers run here
 // are theirs: a redeploy adopts or replaces them.
-func (a *Node) checkPortsFree(ctx context.Context, eng containerEngine, addr string, s spec.Cluster) error {
-	mode := a.containerOptions().Network
+func (cs *Containers) checkPortsFree(ctx context.Context, eng containerEngine, addr string, s spec.Cluster) error {
+	mode := cs.docker.opts.Network
 	if mode != "host" && !strings.HasPrefix(mode, "container:") || !strings.HasPrefix(addr, "unix://") {
 		return nil
 	}
 	var busy []string
-	for _, p := range fixedPorts(s, a.Name) {
+	for _, p := range fixedPorts(s, cs.name) {
 		if p.Port <= 0 {
 			continue
 		}
@@ -63,7 +63,7 @@ func (a *Node) checkPortsFree(ctx context.Context, eng containerEngine, addr str
 	if len(busy) == 0 {
 		return nil
 	}
-	list, err := eng.ContainerList(ctx, client.ContainerListOptions{Filters: a.clusterFilter(s.Name)})
+	list, err := eng.ContainerList(ctx, client.ContainerListOptions{Filters: cs.docker.clusterFilter(s.Name)})
 	if err != nil {
 		return engineError(addr, "list containers", err)
 	}
@@ -72,12 +72,5 @@ func (a *Node) checkPortsFree(ctx context.Context, eng containerEngine, addr str
 	}
 	return temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("port %s already in use on %s, and no container of cluster %s runs there: another Ray head, vLLM or service listens on it (ss -ltnp); stop it, or choose another port in the spec",
-			strings.Join(busy, ", "), a.Name, s.Name), contract.ErrResourcesBusy, nil)
-}
-
-// clusterFilter selects the cluster's containers on this node by their labels.
-func (a *Node) clusterFilter(cluster string) client.Filters {
-	f := client.Filters{}
-	f.Add("label", LabelCluster+"="+cluster, LabelNode+"="+a.Name)
-	return f
+			strings.Join(busy, ", "), cs.name, s.Name), contract.ErrResourcesBusy, nil)
 }

@@ -67,14 +67,14 @@ func ownIPv4(t *testing.T) netip.Prefix {
 
 // guardedNode is an agent with an operator's policy: its allowed mount is a temporary
 // directory (the "cache"), the lab's images are allowed.
-func guardedNode(t *testing.T, cache string) *Node {
+func guardedNode(t *testing.T, cache string) *Agent {
 	t.Helper()
 	yaml := "allowed_images: [\"tpdeploy/*:*\"]\nallowed_mounts: [" + cache + "]\n"
 	pol, err := policy.Parse([]byte(yaml), "/etc/tpdeploy/policy.yaml", policy.Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Node{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	return New(Config{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 }
 
 func TestForeignWorkflowGetsPolicyDeniedForEveryPrimitive(t *testing.T) {
@@ -107,9 +107,16 @@ func TestForeignWorkflowGetsPolicyDeniedForEveryPrimitive(t *testing.T) {
 		want           []string
 	}{
 		{"serve /etc/shadow", contract.ActivityOpenModelServer,
-			contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: "/etc", Files: []string{"shadow"}}, []string{"/etc", "allowed_mounts"}},
+			contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: "/etc", Files: []string{"shadow"},
+				Keys: []string{strings.Repeat("0", 64)}, Peers: []netip.Addr{own.Addr()}}, []string{"/etc", "allowed_mounts"}},
+		{"serve to a stranger's address", contract.ActivityOpenModelServer,
+			contract.OpenModelServerRequest{Node: "node-a", Addr: own.Addr(), Root: cache, Files: []string{"config.json"},
+				Keys: []string{strings.Repeat("0", 64)}, Peers: []netip.Addr{netip.MustParseAddr("203.0.113.9")}}, []string{"203.0.113.9", "no subnet"}},
+		{"copy from a stranger's address", contract.ActivitySyncModel,
+			contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 8000), Key: strings.Repeat("0", 64), Addr: netip.MustParseAddr("203.0.113.9"), Root: cache,
+				Files: []weights.File{{Name: "config.json", Size: 2}}}, []string{"203.0.113.9", "not an address of this node"}},
 		{"write /root/.ssh/authorized_keys", contract.ActivitySyncModel,
-			contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 8000), Token: "t", Root: "/root/.ssh",
+			contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 8000), Key: strings.Repeat("0", 64), Addr: own.Addr(), Root: "/root/.ssh",
 				Files: []weights.File{{Name: "authorized_keys", Size: 100}}}, []string{"/root/.ssh", "allowed_mounts"}},
 		{"scan /etc", contract.ActivityModelManifest,
 			contract.ModelManifestRequest{Node: "node-a", Dir: "/etc", Checksums: true}, []string{"/etc", "allowed_mounts"}},
@@ -151,7 +158,7 @@ func TestForeignWorkflowGetsPolicyDeniedForEveryPrimitive(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestWorkflowEnvironment()
-			env.RegisterActivity(a)
+			registerAgent(env, a)
 			env.RegisterWorkflowWithOptions(foreignWorkflow, workflow.RegisterOptions{Name: "NotTpdeploys"})
 			env.ExecuteWorkflow("NotTpdeploys", tc.activity, tc.req)
 			var got string
@@ -211,7 +218,7 @@ func TestForeignWorkflowCannotExecInOtherContainers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestWorkflowEnvironment()
-			env.RegisterActivity(a)
+			registerAgent(env, a)
 			env.RegisterWorkflowWithOptions(foreignWorkflow, workflow.RegisterOptions{Name: "NotTpdeploys"})
 			env.ExecuteWorkflow("NotTpdeploys", tc.activity, tc.req)
 			var got string

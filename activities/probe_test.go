@@ -32,7 +32,7 @@ func TestRDMAAndGPUsFromSysfs(t *testing.T) {
 	writeFile(t, filepath.Join(sys, "class/net/enp1s0f0np0/speed"), "200000\n")
 	writeFile(t, filepath.Join(sys, "class/net/veth0/speed"), "-1\n")
 	writeFile(t, filepath.Join(proc, "driver/nvidia/gpus/0000:01:00.0/information"), "Model: GB10\n")
-	a := &Node{Name: "spark-1", SysRoot: sys, ProcRoot: proc}
+	a := sysfs{sysRoot: sys, procRoot: proc}
 
 	devs := a.rdmaDevices()
 	if len(devs) != 2 || devs[0].Name != "mlx5_0" || devs[0].Netdev != "enp1s0f0np0" || devs[0].State != "ACTIVE" || devs[0].Port != 1 {
@@ -53,7 +53,7 @@ func TestRDMAAndGPUsFromSysfs(t *testing.T) {
 	if n, src := a.gpus(4); n != 1 || src != "detected" {
 		t.Errorf("gpus = %d (%s), want 1 detected", n, src)
 	}
-	empty := &Node{Name: "x", SysRoot: t.TempDir(), ProcRoot: t.TempDir()}
+	empty := sysfs{sysRoot: t.TempDir(), procRoot: t.TempDir()}
 	if n, src := empty.gpus(2); n != 2 || src != "spec" {
 		t.Errorf("gpus without a driver = %d (%s), want the spec's 2", n, src)
 	}
@@ -65,11 +65,11 @@ func TestRDMAAndGPUsFromSysfs(t *testing.T) {
 func TestBootIDFileOverridesKernel(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "boot_id")
 	writeFile(t, f, "lab-boot-7\n")
-	a := &Node{Name: "node-a", BootIDFile: f}
+	a := sysfs{bootIDFile: f}
 	if id, err := a.bootID(); err != nil || id != "lab-boot-7" {
 		t.Errorf("boot id = %q, %v", id, err)
 	}
-	a.BootIDFile = filepath.Join(t.TempDir(), "missing")
+	a.bootIDFile = filepath.Join(t.TempDir(), "missing")
 	if _, err := a.bootID(); err == nil || !strings.Contains(err.Error(), "boot id") {
 		t.Errorf("missing boot id file: %v", err)
 	}

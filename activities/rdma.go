@@ -25,42 +25,6 @@ type rdmaMapping struct {
 	Note string
 }
 
-func (a *Node) rdmaMapping(np netplan.NodePlan) rdmaMapping {
-	var m rdmaMapping
-	if len(np.RDMA) == 0 {
-		return m
-	}
-	if a.Policy != nil {
-		if ok, why := a.Policy.RDMAAllowed(); !ok {
-			m.Note = why
-			return m
-		}
-	}
-	var notes []string
-	for _, d := range np.RDMA {
-		uv := a.uverbsOf(d.Name)
-		if uv == "" {
-			notes = append(notes, fmt.Sprintf("%s has no verbs device in sysfs (%s): is ib_uverbs loaded?", d.Name, a.sys("class/infiniband", d.Name, "device/infiniband_verbs")))
-			continue
-		}
-		if slices.Contains(m.Mapped, uv) {
-			continue // two ports of one HCA share its device
-		}
-		host := a.hostPath("/dev/infiniband/" + uv)
-		if _, err := os.Stat(host); err != nil {
-			notes = append(notes, fmt.Sprintf("%s's device %s is not there (%v)", d.Name, a.nodePath(host), err))
-			continue
-		}
-		m.Devices = append(m.Devices, host+":/dev/infiniband/"+uv)
-		m.Mapped = append(m.Mapped, uv)
-	}
-	if len(m.Mapped) > 0 && !memlockUnlimited(a.containerOptions().Ulimits) {
-		notes = append(notes, "the containers' memlock is not unlimited (--ulimits has no memlock=-1:-1); IPC_LOCK lets ibv_reg_mr pin past it")
-	}
-	m.Note = strings.Join(notes, "; ")
-	return m
-}
-
 func memlockUnlimited(ulimits []string) bool {
 	for _, u := range ulimits {
 		if strings.HasPrefix(u, "memlock=-1") {
@@ -70,14 +34,50 @@ func memlockUnlimited(ulimits []string) bool {
 	return false
 }
 
+func (d *docker) rdmaMapping(np netplan.NodePlan) rdmaMapping {
+	var m rdmaMapping
+	if len(np.RDMA) == 0 {
+		return m
+	}
+	if d.policy != nil {
+		if ok, why := d.policy.RDMAAllowed(); !ok {
+			m.Note = why
+			return m
+		}
+	}
+	var notes []string
+	for _, hca := range np.RDMA {
+		uv := d.sys.uverbsOf(hca.Name)
+		if uv == "" {
+			notes = append(notes, fmt.Sprintf("%s has no verbs device in sysfs (%s): is ib_uverbs loaded?", hca.Name, d.sys.sys("class/infiniband", hca.Name, "device/infiniband_verbs")))
+			continue
+		}
+		if slices.Contains(m.Mapped, uv) {
+			continue // two ports of one HCA share its device
+		}
+		host := d.mounts.hostPath("/dev/infiniband/" + uv)
+		if _, err := os.Stat(host); err != nil {
+			notes = append(notes, fmt.Sprintf("%s's device %s is not there (%v)", hca.Name, d.mounts.nodePath(host), err))
+			continue
+		}
+		m.Devices = append(m.Devices, host+":/dev/infiniband/"+uv)
+		m.Mapped = append(m.Mapped, uv)
+	}
+	if len(m.Mapped) > 0 && !memlockUnlimited(d.opts.Ulimits) {
+		notes = append(notes, "the containers' memlock is not unlimited (--ulimits has no memlock=-1:-1); IPC_LOCK lets ibv_reg_mr pin past it")
+	}
+	m.Note = strings.Join(notes, "; ")
+	return m
+}
+
 // withRDMA gives s the plan's RDMA devices and IPC_LOCK.
-func (a *Node) withRDMA(s containerSpec, np netplan.NodePlan) containerSpec {
-	m := a.rdmaMapping(np)
+func (d *docker) withRDMA(s containerSpec, np netplan.NodePlan) containerSpec {
+	m := d.rdmaMapping(np)
 	if len(m.Devices) > 0 {
 		s.Devices, s.CapAdd = m.Devices, []string{"IPC_LOCK"}
 	}
 	if m.Note != "" {
-		a.logger().Warn("rdma devices", zap.String("container", s.Name), zap.Strings("mapped", m.Mapped), zap.String("note", m.Note))
+		d.logger().Warn("rdma devices", zap.String("container", s.Name), zap.Strings("mapped", m.Mapped), zap.String("note", m.Note))
 	}
 	return s
 }

@@ -20,7 +20,8 @@ func TestRDMAMapping(t *testing.T) {
 	o := DefaultContainerOptions()
 	o.HostRoot = root
 	np := netplan.NodePlan{Name: "spark-a", RDMA: []netplan.RDMADevice{{Name: "rocep1s0f1", Port: 1}, {Name: "roceP2p1s0f1", Port: 1}}}
-	a := &Node{Name: "spark-a", SysRoot: sys, Containers: o}
+	cfg := Config{Name: "spark-a", SysRoot: sys, Containers: o}
+	a := New(cfg).Ray.docker
 
 	m := a.rdmaMapping(np)
 	want := []string{root + "/dev/infiniband/uverbs1:/dev/infiniband/uverbs1", root + "/dev/infiniband/uverbs3:/dev/infiniband/uverbs3"}
@@ -39,15 +40,17 @@ func TestRDMAMapping(t *testing.T) {
 
 	// The node's policy says none: nothing mapped, and the note names the setting.
 	none, _ := policy.Parse([]byte("rdma_devices: none\n"), "/etc/tpdeploy/policy.yaml", policy.Overrides{})
-	a.Policy = &none
+	cfg.Policy = &none
+	a = New(cfg).Ray.docker
 	if m := a.rdmaMapping(np); len(m.Devices) != 0 || !strings.Contains(m.Note, "rdma_devices: none") {
 		t.Fatalf("policy none: %+v", m)
 	}
-	a.Policy = nil
+	cfg.Policy = nil
 
 	// A device missing on the node, and a limited memlock, are said.
 	os.Remove(filepath.Join(root, "dev/infiniband/uverbs3"))
-	a.Containers.Ulimits = nil
+	cfg.Containers.Ulimits = nil
+	a = New(cfg).Ray.docker
 	m = a.rdmaMapping(np)
 	if len(m.Devices) != 1 || !strings.Contains(m.Note, "uverbs3 is not there") || !strings.Contains(m.Note, "memlock is not unlimited") {
 		t.Fatalf("missing device: %+v", m)

@@ -17,6 +17,15 @@ import (
 	"github.com/tpdeploy/tpdeploy/netplan"
 )
 
+// Reachability measures which subnet every node reaches: listeners on this node's
+// candidate addresses (OpenProbeListeners, CloseProbeListeners) and dials to the other
+// nodes' (DialPeers), from the node's own network namespace.
+type Reachability struct {
+	*nodeBase
+	net       *hostNet
+	listeners listenerSet
+}
+
 // maxListenTTL caps how long reachability listeners may live, whatever a request asks.
 const maxListenTTL = 5 * time.Minute
 
@@ -54,16 +63,16 @@ func (o *openListeners) close() {
 }
 
 // openSets reports how many listener sets are open, for tests and leak checks.
-func (a *Node) openSets() int {
-	a.listeners.mu.Lock()
-	defer a.listeners.mu.Unlock()
-	return len(a.listeners.sets)
+func (r *Reachability) openSets() int {
+	r.listeners.mu.Lock()
+	defer r.listeners.mu.Unlock()
+	return len(r.listeners.sets)
 }
 
 // OpenProbeListeners opens a TCP listener on an ephemeral port of each candidate address.
 // They accept and close connections until CloseProbeListeners or the TTL, whichever first.
-func (a *Node) OpenProbeListeners(ctx context.Context, req contract.ListenRequest) (contract.ListenResult, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (r *Reachability) OpenProbeListeners(ctx context.Context, req contract.ListenRequest) (contract.ListenResult, error) {
+	if err := r.checkNode(req.Node); err != nil {
 		return contract.ListenResult{}, err
 	}
 	ttl := req.TTL
@@ -71,21 +80,21 @@ func (a *Node) OpenProbeListeners(ctx context.Context, req contract.ListenReques
 		ttl = maxListenTTL
 	}
 	if len(req.Addrs) > maxListenersPerSet {
-		return contract.ListenResult{}, a.deny("%d listeners asked for: at most %d per request", len(req.Addrs), maxListenersPerSet)
+		return contract.ListenResult{}, r.deny("%d listeners asked for: at most %d per request", len(req.Addrs), maxListenersPerSet)
 	}
 	addrs := make([]netip.Addr, len(req.Addrs))
 	for i, p := range req.Addrs {
 		addrs[i] = p.Addr()
 	}
-	if err := a.checkListen(addrs, req.Port); err != nil {
+	if err := r.net.checkListen(addrs, req.Port); err != nil {
 		return contract.ListenResult{}, err
 	}
-	if n := a.openSets(); n >= maxListenerSets {
-		return contract.ListenResult{}, a.deny("%d listener sets are open, the most an agent keeps (each closes within %s)", n, maxListenTTL)
+	if n := r.openSets(); n >= maxListenerSets {
+		return contract.ListenResult{}, r.deny("%d listener sets are open, the most an agent keeps (each closes within %s)", n, maxListenTTL)
 	}
 	var res contract.ListenResult
 	var opened []net.Listener
-	err := a.inNetNS(func() error {
+	err := r.net.inNetNS(func() error {
 		for _, addr := range req.Addrs {
 			l, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), uint16(req.Port)).String())
 			if err != nil {
@@ -94,7 +103,7 @@ func (a *Node) OpenProbeListeners(ctx context.Context, req contract.ListenReques
 			opened = append(opened, l)
 			ap := l.Addr().(*net.TCPAddr).AddrPort()
 			res.Targets = append(res.Targets, netplan.Target{
-				Node: a.Name, Addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), Subnet: addr.Masked(),
+				Node: r.name, Addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), Subnet: addr.Masked(),
 			})
 		}
 		return nil
@@ -110,13 +119,13 @@ func (a *Node) OpenProbeListeners(ctx context.Context, req contract.ListenReques
 		return contract.ListenResult{}, err
 	}
 	set := &openListeners{listeners: opened}
-	set.timer = time.AfterFunc(ttl, func() { a.closeListeners(token) })
-	a.listeners.mu.Lock()
-	if a.listeners.sets == nil {
-		a.listeners.sets = map[string]*openListeners{}
+	set.timer = time.AfterFunc(ttl, func() { r.closeListeners(token) })
+	r.listeners.mu.Lock()
+	if r.listeners.sets == nil {
+		r.listeners.sets = map[string]*openListeners{}
 	}
-	a.listeners.sets[token] = set
-	a.listeners.mu.Unlock()
+	r.listeners.sets[token] = set
+	r.listeners.mu.Unlock()
 	for _, l := range opened {
 		go acceptAndClose(l)
 	}
@@ -142,11 +151,11 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-func (a *Node) closeListeners(token string) bool {
-	a.listeners.mu.Lock()
-	set, ok := a.listeners.sets[token]
-	delete(a.listeners.sets, token)
-	a.listeners.mu.Unlock()
+func (r *Reachability) closeListeners(token string) bool {
+	r.listeners.mu.Lock()
+	set, ok := r.listeners.sets[token]
+	delete(r.listeners.sets, token)
+	r.listeners.mu.Unlock()
 	if ok {
 		set.close()
 	}
@@ -155,18 +164,18 @@ func (a *Node) closeListeners(token string) bool {
 
 // CloseProbeListeners closes the listeners of a token; an unknown token (already closed,
 // expired, or lost with an agent restart) is not an error.
-func (a *Node) CloseProbeListeners(ctx context.Context, req contract.CloseRequest) error {
-	if err := a.checkNode(req.Node); err != nil {
+func (r *Reachability) CloseProbeListeners(ctx context.Context, req contract.CloseRequest) error {
+	if err := r.checkNode(req.Node); err != nil {
 		return err
 	}
-	a.closeListeners(req.Token)
+	r.closeListeners(req.Token)
 	return nil
 }
 
 // DialPeers connects to every target from this node's own network namespace and measures
 // the connect time. A failed dial is a result, not an error.
-func (a *Node) DialPeers(ctx context.Context, req contract.DialRequest) ([]netplan.PairResult, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (r *Reachability) DialPeers(ctx context.Context, req contract.DialRequest) ([]netplan.PairResult, error) {
+	if err := r.checkNode(req.Node); err != nil {
 		return nil, err
 	}
 	timeout := req.Timeout
@@ -174,13 +183,13 @@ func (a *Node) DialPeers(ctx context.Context, req contract.DialRequest) ([]netpl
 		timeout = 2 * time.Second
 	}
 	if len(req.Targets) > maxDialTargets {
-		return nil, a.deny("%d targets asked for: at most %d per request", len(req.Targets), maxDialTargets)
+		return nil, r.deny("%d targets asked for: at most %d per request", len(req.Targets), maxDialTargets)
 	}
 	aps := make([]netip.AddrPort, len(req.Targets))
 	for i, t := range req.Targets {
 		aps[i] = t.Addr
 	}
-	if err := a.checkDial(aps...); err != nil {
+	if err := r.net.checkDial(aps...); err != nil {
 		return nil, err
 	}
 	results := make([]netplan.PairResult, len(req.Targets))
@@ -189,7 +198,7 @@ func (a *Node) DialPeers(ctx context.Context, req contract.DialRequest) ([]netpl
 	var nsErr error
 	var nsOnce sync.Once
 	for i, t := range req.Targets {
-		if t.Node == a.Name {
+		if t.Node == r.name {
 			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("target %s is this node's own", t.Addr), contract.ErrBadRequest, nil)
 		}
 		wg.Add(1)
@@ -197,23 +206,23 @@ func (a *Node) DialPeers(ctx context.Context, req contract.DialRequest) ([]netpl
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			r := netplan.PairResult{From: a.Name, To: t.Node, Subnet: t.Subnet, Addr: t.Addr}
-			err := a.inNetNS(func() error {
+			pair := netplan.PairResult{From: r.name, To: t.Node, Subnet: t.Subnet, Addr: t.Addr}
+			err := r.net.inNetNS(func() error {
 				start := time.Now()
 				d := net.Dialer{Timeout: timeout}
 				c, err := d.DialContext(ctx, "tcp", t.Addr.String())
 				if err != nil {
-					r.Error = dialError(err)
+					pair.Error = dialError(err)
 					return nil
 				}
-				r.RTT = time.Since(start)
-				r.OK = true
+				pair.RTT = time.Since(start)
+				pair.OK = true
 				return c.Close()
 			})
 			if err != nil {
 				nsOnce.Do(func() { nsErr = err })
 			}
-			results[i] = r
+			results[i] = pair
 		}()
 	}
 	wg.Wait()

@@ -7,8 +7,9 @@ import (
 	"strings"
 
 	"github.com/moby/moby/client"
-	"github.com/tpdeploy/tpdeploy/contract"
 	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/contract"
 )
 
 // Wanted says which of a cluster's containers should exist: known=false when nobody can
@@ -21,13 +22,13 @@ type Wanted func(ctx context.Context, cluster string) (keep map[string]bool, run
 // those of a cluster torn down meanwhile. The agent runs it when it starts. Clusters it
 // cannot account for, or that a deploy or teardown is acting on, are left alone. It is a
 // function, not a method, so the agent does not serve it as an activity.
-func Reconcile(ctx context.Context, a *Node, host string, wanted Wanted) ([]string, error) {
-	eng, addr, err := a.engine(host)
+func Reconcile(ctx context.Context, cs *Containers, host string, wanted Wanted) ([]string, error) {
+	eng, addr, err := cs.docker.engine(host)
 	if err != nil {
 		return nil, err
 	}
 	f := client.Filters{}
-	f.Add("label", LabelNode+"="+a.Name)
+	f.Add("label", LabelNode+"="+cs.name)
 	list, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, engineError(addr, "list containers", err)
@@ -51,7 +52,7 @@ func Reconcile(ctx context.Context, a *Node, host string, wanted Wanted) ([]stri
 	for _, cluster := range clusters {
 		keep, running, known, err := wanted(ctx, cluster)
 		if err != nil {
-			a.logger().Warn("reconcile: cluster state unknown; left alone", zap.String("cluster", cluster), zap.Error(err))
+			cs.logger().Warn("reconcile: cluster state unknown; left alone", zap.String("cluster", cluster), zap.Error(err))
 			continue
 		}
 		if !known || running {
@@ -67,7 +68,7 @@ func Reconcile(ctx context.Context, a *Node, host string, wanted Wanted) ([]stri
 			continue
 		}
 		if len(stale) == len(byCluster[cluster]) {
-			res, err := a.removeCluster(ctx, contract.RemoveRequest{Node: a.Name, DockerHost: host, Cluster: cluster})
+			res, err := cs.removeCluster(ctx, contract.RemoveRequest{Node: cs.name, DockerHost: host, Cluster: cluster})
 			if err != nil {
 				return removed, fmt.Errorf("reconcile %s: %w", cluster, err)
 			}
@@ -75,14 +76,14 @@ func Reconcile(ctx context.Context, a *Node, host string, wanted Wanted) ([]stri
 			continue
 		}
 		for _, id := range stale {
-			if err := a.removeContainer(ctx, eng, addr, id, a.containerOptions().StopTimeout); err != nil {
+			if err := cs.docker.removeContainer(ctx, eng, addr, id, cs.docker.opts.StopTimeout); err != nil {
 				return removed, fmt.Errorf("reconcile %s: %w", cluster, err)
 			}
 			removed = append(removed, names[id])
 		}
 	}
 	for _, r := range removed {
-		a.logger().Info("reconcile: removed a container no deployment holds", zap.String("name", r))
+		cs.logger().Info("reconcile: removed a container no deployment holds", zap.String("name", r))
 	}
 	return removed, nil
 }

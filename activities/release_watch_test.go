@@ -28,7 +28,7 @@ func TestTheWatchFollowsTheRelease(t *testing.T) {
 	}
 	legacy, v2 := decide("0.17.1", nil), decide("0.22.1", nil)
 	watchFor := func(m *release.Model) *watch {
-		return &watch{a: &Node{Name: "node-a"}, req: contract.WatchRequest{Engine: m}}
+		return &watch{v: New(Config{Name: "node-a"}).VLLM, req: contract.WatchRequest{Engine: m}}
 	}
 
 	if f := watchFor(legacy).forRelease(logscan.Classify(logscan.Line{Text: dup})); f == nil || f.Type != logscan.DuplicateAddress {
@@ -51,7 +51,7 @@ func TestTheWatchFollowsTheRelease(t *testing.T) {
 
 // The watch warns when vLLM's own NCCL lines name another transport than the proof found.
 func TestTheWatchHoldsVLLMsNCCLAgainstTheProof(t *testing.T) {
-	w := &watch{a: &Node{Name: "node-a"}, req: contract.WatchRequest{Node: "node-a", DataPlane: &dataplane.Verdict{Transport: "IB", Rails: 2}}}
+	w := &watch{v: New(Config{Name: "node-a"}).VLLM, req: contract.WatchRequest{Node: "node-a", DataPlane: &dataplane.Verdict{Transport: "IB", Rails: 2}}}
 	for _, l := range []string{
 		"(RayWorkerProc pid=2158, ip=10.200.1.13) vm:2158:2158 [0] NCCL INFO Using network Socket",
 		"(RayWorkerProc pid=2158, ip=10.200.1.13) vm:2158:2158 [0] NCCL INFO Using network Socket",

@@ -35,12 +35,11 @@ func TestMPRankSecretsOnlyInTheExec(t *testing.T) {
 	hf, key := "hf_secret-"+c.Name, "sk-secret-"+c.Name
 	t.Setenv("HF_TOKEN", hf)
 	t.Setenv("VLLM_API_KEY", key)
-	a := testNode("node-a")
-	a.Containers.Network = "host"
+	a := onHostNetwork("node-a")
 	plan := netplan.Plan{Head: "node-a", Nodes: []netplan.NodePlan{{Name: "node-a", Role: spec.RoleHead, Address: netip.MustParseAddr("127.0.0.1"),
 		Env: map[string]string{"TPDEPLOY_SIM_SHARDS": "2", "TPDEPLOY_SIM_SHARD_SECONDS": "0.2"}}}}
 	req := contract.RankRequest{Node: "node-a", Deployment: contract.Deployment{Cluster: c.Name, ID: "run-1"}, Spec: c, Plan: plan, Rank: 0}
-	ref, err := a.StartVLLMRank(ctx, req)
+	ref, err := a.VLLM.StartVLLMRank(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +75,14 @@ func TestMPRankSecretsOnlyInTheExec(t *testing.T) {
 	watch := contract.WatchRequest{Node: "node-a", Container: ref, Spec: c, Endpoint: endpoint, ReportWithin: 500 * time.Millisecond}
 	var suite testsuite.WorkflowTestSuite
 	aenv := suite.NewTestActivityEnvironment()
-	aenv.RegisterActivity(a)
+	registerAgent(aenv, a)
 	var p contract.ServingProgress
 	for calls := 1; !p.Serving; calls++ {
 		if calls > 60 {
 			t.Fatalf("not serving after %d calls: %+v", calls, p)
 		}
 		watch.Cursor = p
-		v, err := aenv.ExecuteActivity(a.WatchServing, watch)
+		v, err := aenv.ExecuteActivity(a.VLLM.WatchServing, watch)
 		if err == nil {
 			err = v.Get(&p)
 		}
@@ -112,13 +111,13 @@ func TestMPRankSecretsOnlyInTheExec(t *testing.T) {
 		t.Errorf("/health without a key: %v %v, want 200", resp, err)
 	}
 
-	again, err := a.StartVLLMRank(ctx, req)
+	again, err := a.VLLM.StartVLLMRank(ctx, req)
 	if err != nil || !again.Adopted || again.PID != ref.PID {
 		t.Fatalf("second start = %+v, %v; want pid %d adopted", again, err, ref.PID)
 	}
 	// A rotated key is another launch: vLLM starts again in the same container.
 	t.Setenv("VLLM_API_KEY", key+"-rotated")
-	rotated, err := a.StartVLLMRank(ctx, req)
+	rotated, err := a.VLLM.StartVLLMRank(ctx, req)
 	if err != nil || rotated.Adopted || rotated.PID == ref.PID || rotated.ID != ref.ID {
 		t.Fatalf("start with a rotated key = %+v, %v; want a new vllm in container %s", rotated, err, ref.ID)
 	}

@@ -15,153 +15,18 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"go.uber.org/zap"
+
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/dataplane"
 	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/raygcs"
 	"github.com/tpdeploy/tpdeploy/readiness"
-	"go.uber.org/zap"
 )
 
-// CheckPlacement proves, before vLLM starts, that every planned node is alive in Ray under
-// its planned address with enough GPUs, reading Ray's node table from the GCS (package raygcs).
-// A node registered under another address (the seed's failure 1) fails at once instead of
-// after vLLM's 42-minute wait.
-func (a *Node) CheckPlacement(ctx context.Context, req contract.PlacementRequest) (contract.PlacementReport, error) {
-	if err := a.checkNode(req.Node); err != nil {
-		return contract.PlacementReport{}, err
-	}
-	// Give up a little before the step's own timeout, so the operator gets the reason (and
-	// Ray's own view) rather than a bare timeout.
-	deadline := time.Now().Add(time.Minute)
-	if d := activity.GetInfo(ctx).Deadline; !d.IsZero() {
-		deadline = d.Add(-3 * time.Second)
-	}
-	if err := a.checkDialString(req.Plan.RayAddress); err != nil {
-		return contract.PlacementReport{}, err
-	}
-	if err := a.checkRayHead(ctx, req); err != nil {
-		return contract.PlacementReport{}, err
-	}
-	// A head that died at start (its GCS port taken) leaves the address to whatever else
-	// answers there: judge nothing from a node table that is not this head's.
-	if gone := a.headGone(ctx, req); gone != nil {
-		return contract.PlacementReport{}, gone
-	}
-	var last error
-	for {
-		activity.RecordHeartbeat(ctx, fmt.Sprint(last))
-		nodes, err := a.registeredNodes(ctx, req.Plan.RayAddress)
-		if err == nil {
-			report, wait, verr := raygcs.Verdict(req, nodes)
-			if !wait {
-				return report, verr
-			}
-			err = verr
-		} else if gone := a.headGone(ctx, req); gone != nil {
-			return contract.PlacementReport{}, gone // Ray's GCS will not come back: say so now
-		}
-		last = err
-		if time.Now().After(deadline) {
-			return contract.PlacementReport{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("placement not proven: %v%s", last, a.rayStatusSummary(ctx, req)), contract.ErrNodeNotRegistered, nil)
-		}
-		select {
-		case <-ctx.Done():
-			return contract.PlacementReport{}, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// checkRayHead refuses a RayHead that is not one of this node's Ray head containers
-// (`ray status` is run in it).
-func (a *Node) checkRayHead(ctx context.Context, req contract.PlacementRequest) error {
-	if req.RayHead == "" {
-		return nil
-	}
-	eng, addr, err := a.engine(req.DockerHost)
-	if err != nil {
-		return err
-	}
-	info, err := eng.ContainerInspect(ctx, req.RayHead, client.ContainerInspectOptions{})
-	switch {
-	case cerrdefs.IsNotFound(err):
-		return nil // headGone says so
-	case err != nil:
-		return engineError(addr, "inspect "+req.RayHead, err)
-	}
-	return a.ownContainer(req.RayHead, info.Container.Config, "", contract.RoleRayHead)
-}
-
-// headGone is a ContainerExited error when the head's Ray container is not running (the
-// GCS died with it), nil when it runs or cannot be asked.
-func (a *Node) headGone(ctx context.Context, req contract.PlacementRequest) error {
-	if req.RayHead == "" {
-		return nil
-	}
-	eng, _, err := a.engine(req.DockerHost)
-	if err != nil {
-		return nil
-	}
-	info, err := eng.ContainerInspect(ctx, req.RayHead, client.ContainerInspectOptions{})
-	switch {
-	case cerrdefs.IsNotFound(err):
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s is gone: Ray's GCS went with it", req.RayHead), contract.ErrContainerExited, nil)
-	case err != nil || info.Container.State == nil || info.Container.State.Running:
-		return nil
-	}
-	st := info.Container.State
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("the ray head container %s exited with code %d%s: Ray's GCS went with it",
-		req.RayHead, st.ExitCode, map[bool]string{true: " (OOM-killed)"}[st.OOMKilled]), contract.ErrContainerExited, nil)
-}
-
-// rayStatusSummary is Ray's own account for an error message, or "" when it cannot be had.
-func (a *Node) rayStatusSummary(ctx context.Context, req contract.PlacementRequest) string {
-	if req.RayHead == "" {
-		return ""
-	}
-	eng, _, err := a.engine(req.DockerHost)
-	if err != nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	st, err := execRayStatus(ctx, eng, req.RayHead)
-	if err != nil {
-		return fmt.Sprintf(" (ray status: %v)", err)
-	}
-	return " (ray status: " + st.String() + ")"
-}
-
-// RayNodesAlive checks once that every planned node is alive in Ray under its planned
-// address (the supervisor's Ray check): a node that died or came back under another
-// address is an error naming it. A GCS that does not answer is a retryable error, never
-// by itself a verdict on the cluster.
-func (a *Node) RayNodesAlive(ctx context.Context, req contract.PlacementRequest) (contract.PlacementReport, error) {
-	if err := a.checkNode(req.Node); err != nil {
-		return contract.PlacementReport{}, err
-	}
-	if err := a.checkDialString(req.Plan.RayAddress); err != nil {
-		return contract.PlacementReport{}, err
-	}
-	nodes, err := a.registeredNodes(ctx, req.Plan.RayAddress)
-	if err != nil {
-		return contract.PlacementReport{}, temporal.NewApplicationError(err.Error(), contract.ErrRayUnreachable)
-	}
-	if dead := raygcs.DeadPlanned(req.Plan, nodes); dead != nil {
-		return contract.PlacementReport{}, dead
-	}
-	report, wait, err := raygcs.Verdict(req, nodes)
-	if wait {
-		return report, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrNodeNotRegistered, nil)
-	}
-	return report, err
-}
-
-func (a *Node) fetch(ctx context.Context, hc *http.Client, url, apiKey string) ([]byte, error) {
+func (v *VLLM) fetch(ctx context.Context, hc *http.Client, url, apiKey string) ([]byte, error) {
 	var body []byte
-	err := a.inNetNS(func() error {
+	err := v.net.inNetNS(func() error {
 		var err error
 		body, err = readiness.Get(ctx, hc, url, apiKey, 8<<20)
 		return err
@@ -174,11 +39,11 @@ func (a *Node) fetch(ctx context.Context, hc *http.Client, url, apiKey string) (
 // Ray, or ReportWithin passes (then it returns the progress so far, and the workflow calls
 // again from there). It heartbeats its progress; a retried attempt (the agent restarted)
 // resumes from the last heartbeat.
-func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (contract.ServingProgress, error) {
-	if err := a.checkNode(req.Node); err != nil {
+func (v *VLLM) WatchServing(ctx context.Context, req contract.WatchRequest) (contract.ServingProgress, error) {
+	if err := v.checkNode(req.Node); err != nil {
 		return contract.ServingProgress{}, err
 	}
-	if _, err := a.signedSpec(req.Intent, req.Spec); err != nil {
+	if _, err := v.signedSpec(req.Intent, req.Spec); err != nil {
 		return contract.ServingProgress{}, err
 	}
 	p := req.Cursor
@@ -190,26 +55,26 @@ func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 	}
 	var apiKey string
 	if !req.Headless {
-		if err := a.checkEndpoint(req.Endpoint); err != nil {
+		if err := v.net.checkEndpoint(req.Endpoint); err != nil {
 			return p, err
 		}
-		key, err := a.endpointKey(req.Spec, req.Endpoint)
+		key, err := v.endpointKey(req.Spec, req.Endpoint)
 		if err != nil {
 			return p, err
 		}
 		apiKey = key
 	}
 	if req.Plan != nil && req.Plan.RayAddress != "" {
-		if err := a.checkDialString(req.Plan.RayAddress); err != nil {
+		if err := v.net.checkDialString(req.Plan.RayAddress); err != nil {
 			return p, err
 		}
 	}
 	n, _ := req.Spec.Node(req.Node)
-	eng, addr, err := a.engine(n.DockerHost)
+	eng, addr, err := v.docker.engine(n.DockerHost)
 	if err != nil {
 		return p, err
 	}
-	w := &watch{a: a, req: req, eng: eng, addr: addr, p: p, out: vllmOutput{eng: eng, container: req.Container.Name}, apiKey: apiKey}
+	w := &watch{v: v, req: req, eng: eng, addr: addr, p: p, out: vllmOutput{eng: eng, container: req.Container.Name}, apiKey: apiKey}
 	if err := w.containerRunning(ctx); err != nil {
 		return p, err
 	}
@@ -242,7 +107,7 @@ func (a *Node) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 
 // watch is one WatchServing call's state.
 type watch struct {
-	a    *Node
+	v    *VLLM
 	req  contract.WatchRequest
 	eng  containerEngine
 	addr string
@@ -305,7 +170,7 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 	// node serves nothing itself: its vLLM only has to stay up.
 	if !w.req.Headless && (w.p.Phase == "ready" || now.Sub(w.lastReady) >= time.Second) {
 		w.lastReady = now
-		if w.a.serving(ctx, w.req, w.apiKey) {
+		if w.v.serving(ctx, w.req, w.apiKey) {
 			w.p.Serving, w.p.Phase = true, "serving"
 			return len(lines) > 0, nil
 		}
@@ -362,7 +227,7 @@ func (w *watch) forRelease(f *logscan.Finding) *logscan.Finding {
 		return f
 	}
 	if !m.CanPrint(f.Type) {
-		w.a.logger().Info("finding ruled out by the release", zap.String("type", f.Type), zap.String("vllm", m.VLLM),
+		w.v.logger().Info("finding ruled out by the release", zap.String("type", f.Type), zap.String("vllm", m.VLLM),
 			zap.String("executor", m.Executor), zap.String("line", clipLine(f.Line)))
 		return nil
 	}
@@ -388,7 +253,7 @@ func (w *watch) askRay(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	w.lastRayCheck = now
-	nodes, err := w.a.registeredNodes(ctx, w.req.Plan.RayAddress)
+	nodes, err := w.v.net.registeredNodes(ctx, w.req.Plan.RayAddress)
 	if err != nil {
 		// The GCS not answering is no verdict; vLLM's own output will say more.
 		return nil
@@ -410,7 +275,7 @@ func (w *watch) askRay(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	if f.Type == logscan.ResourcesBusy {
-		f.Diagnosis += w.a.rayStatusSummary(ctx, contract.PlacementRequest{DockerHost: w.req.Spec.Head().DockerHost, RayHead: w.req.Container.Name})
+		f.Diagnosis += w.v.docker.rayStatusSummary(ctx, contract.PlacementRequest{DockerHost: w.req.Spec.Head().DockerHost, RayHead: w.req.Container.Name})
 	}
 	return findingError(f)
 }
@@ -434,7 +299,7 @@ func (w *watch) containerRunning(ctx context.Context) error {
 	if err != nil {
 		return engineError(w.addr, "inspect "+w.req.Container.Name, err)
 	}
-	if err := w.a.ownContainer(w.req.Container.Name, info.Container.Config, w.req.Spec.Name, contract.RoleRayHead, contract.RoleVLLM); err != nil {
+	if err := w.v.docker.ownContainer(w.req.Container.Name, info.Container.Config, w.req.Spec.Name, contract.RoleRayHead, contract.RoleVLLM); err != nil {
 		return err
 	}
 	if st := info.Container.State; st != nil && !st.Running {
@@ -453,21 +318,21 @@ func clipLine(s string) string {
 // serving is vLLM's readiness: /health answers 200, /v1/models lists the served model,
 // and, when the spec asks for a smoke test, one completion answers; with an API key, the
 // /v1/* requests carry it.
-func (a *Node) serving(ctx context.Context, req contract.WatchRequest, apiKey string) bool {
+func (v *VLLM) serving(ctx context.Context, req contract.WatchRequest, apiKey string) bool {
 	hc := readiness.Client(3 * time.Second)
-	fetch := func(ctx context.Context, url string) ([]byte, error) { return a.fetch(ctx, hc, url, apiKey) }
+	fetch := func(ctx context.Context, url string) ([]byte, error) { return v.fetch(ctx, hc, url, apiKey) }
 	if readiness.Check(ctx, fetch, req.Endpoint, req.Spec.Model.ServedName) != nil {
 		return false
 	}
 	if req.Spec.SmokeTest {
-		return a.smokeTest(ctx, req, apiKey) == nil
+		return v.smokeTest(ctx, req, apiKey) == nil
 	}
 	return true
 }
 
 // smokeTest asks for one completion; like the health checks it follows no redirect.
-func (a *Node) smokeTest(ctx context.Context, req contract.WatchRequest, apiKey string) error {
-	return a.inNetNS(func() error {
+func (v *VLLM) smokeTest(ctx context.Context, req contract.WatchRequest, apiKey string) error {
+	return v.net.inNetNS(func() error {
 		b, _ := json.Marshal(map[string]any{"model": req.Spec.Model.ServedName, "prompt": "tpdeploy smoke test", "max_tokens": 4})
 		r, err := http.NewRequestWithContext(ctx, http.MethodPost, req.Endpoint+"/v1/completions", strings.NewReader(string(b)))
 		if err != nil {

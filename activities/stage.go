@@ -17,47 +17,47 @@ import (
 // they will hold. Run at preflight, a refusal stops nothing: found only when node-b's
 // worker starts, the same refusal would come after the head had been replaced (on a
 // serving cluster, after the old deployment stopped; workflows/stage.go).
-func (a *Node) plannedAllowed(c spec.Cluster, plan netplan.Plan, d contract.Deployment, signed *spec.Cluster) error {
-	n, ok := c.Node(a.Name)
-	np, planned := plan.Node(a.Name)
+func (cs *Containers) plannedAllowed(c spec.Cluster, plan netplan.Plan, d contract.Deployment, signed *spec.Cluster) error {
+	n, ok := c.Node(cs.name)
+	np, planned := plan.Node(cs.name)
 	if !ok || !planned {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("preflight: the plan has no address for %s", a.Name), contract.ErrBadRequest, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("preflight: the plan has no address for %s", cs.name), contract.ErrBadRequest, nil)
 	}
 	head := n.Role == spec.RoleHead
 	var specs []containerSpec
 	var ports []int
 	switch c.Executor {
 	case spec.ExecutorMP:
-		rank := c.NodeRank(a.Name)
-		s, _, err := rankSpec(contract.RankRequest{Node: a.Name, Deployment: d, Spec: c, Plan: plan, Rank: rank}, a.containerOptions())
+		rank := c.NodeRank(cs.name)
+		s, _, err := rankSpec(contract.RankRequest{Node: cs.name, Deployment: d, Spec: c, Plan: plan, Rank: rank}, cs.docker.opts)
 		if err != nil {
 			return temporal.NewNonRetryableApplicationError("preflight: "+err.Error(), contract.ErrBadRequest, nil)
 		}
 		specs = append(specs, s)
-		if _, err := a.secretEnv(c.Secrets, rank == 0); err != nil {
+		if _, err := cs.vllm.secretEnv(c.Secrets, rank == 0); err != nil {
 			return err
 		}
 		if head {
 			ports = []int{c.Ports.MasterPort(), c.Ports.VLLM}
 		}
 	default:
-		req := contract.StartRayRequest{Node: a.Name, Deployment: d, Spec: c, Plan: np, RayAddress: plan.RayAddress}
+		req := contract.StartRayRequest{Node: cs.name, Deployment: d, Spec: c, Plan: np, RayAddress: plan.RayAddress}
 		if head {
-			specs = append(specs, rayHeadSpec(req, a.containerOptions()))
+			specs = append(specs, rayHeadSpec(req, cs.docker.opts))
 			// vLLM runs in the head's container, with the secrets.
-			if _, err := a.secretEnv(c.Secrets, true); err != nil {
+			if _, err := cs.vllm.secretEnv(c.Secrets, true); err != nil {
 				return err
 			}
 			ports = []int{c.Ports.Ray, c.Ports.Dashboard, c.Ports.VLLM}
 		} else {
-			specs = append(specs, rayWorkerSpec(req, a.containerOptions()))
+			specs = append(specs, rayWorkerSpec(req, cs.docker.opts))
 		}
 	}
-	if err := a.allowed(func(p policy.Policy) error { return p.CheckPorts(ports...) }); err != nil {
+	if err := cs.allowed(func(p policy.Policy) error { return p.CheckPorts(ports...) }); err != nil {
 		return err
 	}
 	for _, s := range specs {
-		if err := a.containerAllowed(labelled(a.withRDMA(s, np), signed)); err != nil {
+		if err := cs.docker.containerAllowed(labelled(cs.docker.withRDMA(s, np), signed)); err != nil {
 			return err
 		}
 	}

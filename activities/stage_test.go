@@ -25,7 +25,7 @@ func TestPreflightChecksEveryContainerTheNodeWillStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &Node{Name: "node-b", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}}
+	b := New(Config{Name: "node-b", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 	c := spec.Cluster{Name: "tpdtest-stage", Image: lab.SimImage, Model: spec.Model{Path: "/models/m", ServedName: "m"},
 		Parallel: spec.Parallel{Tensor: 2}, HFCache: cache,
 		Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: 1}, {Name: "node-b", Role: spec.RoleWorker, GPUs: 1, Env: map[string]string{"MY_TUNING": "1"}}},
@@ -51,20 +51,20 @@ func TestPreflightChecksEveryContainerTheNodeWillStart(t *testing.T) {
 		t.Run(executor, func(t *testing.T) {
 			c := c
 			c.Executor = executor
-			_, err := b.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: c.Image, Spec: &c, Plan: &plan, Deployment: d})
+			_, err := b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: c.Image, Spec: &c, Plan: &plan, Deployment: d})
 			refused(t, err)
 			if executor == spec.ExecutorRay {
 				np, _ := plan.Node("node-b")
-				_, err = b.StartRayWorker(ctx, contract.StartRayRequest{Node: "node-b", Deployment: d, Spec: c, Plan: np, RayAddress: plan.RayAddress})
+				_, err = b.Ray.StartRayWorker(ctx, contract.StartRayRequest{Node: "node-b", Deployment: d, Spec: c, Plan: np, RayAddress: plan.RayAddress})
 			} else {
-				_, err = b.StartVLLMRank(ctx, contract.RankRequest{Node: "node-b", Deployment: d, Spec: c, Plan: plan, Rank: 1})
+				_, err = b.VLLM.StartVLLMRank(ctx, contract.RankRequest{Node: "node-b", Deployment: d, Spec: c, Plan: plan, Rank: 1})
 			}
 			refused(t, err)
 		})
 	}
 	// Without the plan (an older workflow's request), only the spec-wide settings are
 	// checked: the variable passes the preflight.
-	_, err = b.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: c.Image, Spec: &c})
+	_, err = b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: c.Image, Spec: &c})
 	if err != nil && strings.Contains(err.Error(), "MY_TUNING") {
 		t.Errorf("without the plan the preflight cannot build the containers, yet: %v", err)
 	}

@@ -1,13 +1,16 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -30,6 +33,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/weights"
+	"github.com/tpdeploy/tpdeploy/weights/transfer"
 )
 
 const (
@@ -120,7 +124,7 @@ func withoutFiles(files []modelFile, names ...string) []modelFile {
 // agent is one node agent under test: its activities run in a test activity environment,
 // where heartbeats work.
 type agent struct {
-	node *Node
+	node *Agent
 	env  *testsuite.TestActivityEnvironment
 	mu   sync.Mutex
 	hb   []contract.SyncProgress
@@ -128,9 +132,15 @@ type agent struct {
 
 func newAgent(t *testing.T, name string, bg context.Context) *agent {
 	t.Helper()
+	return newAgentWith(t, Config{Name: name}, bg)
+}
+
+// newAgentWith is newAgent of an agent configured as c.
+func newAgentWith(t *testing.T, c Config, bg context.Context) *agent {
+	t.Helper()
 	var suite testsuite.WorkflowTestSuite
-	g := &agent{node: &Node{Name: name}, env: suite.NewTestActivityEnvironment()}
-	g.env.RegisterActivity(g.node)
+	g := &agent{node: New(c), env: suite.NewTestActivityEnvironment()}
+	registerAgent(g.env, g.node)
 	if bg != nil {
 		g.env.SetWorkerOptions(worker.Options{BackgroundActivityContext: bg})
 	}
@@ -156,36 +166,60 @@ func run[T any](g *agent, fn any, req any) (T, error) {
 
 func (g *agent) manifest(t *testing.T, req contract.ModelManifestRequest) weights.Manifest {
 	t.Helper()
-	req.Node = g.node.Name
-	m, err := run[weights.Manifest](g, g.node.ModelManifest, req)
+	req.Node = g.node.Probe.name
+	m, err := run[weights.Manifest](g, g.node.Weights.ModelManifest, req)
 	if err != nil {
-		t.Fatalf("%s: model manifest: %v", g.node.Name, err)
+		t.Fatalf("%s: model manifest: %v", g.node.Probe.name, err)
 	}
 	return m
 }
 
+// sync has g copy as req says, from its loopback address unless req names another.
 func (g *agent) sync(req contract.SyncModelRequest) (contract.SyncResult, error) {
-	req.Node = g.node.Name
-	return run[contract.SyncResult](g, g.node.SyncModel, req)
+	req.Node = g.node.Probe.name
+	if !req.Addr.IsValid() {
+		req.Addr = loopback
+	}
+	return run[contract.SyncResult](g, g.node.Weights.SyncModel, req)
 }
 
-func (g *agent) open(t *testing.T, root string, files []string, ttl time.Duration) contract.ModelServer {
+// copyKey is a key g made for a copy (PrepareModelCopy), as a deploy asks of every node
+// that will copy before the head opens its server.
+func (g *agent) copyKey(t *testing.T) string {
 	t.Helper()
-	srv, err := run[contract.ModelServer](g, g.node.OpenModelServer, contract.OpenModelServerRequest{Node: g.node.Name, Addr: loopback, Root: root, Files: files, TTL: ttl})
+	k, err := run[contract.ModelCopyKey](g, g.node.Weights.PrepareModelCopy, contract.PrepareModelCopyRequest{Node: g.node.Probe.name, Root: "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeModelServer(srv.Token) })
+	return k.Key
+}
+
+// open has g serve files under root on loopback, to loopback, for the copies of keys.
+func (g *agent) open(t *testing.T, root string, files []string, ttl time.Duration, keys ...string) contract.ModelServer {
+	t.Helper()
+	srv, err := run[contract.ModelServer](g, g.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: g.node.Probe.name, Addr: loopback, Root: root, Files: files,
+		Keys: keys, Peers: []netip.Addr{loopback}, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.node.Weights.servers.Close(srv.ID) })
 	return srv
 }
 
-func served(t *testing.T, srv contract.ModelServer) int64 {
+// isOpen says whether g's model server srv is open.
+func (g *agent) isOpen(srv contract.ModelServer) bool {
+	_, ok := g.node.Weights.servers.Stats(srv.ID)
+	return ok
+}
+
+// served is the bytes g's model server srv has sent.
+func (g *agent) served(t *testing.T, srv contract.ModelServer) int64 {
 	t.Helper()
-	s := openModelServer(srv.Token)
-	if s == nil {
+	st, ok := g.node.Weights.servers.Stats(srv.ID)
+	if !ok {
 		t.Fatal("the model server closed")
 	}
-	return s.served.Load()
+	return st.Served
 }
 
 func modelAppError(t *testing.T, err error) *temporal.ApplicationError {
@@ -208,13 +242,13 @@ func TestModelManifestActivity(t *testing.T) {
 	if d := a.manifest(t, contract.ModelManifestRequest{Dir: filepath.Join(cache, "nowhere")}); d.Absent == "" {
 		t.Errorf("a directory that is not there: %+v", d)
 	}
-	_, err := run[weights.Manifest](a, a.node.ModelManifest, contract.ModelManifestRequest{Node: "node-b", HFCache: cache, Repo: modelRepo})
+	_, err := run[weights.Manifest](a, a.node.Weights.ModelManifest, contract.ModelManifestRequest{Node: "node-b", HFCache: cache, Repo: modelRepo})
 	if app := modelAppError(t, err); app.Type() != contract.ErrWrongNode {
 		t.Errorf("task for another node: %v", err)
 	}
 	writeModelFile(t, filepath.Join(cache, "bad", "config.json"), []byte("{}"))
 	writeModelFile(t, filepath.Join(cache, "bad", "model.safetensors.index.json"), []byte("{"))
-	_, err = run[weights.Manifest](a, a.node.ModelManifest, contract.ModelManifestRequest{Node: "node-a", Dir: filepath.Join(cache, "bad")})
+	_, err = run[weights.Manifest](a, a.node.Weights.ModelManifest, contract.ModelManifestRequest{Node: "node-a", Dir: filepath.Join(cache, "bad")})
 	if app := modelAppError(t, err); app.Type() != contract.ErrModelCorrupt || !app.NonRetryable() {
 		t.Errorf("unreadable index: %v", err)
 	}
@@ -237,17 +271,18 @@ func TestSyncModelNothingMissingCopiesNothing(t *testing.T) {
 	if len(lacking) != 0 {
 		t.Fatalf("lacking = %v", weights.Names(lacking))
 	}
-	srv := a.open(t, head.Dir, weights.Names(head.Files), 0)
-	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
+	key := b.copyKey(t)
+	srv := a.open(t, head.Dir, weights.Names(head.Files), 0, key)
+	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Key: key, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
 		Layout: contract.ModelLayoutHF, Ref: "main", Files: lacking})
 	if err != nil || res.Bytes != 0 || len(res.Copied) != 0 {
 		t.Fatalf("sync of nothing = %+v, %v", res, err)
 	}
 	// Every file, all there already: found, not sent.
-	res, err = b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
+	res, err = b.sync(contract.SyncModelRequest{From: srv.Addr, Key: key, Root: weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision),
 		Layout: contract.ModelLayoutHF, Ref: "main", Files: head.Files})
-	if err != nil || res.Bytes != 0 || len(res.Copied) != len(head.Files) || served(t, srv) != 0 {
-		t.Fatalf("sync of what is there = %+v, %v; served %d bytes", res, err, served(t, srv))
+	if err != nil || res.Bytes != 0 || len(res.Copied) != len(head.Files) || a.served(t, srv) != 0 {
+		t.Fatalf("sync of what is there = %+v, %v; served %d bytes", res, err, a.served(t, srv))
 	}
 }
 
@@ -274,16 +309,17 @@ func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("preflight: %q", got)
 	}
-	srv := a.open(t, head.Dir, weights.Names(head.Files), time.Minute)
+	bKey, cKey := b.copyKey(t), c.copyKey(t)
+	srv := a.open(t, head.Dir, weights.Names(head.Files), time.Minute, bKey, cKey)
 
 	lacking := weights.Lacking(head, nodeB)
-	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(bCache, modelRepo, head.Revision),
+	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Key: bKey, Root: weights.HFSnapshotDir(bCache, modelRepo, head.Revision),
 		Layout: contract.ModelLayoutHF, Ref: "main", Files: lacking})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(res.Copied, []string{shard2, shard4}) || res.Bytes != 600_000 || served(t, srv) != 600_000 {
-		t.Fatalf("sync = %+v; served %d", res, served(t, srv))
+	if !slices.Equal(res.Copied, []string{shard2, shard4}) || res.Bytes != 600_000 || a.served(t, srv) != 600_000 {
+		t.Fatalf("sync = %+v; served %d", res, a.served(t, srv))
 	}
 	if after := b.manifest(t, contract.ModelManifestRequest{HFCache: bCache, Repo: modelRepo, Checksums: true}); len(weights.Compare(head, "node-b", after)) != 0 || len(weights.Check("node-b", after)) != 0 {
 		t.Fatalf("node-b after the copy: %v %v", weights.Compare(head, "node-b", after), weights.Check("node-b", after))
@@ -305,7 +341,7 @@ func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 	if ps := weights.Compare(head, "node-c", nodeC); len(ps) != 1 || !strings.Contains(ps[0].Message, "node-c lacks the model: no hub/models--Org--Tiny") {
 		t.Fatalf("node-c: %v", ps)
 	}
-	res, err = c.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: weights.HFSnapshotDir(cCache, modelRepo, head.Revision),
+	res, err = c.sync(contract.SyncModelRequest{From: srv.Addr, Key: cKey, Root: weights.HFSnapshotDir(cCache, modelRepo, head.Revision),
 		Layout: contract.ModelLayoutHF, Ref: "main", Files: weights.Lacking(head, nodeC), Parallel: 2})
 	if err != nil || len(res.Copied) != 7 {
 		t.Fatalf("sync of the whole model = %+v, %v", res, err)
@@ -328,7 +364,13 @@ func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
 	writeModelDir(t, headDir, files)
 	a := newAgent(t, "node-a", nil)
 	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir, Checksums: true})
-	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute)
+	bg, kill := context.WithCancel(context.Background())
+	first := newAgent(t, "node-b", bg)
+	// The restarted agent holds none of its predecessor's keys: it copies with a key of its
+	// own, as the deploy's next round gives it.
+	second := newAgent(t, "node-b", nil)
+	firstKey, secondKey := first.copyKey(t), second.copyKey(t)
+	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute, firstKey, secondKey)
 
 	// A link that delivers cut bytes of a response, then nothing.
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -349,8 +391,6 @@ func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
 	}))
 	via := netip.MustParseAddrPort(proxy.Listener.Addr().String())
 
-	bg, kill := context.WithCancel(context.Background())
-	first := newAgent(t, "node-b", bg)
 	partial := filepath.Join(nodeDir, "model.safetensors"+weights.PartialSuffix)
 	go func() {
 		defer kill()
@@ -361,7 +401,7 @@ func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
 		}
 	}()
 	shard, _ := head.File("model.safetensors")
-	req := contract.SyncModelRequest{From: via, Token: srv.Token, Root: nodeDir, Files: []weights.File{shard}}
+	req := contract.SyncModelRequest{From: via, Key: firstKey, Root: nodeDir, Files: []weights.File{shard}}
 	if _, err := first.sync(req); err == nil {
 		t.Fatal("the interrupted copy succeeded")
 	}
@@ -371,29 +411,27 @@ func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
 
 	// The cut response's handler ends once the link is gone; then count.
 	proxy.Close()
-	for s := openModelServer(srv.Token); ; time.Sleep(5 * time.Millisecond) {
-		s.mu.Lock()
-		active := s.active
-		s.mu.Unlock()
-		if active == 0 {
+	for {
+		if st, ok := a.node.Weights.servers.Stats(srv.ID); !ok || st.Active == 0 {
 			break
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	before := served(t, srv)
-	second := newAgent(t, "node-b", nil) // a restarted agent: only the disk remembers
-	req.From = srv.Addr
+	before := a.served(t, srv)
+	req.From, req.Key = srv.Addr, secondKey // a restarted agent: only the disk remembers
 	res, err := second.sync(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Bytes != size-cut || res.Reused != cut || served(t, srv)-before != size-cut {
-		t.Fatalf("resumed copy = %+v; the server sent %d bytes; want %d sent, %d reused", res, served(t, srv)-before, size-cut, cut)
+	if res.Bytes != size-cut || res.Reused != cut || a.served(t, srv)-before != size-cut {
+		t.Fatalf("resumed copy = %+v; the server sent %d bytes; want %d sent, %d reused", res, a.served(t, srv)-before, size-cut, cut)
 	}
 	if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("partial file left: %v", err)
 	}
-	got, err := weights.HashFile(context.Background(), filepath.Join(nodeDir, "model.safetensors"))
-	if err != nil || got != shard.SHA256 {
+	copied, err := os.ReadFile(filepath.Join(nodeDir, "model.safetensors"))
+	sum := sha256.Sum256(copied)
+	if got := hex.EncodeToString(sum[:]); err != nil || got != shard.SHA256 {
 		t.Fatalf("copied sha256 %s (%v), want %s", got, err, shard.SHA256)
 	}
 }
@@ -420,8 +458,9 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 			shard := files[2].name
 			f, _ := head.File(shard)
 			writeModelFile(t, filepath.Join(head.Dir, shard), randomBytes(99, 200_000)) // through the link: the blob itself
-			srv := a.open(t, head.Dir, weights.Names(head.Files), time.Minute)
-			req.From, req.Token, req.Files = srv.Addr, srv.Token, []weights.File{f}
+			req.Key = b.copyKey(t)
+			srv := a.open(t, head.Dir, weights.Names(head.Files), time.Minute, req.Key)
+			req.From, req.Files = srv.Addr, []weights.File{f}
 			_, err := b.sync(req)
 			app := modelAppError(t, err)
 			if app.Type() != contract.ErrModelCorrupt || !app.NonRetryable() || !strings.Contains(app.Message(), "the partial copy was removed") {
@@ -445,79 +484,255 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 	}
 }
 
+// A model.host_dir copy is verified by content, not size, whatever model.checksums says:
+// given the sizes a scan without checksums reports, the copy places nothing — here, a
+// partial file an earlier attempt left with bytes that are not the head's would have
+// been completed to the right length and renamed into place as the model's shard.
+func TestHostDirCopyIsNeverVerifiedBySizeAlone(t *testing.T) {
+	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
+	shardData := randomBytes(3, 1<<20)
+	writeModelDir(t, headDir, []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"model.safetensors", shardData}})
+	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
+	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir}) // no checksums: the default
+	shard, _ := head.File("model.safetensors")
+	partial := filepath.Join(nodeDir, shard.Name+weights.PartialSuffix)
+	writeModelFile(t, partial, randomBytes(99, 1<<19)) // half the shard, other bytes
+	key := b.copyKey(t)
+	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute, key)
+	_, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Key: key, Root: nodeDir, Files: []weights.File{shard}})
+	if got, rerr := os.ReadFile(filepath.Join(nodeDir, shard.Name)); rerr == nil && !bytes.Equal(got, shardData) {
+		t.Fatalf("the copy placed %d bytes that are not the head's shard (it was verified by its size alone)", len(got))
+	}
+	if app := modelAppError(t, err); app.Type() != contract.ErrBadRequest || !strings.Contains(app.Message(), "no sha256 or blob id to verify it by") {
+		t.Fatalf("a copy without hashes: type %s: %s", app.Type(), app.Message())
+	}
+	if a.isOpen(srv) && a.served(t, srv) != 0 {
+		t.Errorf("the server sent %d bytes to a copy that could not verify them", a.served(t, srv))
+	}
+}
+
+// The head hashes the files a copy will send when asked (what a deploy asks before a
+// model.host_dir copy); with those hashes a corrupted partial file, and a file in place
+// of the right size with other bytes, are caught: the first fails the copy as
+// ModelCorrupt and is removed, the second is copied again.
+func TestHostDirCopyVerifiesWhatTheHeadHashed(t *testing.T) {
+	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
+	files := []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"tokenizer.json", []byte(strings.Repeat("tok ", 300))},
+		{"model.safetensors", randomBytes(3, 1<<20)}}
+	writeModelDir(t, headDir, files)
+	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
+	sized := a.manifest(t, contract.ModelManifestRequest{Dir: headDir})
+	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir, Hash: []string{"model.safetensors", "tokenizer.json"}})
+	for _, f := range head.Files {
+		sum := sha256.Sum256(files[slices.IndexFunc(files, func(m modelFile) bool { return m.name == f.Name })].data)
+		want := map[bool]string{true: hex.EncodeToString(sum[:])}[f.Name != "config.json"]
+		if f.SHA256 != want {
+			t.Errorf("%s: sha256 %q, want %q (only the files asked for are hashed)", f.Name, f.SHA256, want)
+		}
+	}
+	if !slices.Equal(weights.Names(head.Files), weights.Names(sized.Files)) {
+		t.Fatalf("hashing changed the files: %q, %q", weights.Names(head.Files), weights.Names(sized.Files))
+	}
+	shard, _ := head.File("model.safetensors")
+	tok, _ := head.File("tokenizer.json")
+	partial := filepath.Join(nodeDir, shard.Name+weights.PartialSuffix)
+	writeModelFile(t, partial, randomBytes(99, 1<<19))
+	writeModelFile(t, filepath.Join(nodeDir, tok.Name), []byte(strings.Repeat("TOK ", 300))) // the right size, other bytes
+	key := b.copyKey(t)
+	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute, key)
+	req := contract.SyncModelRequest{From: srv.Addr, Key: key, Root: nodeDir, Files: []weights.File{tok, shard}, Parallel: 1}
+	_, err := b.sync(req)
+	if app := modelAppError(t, err); app.Type() != contract.ErrModelCorrupt || !strings.Contains(app.Message(), "sha256") {
+		t.Fatalf("a corrupted partial file: type %s: %s", app.Type(), app.Message())
+	}
+	if _, err := os.Stat(partial); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the corrupt partial file is still there: %v", err)
+	}
+	if _, err := b.sync(req); err != nil {
+		t.Fatalf("the copy again: %v", err)
+	}
+	for _, f := range files[1:] {
+		if got, err := os.ReadFile(filepath.Join(nodeDir, f.name)); err != nil || !bytes.Equal(got, f.data) {
+			t.Errorf("%s on node-b is not the head's (%d bytes, %v)", f.name, len(got), err)
+		}
+	}
+}
+
 // TestModelServerServesOnlyItsListAndExpires: the server answers ranges of the files it
 // was given, refuses any other file and strangers, and closes by itself after its TTL.
 func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
 	dir := t.TempDir()
 	writeModelDir(t, dir, []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"secret.safetensors", []byte("not listed")}})
 	a := newAgent(t, "node-a", nil)
-	srv := a.open(t, dir, []string{"config.json"}, 500*time.Millisecond)
-	get := func(name, token, rng string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr.String()+"/"+name, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		if rng != "" {
-			req.Header.Set("Range", rng)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+	const secret = "a copy's secret"
+	srv := a.open(t, dir, []string{"config.json"}, 500*time.Millisecond, transfer.KeyHash(secret))
+	get := func(name, bearer, rng string) (int, string) {
+		return getModelFile(t, nil, srv, name, bearer, rng)
 	}
-	if code, body := get("config.json", srv.Token, "bytes=2-"); code != http.StatusPartialContent || body != `model_type":"llama"}` {
+	if code, body := get("config.json", secret, "bytes=2-"); code != http.StatusPartialContent || body != `model_type":"llama"}` {
 		t.Errorf("range of a listed file: %d %q", code, body)
 	}
-	if code, _ := get("secret.safetensors", srv.Token, ""); code != http.StatusForbidden {
+	if code, _ := get("secret.safetensors", secret, ""); code != http.StatusForbidden {
 		t.Errorf("a file not in the list: %d", code)
 	}
 	if code, _ := get("config.json", "", ""); code != http.StatusUnauthorized {
-		t.Errorf("no token: %d", code)
+		t.Errorf("no key: %d", code)
 	}
 	// Idle for its TTL, it closes: the port refuses connections.
 	deadline := time.Now().Add(5 * time.Second)
-	for openModelServer(srv.Token) != nil && time.Now().Before(deadline) {
+	for a.isOpen(srv) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if openModelServer(srv.Token) != nil {
+	if a.isOpen(srv) {
 		t.Fatal("the model server is still open after its TTL")
 	}
 	if c, err := net.DialTimeout("tcp", srv.Addr.String(), time.Second); err == nil {
 		c.Close()
 		t.Fatal("the model server's port still accepts connections")
 	}
-	other := a.open(t, dir, []string{"config.json"}, time.Hour)
-	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil || openModelServer(other.Token) != nil {
+	b := newAgent(t, "node-b", nil)
+	key := b.copyKey(t)
+	other := a.open(t, dir, []string{"config.json"}, time.Hour, key)
+	if _, err := a.env.ExecuteActivity(a.node.Weights.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", ID: other.ID}); err != nil || a.isOpen(other) {
 		t.Fatalf("close: %v", err)
 	}
-	if _, err := a.env.ExecuteActivity(a.node.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", Token: other.Token}); err != nil {
+	if _, err := a.env.ExecuteActivity(a.node.Weights.CloseModelServer, contract.CloseModelServerRequest{Node: "node-a", ID: other.ID}); err != nil {
 		t.Errorf("closing a closed server: %v", err)
 	}
-	b := newAgent(t, "node-b", nil)
-	_, err := b.sync(contract.SyncModelRequest{From: other.Addr, Token: other.Token, Root: t.TempDir(), Files: []weights.File{{Name: "config.json", Size: 22}}})
+	_, err := b.sync(contract.SyncModelRequest{From: other.Addr, Key: key, Root: t.TempDir(),
+		Files: []weights.File{{Name: "config.json", Size: 22, SHA256: strings.Repeat("0", 64)}}})
 	if app := modelAppError(t, err); app.Type() != contract.ErrModelServerGone {
 		t.Errorf("copy from a closed server: %s: %s", app.Type(), app.Message())
 	}
 }
 
+// historyStrings are the string values in the JSON of vs: what workflow history records of
+// them.
+func historyStrings(t *testing.T, vs ...any) []string {
+	t.Helper()
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			out = append(out, v)
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	for _, v := range vs {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var decoded any
+		if err := json.Unmarshal(b, &decoded); err != nil {
+			t.Fatal(err)
+		}
+		walk(decoded)
+	}
+	return out
+}
+
+// getModelFile asks a model server for a file, from local (nil: any address), with a
+// bearer secret ("" for none) and a Range ("" for none).
+func getModelFile(t *testing.T, local net.Addr, srv contract.ModelServer, name, bearer, rng string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr.String()+"/"+name, nil)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if rng != "" {
+		req.Header.Set("Range", rng)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: local}).DialContext}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Issue #23: what a copy carries through workflow history is useless to fetch with. The
+// copying node's agent makes the secret and keeps it; history holds its SHA-256 (the key
+// PrepareModelCopy returns, OpenModelServer's Keys and SyncModel's Key) and the server's
+// address and ID. Presented to the server, none of them is accepted; given to another
+// agent, the key names no secret it holds; the secret itself is served only from a planned
+// peer's address; and once the copy is done the key opens nothing more.
+func TestWhatHistoryHoldsOfACopyFetchesNothing(t *testing.T) {
+	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
+	files := []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"model.safetensors", randomBytes(5, 100_000)}}
+	writeModelDir(t, headDir, files)
+	a, b, stranger := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil), newAgent(t, "node-b", nil)
+	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir, Checksums: true})
+	key := b.copyKey(t)
+	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute, key)
+	req := contract.SyncModelRequest{Node: "node-b", From: srv.Addr, Key: key, Addr: loopback, Root: nodeDir, Files: head.Files}
+	// Every string the copy's activities put into history, as history holds it (JSON).
+	history := historyStrings(t, contract.ModelCopyKey{Key: key}, contract.OpenModelServerRequest{Node: "node-a", Addr: loopback, Root: headDir,
+		Files: weights.Names(head.Files), Keys: []string{key}, Peers: []netip.Addr{loopback}}, srv, req)
+	if !slices.Contains(history, key) || !slices.Contains(history, srv.ID) {
+		t.Fatalf("history's strings %q lack the key or the server's ID", history)
+	}
+	for _, v := range history {
+		if code, _ := getModelFile(t, nil, srv, "config.json", v, ""); code != http.StatusUnauthorized {
+			t.Errorf("%q from history as the bearer token: %d, want %d", v, code, http.StatusUnauthorized)
+		}
+	}
+	_, err := stranger.sync(req)
+	if app := modelAppError(t, err); app.Type() != contract.ErrModelServerGone || !strings.Contains(app.Message(), "holds no copy key") {
+		t.Errorf("another agent given the key: %s: %s", app.Type(), app.Message())
+	}
+	if n := a.served(t, srv); n != 0 {
+		t.Fatalf("the server sent %d bytes to requests made of what history holds", n)
+	}
+	// The secret, from an address that is not a planned peer's, is refused too.
+	secret, release, ok := b.node.Weights.keys.Take(key)
+	if !ok {
+		t.Fatal("node-b does not hold the key it made")
+	}
+	if code, body := getModelFile(t, &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, srv, "config.json", secret, ""); code != http.StatusForbidden {
+		t.Errorf("the secret from 127.0.0.2, not a peer: %d %q", code, body)
+	}
+	release()
+	if res, err := b.sync(req); err != nil || len(res.Copied) != len(files) {
+		t.Fatalf("node-b's copy with its own key: %+v, %v", res, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(nodeDir, "model.safetensors")); err != nil || !bytes.Equal(got, files[1].data) {
+		t.Errorf("the copied shard is not the head's (%v)", err)
+	}
+	if _, err := b.sync(req); err == nil || modelAppError(t, err).Type() != contract.ErrModelServerGone {
+		t.Errorf("the key after its copy was done: %v", err)
+	}
+	// The same secret from a peer's address is served: the refusal above was the address's.
+	if code, _ := getModelFile(t, nil, srv, "config.json", secret, ""); code != http.StatusOK {
+		t.Errorf("the secret from a peer: %d", code)
+	}
+}
+
 func TestRemovePartialModel(t *testing.T) {
 	root := t.TempDir()
-	for _, n := range []string{"model.safetensors", "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix, "config.json" + linkSuffix} {
+	for _, n := range []string{"model.safetensors", "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix, "config.json" + transfer.LinkSuffix} {
 		writeModelFile(t, filepath.Join(root, n), []byte("x"))
 	}
 	a := newAgent(t, "node-b", nil)
-	res, err := run[contract.RemovePartialModelResult](a, a.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: root})
-	want := []string{"config.json" + linkSuffix, "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix}
+	res, err := run[contract.RemovePartialModelResult](a, a.node.Weights.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: root})
+	want := []string{"config.json" + transfer.LinkSuffix, "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix}
 	if err != nil || !slices.Equal(res.Removed, want) {
 		t.Fatalf("removed %q, %v; want %q", res.Removed, err, want)
 	}
 	if _, err := os.Stat(filepath.Join(root, "model.safetensors")); err != nil {
 		t.Errorf("a complete file was removed: %v", err)
 	}
-	if _, err := run[contract.RemovePartialModelResult](a, a.node.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: filepath.Join(root, "nowhere")}); err != nil {
+	if _, err := run[contract.RemovePartialModelResult](a, a.node.Weights.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: filepath.Join(root, "nowhere")}); err != nil {
 		t.Errorf("a directory that is not there: %v", err)
 	}
 }
@@ -535,8 +750,9 @@ func TestSyncModelThroughputOnLoopback(t *testing.T) {
 	data = nil
 	f := weights.File{Name: "model.safetensors", Size: 200_000_000, SHA256: hex.EncodeToString(sum[:])}
 	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
-	srv := a.open(t, headDir, []string{f.Name}, time.Minute)
-	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Token: srv.Token, Root: nodeDir, Files: []weights.File{f}})
+	key := b.copyKey(t)
+	srv := a.open(t, headDir, []string{f.Name}, time.Minute, key)
+	res, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Key: key, Root: nodeDir, Files: []weights.File{f}})
 	if err != nil || res.Bytes != f.Size {
 		t.Fatalf("sync = %+v, %v", res, err)
 	}

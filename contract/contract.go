@@ -367,8 +367,8 @@ type AddressCheck struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// Activity names: the methods of the agent's activities (activities.Node) and of the
-// operations activities every agent serves on the workflow queue (control.Checks).
+// Activity names: the methods of the node agent's activity structs (activities.Agent) and
+// of the operations activities every agent serves on the workflow queue (control.Checks).
 const (
 	ActivityProbeNode           = "ProbeNode"
 	ActivityOpenProbeListeners  = "OpenProbeListeners"
@@ -388,6 +388,7 @@ const (
 	ActivityPrepareMaster       = "PrepareMaster"
 	ActivityStartVLLMRank       = "StartVLLMRank"
 	ActivityModelManifest       = "ModelManifest"
+	ActivityPrepareModelCopy    = "PrepareModelCopy"
 	ActivityOpenModelServer     = "OpenModelServer"
 	ActivityCloseModelServer    = "CloseModelServer"
 	ActivitySyncModel           = "SyncModel"

@@ -8,9 +8,10 @@ import (
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
-// The model-weight activities (activities/weights.go): manifests compared at preflight,
-// and the agent-to-agent copy of model.sync: from-head. Paths are the node's own (the
-// agent applies its host root, if any).
+// The model-weight activities (activities.Weights; the server and the copy are package
+// weights/transfer's): manifests compared at preflight, and the agent-to-agent copy of
+// model.sync: from-head. Paths are the node's own (the agent applies its host root, if
+// any).
 
 // Error types of the model-weight activities.
 const (
@@ -20,8 +21,10 @@ const (
 	// ErrModelCorrupt: a copied file's size or hash is not the head's manifest's (the
 	// partial copy is removed), or the model's files cannot be read as a model.
 	ErrModelCorrupt = "ModelCorrupt"
-	// ErrModelServerGone: the head's model server refused the connection or the token
-	// (closed, expired, or its agent restarted); open another and copy again.
+	// ErrModelServerGone: the head's model server refused the connection or the key
+	// (closed, expired, or its agent restarted), or the copying node's agent no longer
+	// holds its key (it restarted since PrepareModelCopy); make new keys, open another
+	// server and copy again.
 	ErrModelServerGone = "ModelServerGone"
 )
 
@@ -49,6 +52,30 @@ type ModelManifestRequest struct {
 	Dir string `json:"dir,omitempty"`
 	// Checksums reads and hashes every file (model.checksums).
 	Checksums bool `json:"checksums,omitempty"`
+	// Hash names files to read and hash without Checksums: the files a copy will send
+	// that have no hash in the manifest yet (a model.host_dir's), which the copy verifies
+	// by it.
+	Hash []string `json:"hash,omitempty"`
+}
+
+// PrepareModelCopyRequest asks a node that will copy model files (SyncModel) for the key
+// its copy presents to the head's model server. The agent makes a random secret and keeps
+// it in memory; only the secret's SHA-256 leaves it, so workflow history holds nothing a
+// model server accepts.
+type PrepareModelCopyRequest struct {
+	Node string `json:"node"`
+	// Root is the copy's destination (SyncModelRequest.Root).
+	Root string `json:"root"`
+	// TTL forgets the key after this long unused, if the copy never comes (default 5
+	// minutes, at most an hour); a copy that holds it keeps it.
+	TTL    time.Duration `json:"ttl,omitempty"`
+	Intent *Intent       `json:"intent,omitempty"`
+}
+
+// ModelCopyKey is the key a node's copy will present: the hex SHA-256 of a secret only
+// that node's agent holds.
+type ModelCopyKey struct {
+	Key string `json:"key"`
 }
 
 // OpenModelServerRequest asks the head's node to serve model files to the other nodes.
@@ -62,30 +89,39 @@ type OpenModelServerRequest struct {
 	Root string `json:"root"`
 	// Files are the names, relative to Root, the server serves; nothing else is.
 	Files []string `json:"files"`
+	// Keys are the copying nodes' keys (ModelCopyKey): a request is served only with the
+	// secret of one of them.
+	Keys []string `json:"keys"`
+	// Peers are the copying nodes' planned addresses: a request is served only from one
+	// of them.
+	Peers []netip.Addr `json:"peers"`
 	// TTL closes the server by itself after this long without a request in flight, if the
 	// close never arrives (default 5 minutes, at most an hour).
 	TTL    time.Duration `json:"ttl,omitempty"`
 	Intent *Intent       `json:"intent,omitempty"`
 }
 
-// ModelServer is a server OpenModelServer opened, and the token that reads from and closes
-// it.
+// ModelServer is a server OpenModelServer opened. Its ID closes it and reads nothing.
 type ModelServer struct {
-	Addr  netip.AddrPort `json:"addr"`
-	Token string         `json:"token"`
+	Addr netip.AddrPort `json:"addr"`
+	ID   string         `json:"id"`
 }
 
 // CloseModelServerRequest closes a server opened by OpenModelServer.
 type CloseModelServerRequest struct {
-	Node  string `json:"node"`
-	Token string `json:"token"`
+	Node string `json:"node"`
+	ID   string `json:"id"`
 }
 
 // SyncModelRequest asks a node to copy model files from the head's model server.
 type SyncModelRequest struct {
-	Node  string         `json:"node"`
-	From  netip.AddrPort `json:"from"`
-	Token string         `json:"token"`
+	Node string         `json:"node"`
+	From netip.AddrPort `json:"from"`
+	// Key is this node's key (PrepareModelCopy): the agent presents the secret it keeps.
+	Key string `json:"key"`
+	// Addr is this node's planned address; the copy dials from it (the server accepts
+	// its peers' addresses only).
+	Addr netip.Addr `json:"addr"`
 	// Root is the destination directory on the node: model.host_dir, or for
 	// ModelLayoutHF the snapshot directory (weights.HFSnapshotDir of the node's hf_cache,
 	// the repository and the head's Manifest.Revision).

@@ -16,12 +16,14 @@ import (
 	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/weights"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
 // TestHistoriesOfEveryWorkflowType runs every workflow type on the real dev server — a
 // deploy that serves, one that starts over after a reboot, one that fails, one in vLLM's
-// own multi-node mode, one that proves its RDMA data plane, a plan, a teardown, a scheduled redeploy and a supervisor's
+// own multi-node mode, one that proves its RDMA data plane, one that copies the model to
+// a node that lacks shards, a plan, a teardown, a scheduled redeploy and a supervisor's
 // incident — and replays each history
 // it recorded against the workflows as built. With TPDEPLOY_UPDATE_HISTORY=1 it writes
 // them to workflows/testdata, where TestReplayCommittedHistories replays them from then
@@ -148,6 +150,27 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 		t.Fatalf("the data-plane proof ran on %q, want both nodes", got)
 	}
 	record("deploy-rdma.json", run.GetID(), run.GetRunID())
+	terminateRunning(t, ctx, "SuperviseCluster")
+
+	// A deploy that copies two shards its worker lacks from the head (model.sync:
+	// from-head): the head hashes them, the worker makes its copy key, the head serves
+	// them for that key, the worker copies them.
+	cp, cf := cluster(t, "hist-c", "a", "b")
+	cp.Model.Sync = spec.SyncFromHead
+	lacks := fakeagents.SeedManifest()
+	lacks.Files = []weights.File{lacks.Files[0], lacks.Files[1], lacks.Files[4]}
+	fakeagents.SetManifest(cf, cp.Nodes[1].Name, lacks)
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: cp, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatalf("deploy with a model copy: %v", Reason(err))
+	}
+	if got := fakeagents.Calls(cf, "PrepareModelCopy", "SyncModel"); len(got) != 2 {
+		t.Fatalf("the model copy: %q, want a key and a copy on the worker", got)
+	}
+	record("deploy-copy.json", run.GetID(), run.GetRunID())
 	terminateRunning(t, ctx, "SuperviseCluster")
 
 	// A schedule's trigger for a cluster never deployed: it deploys as a child.

@@ -110,8 +110,11 @@ type Model struct {
 	// Sync is "" (a node lacking files fails preflight) or "from-head": the agents copy
 	// what a node lacks from the head's node over the planned subnet before Ray starts.
 	Sync string `json:"sync,omitempty"`
-	// Checksums makes the preflight hash every file (reads every byte: minutes for a large
-	// model); by default files are compared by name and size.
+	// Checksums makes the preflight hash every file on every node (reads every byte:
+	// minutes for a large model), so nodes are compared by content; by default they are
+	// compared by name and size. A model.sync copy verifies every file it copies by its
+	// hash either way (the head hashes what it sends), so it stays opt-in: the bytes it
+	// reads at every deploy buy only the comparison of files already in place.
 	Checksums bool `json:"checksums,omitempty"`
 }
 

@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +20,11 @@ import (
 // or retrying does not help.
 var ErrInvalid = errors.New("invalid model")
 
+// ErrLinkOutside marks a symbolic link in the model that leads out of the file system the
+// scan reads (absolutely, or up through ..): the scan refuses it rather than describe
+// what is outside.
+var ErrLinkOutside = errors.New("a link leads outside the directory scanned")
+
 // IndexSuffix ends the name of a safetensors index (model.safetensors.index.json), whose
 // weight_map says which shard holds each tensor.
 const IndexSuffix = ".safetensors.index.json"
@@ -29,29 +32,51 @@ const IndexSuffix = ".safetensors.index.json"
 // hashParallelism bounds how many files are hashed at once when checksums are asked for.
 const hashParallelism = 4
 
+// maxLinkHops bounds the links followed to reach one file: a snapshot's entry is one link
+// to its blob.
+const maxLinkHops = 8
+
 // HFRepoDir is a repository's directory in a Hugging Face cache (HF_HOME, which holds
-// hub/): <cache>/hub/models--Org--Name.
+// hub/): <cache>/hub/models--Org--Name. cache and the result are slash-separated paths
+// (the node's, or names in a scan's file system).
 func HFRepoDir(cache, repo string) string {
-	return filepath.Join(cache, "hub", hfRepoFolder(repo))
+	return path.Join(cache, "hub", hfRepoFolder(repo))
 }
 
 // HFSnapshotDir is the directory of one commit of a repository in a Hugging Face cache.
 func HFSnapshotDir(cache, repo, commit string) string {
-	return filepath.Join(HFRepoDir(cache, repo), "snapshots", commit)
+	return path.Join(HFRepoDir(cache, repo), "snapshots", commit)
 }
 
 func hfRepoFolder(repo string) string { return "models--" + strings.ReplaceAll(repo, "/", "--") }
 
-// ScanHF describes the snapshot a Hugging Face cache holds of a repository: the commit
-// revision names (a branch or tag under refs/, or a commit), "main" when revision is
-// empty. With checksums every file is read and hashed; without, only sizes are read and
-// LFS files carry the sha256 their blob is named after.
-func ScanHF(cache, repo, revision string, checksums bool) (Manifest, error) {
-	return ScanHFContext(context.Background(), cache, repo, revision, checksums)
+// Hashing says which files a scan reads and hashes, beyond the names and sizes it always
+// reads.
+type Hashing struct {
+	// All hashes every file (model.checksums): reads every byte.
+	All bool
+	// Files are files to hash without All, by name: the files a copy will send, which
+	// the copy verifies by their hash.
+	Files []string
 }
 
-// ScanHFContext is ScanHF, stopping when ctx is done (hashing reads every byte).
-func ScanHFContext(ctx context.Context, cache, repo, revision string, checksums bool) (Manifest, error) {
+func (h Hashing) of(name string) bool { return h.All || slices.Contains(h.Files, name) }
+
+// How a scan reads. Everything is read through fsys, by fs.FS names: the caller chooses
+// what the names resolve beneath (the agent's fsys is package confined's, which refuses
+// every symbolic link). Links a model legitimately holds — a Hugging Face snapshot's
+// entries are links to ../../blobs/<hash> — are resolved here: each is read with
+// fs.ReadLink, joined to the link's own directory and looked up again (fs.Lstat), so the
+// kernel never follows one, and a link that leads out of fsys is ErrLinkOutside. The
+// lexical join is sound because every directory on the way was itself looked up without
+// following links: a link among them fails the lookup.
+
+// ScanHF describes the snapshot a Hugging Face cache holds of a repository: the commit
+// revision names (a branch or tag under refs/, or a commit), "main" when revision is
+// empty. cache is the cache's name in fsys. Files h names are read and hashed; the others'
+// sizes only are read, and LFS files carry the sha256 their blob is named after. It stops when ctx is done (hashing
+// reads every byte).
+func ScanHF(ctx context.Context, fsys fs.FS, cache, repo, revision string, h Hashing) (Manifest, error) {
 	m := Manifest{Source: repo}
 	org, name, ok := strings.Cut(repo, "/")
 	if !ok || !validSegment(org) || !validSegment(name) {
@@ -59,7 +84,7 @@ func ScanHFContext(ctx context.Context, cache, repo, revision string, checksums 
 	}
 	repoDir := HFRepoDir(cache, repo)
 	rel := "hub/" + hfRepoFolder(repo)
-	if _, err := os.Stat(repoDir); errors.Is(err, fs.ErrNotExist) {
+	if _, err := fs.Stat(fsys, repoDir); errors.Is(err, fs.ErrNotExist) {
 		m.Absent = "no " + rel + " in the Hugging Face cache"
 		return m, nil
 	} else if err != nil {
@@ -69,11 +94,11 @@ func ScanHFContext(ctx context.Context, cache, repo, revision string, checksums 
 	if ref == "" {
 		ref = "main"
 	}
-	if !filepath.IsLocal(ref) {
+	if !fs.ValidPath(ref) {
 		return m, fmt.Errorf("%w: revision %q", ErrInvalid, revision)
 	}
 	var commit string
-	b, err := os.ReadFile(filepath.Join(repoDir, "refs", ref))
+	b, err := fs.ReadFile(fsys, path.Join(repoDir, "refs", ref))
 	switch {
 	case err == nil:
 		commit = strings.TrimSpace(string(b))
@@ -89,44 +114,40 @@ func ScanHFContext(ctx context.Context, cache, repo, revision string, checksums 
 		return m, err
 	}
 	m.Revision = commit
-	m.Dir = filepath.Join(repoDir, "snapshots", commit)
-	if fi, err := os.Stat(m.Dir); errors.Is(err, fs.ErrNotExist) || err == nil && !fi.IsDir() {
+	m.Dir = path.Join(repoDir, "snapshots", commit)
+	if fi, err := fs.Stat(fsys, m.Dir); errors.Is(err, fs.ErrNotExist) || err == nil && !fi.IsDir() {
 		m.Absent = fmt.Sprintf("no snapshot %s in %s", commit, rel)
 		return m, nil
 	} else if err != nil {
 		return m, err
 	}
-	return m, scanDir(ctx, m.Dir, checksums, &m)
+	return m, scanDir(ctx, fsys, m.Dir, h, &m)
 }
 
 // ScanDir describes the model a plain directory holds (a model.host_dir), as ScanHF does
-// for a snapshot.
-func ScanDir(dir string, checksums bool) (Manifest, error) {
-	return ScanDirContext(context.Background(), dir, checksums)
-}
-
-// ScanDirContext is ScanDir, stopping when ctx is done.
-func ScanDirContext(ctx context.Context, dir string, checksums bool) (Manifest, error) {
-	m := Manifest{Source: dir, Dir: dir}
-	fi, err := os.Stat(dir)
+// for a snapshot; dir is its name in fsys, and source what the manifest and its messages
+// call it (the node's path).
+func ScanDir(ctx context.Context, fsys fs.FS, dir, source string, h Hashing) (Manifest, error) {
+	m := Manifest{Source: source, Dir: dir}
+	fi, err := fs.Stat(fsys, dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		m.Absent = "no directory " + dir
+		m.Absent = "no directory " + source
 		return m, nil
 	case err != nil:
 		return m, err
 	case !fi.IsDir():
-		m.Absent = dir + " is not a directory"
+		m.Absent = source + " is not a directory"
 		return m, nil
 	}
-	return m, scanDir(ctx, dir, checksums, &m)
+	return m, scanDir(ctx, fsys, dir, h, &m)
 }
 
 // scanDir fills m with the model files in dir: config.json, every file a safetensors index
 // lists (or, without an index, the *.safetensors present), and the small files present at
 // the top (JSON, tokenizer, chat templates, remote code) that vLLM reads too.
-func scanDir(ctx context.Context, dir string, checksums bool, m *Manifest) error {
-	entries, err := os.ReadDir(dir)
+func scanDir(ctx context.Context, fsys fs.FS, dir string, h Hashing, m *Manifest) error {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return err
 	}
@@ -148,7 +169,7 @@ func scanDir(ctx context.Context, dir string, checksums bool, m *Manifest) error
 		}
 	}
 	for _, idx := range indexes {
-		listed, err := readIndex(filepath.Join(dir, idx))
+		listed, err := readIndex(fsys, path.Join(dir, idx))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // a link to a missing blob: reported below, as the index itself is
 		}
@@ -169,9 +190,10 @@ func scanDir(ctx context.Context, dir string, checksums bool, m *Manifest) error
 		sorted = append(sorted, n)
 	}
 	slices.Sort(sorted)
+	var targets []string // where each file's content is, links resolved
 	for _, name := range sorted {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		fi, err := os.Stat(p)
+		p := path.Join(dir, name)
+		target, fi, err := resolve(fsys, p)
 		if errors.Is(err, fs.ErrNotExist) {
 			m.Missing = append(m.Missing, name)
 			continue
@@ -184,27 +206,50 @@ func scanDir(ctx context.Context, dir string, checksums bool, m *Manifest) error
 			continue
 		}
 		f := File{Name: name, Size: fi.Size()}
-		if li, err := os.Lstat(p); err == nil && li.Mode()&fs.ModeSymlink != 0 {
-			if target, err := os.Readlink(p); err == nil {
-				if b := path.Base(filepath.ToSlash(target)); IsSHA256(b) || IsGitSHA1(b) {
-					f.Blob = b
-				}
+		if target != p {
+			if b := path.Base(target); IsSHA256(b) || IsGitSHA1(b) {
+				f.Blob = b
 			}
 		}
-		if !checksums && IsSHA256(f.Blob) {
+		if !h.of(name) && IsSHA256(f.Blob) {
 			f.SHA256 = f.Blob
 		}
 		m.Files = append(m.Files, f)
+		targets = append(targets, target)
 	}
-	if checksums {
-		return hashAll(ctx, dir, m.Files)
+	return hashAll(ctx, fsys, m.Files, targets, h)
+}
+
+// resolve looks name up, following its symbolic links as the package comment says, and
+// returns the name of the file they end at with its description (never a link).
+func resolve(fsys fs.FS, name string) (string, fs.FileInfo, error) {
+	for hops := 0; ; hops++ {
+		fi, err := fs.Lstat(fsys, name)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return name, fi, err
+		}
+		if hops == maxLinkHops {
+			return name, nil, &fs.PathError{Op: "resolve", Path: name, Err: fmt.Errorf("more than %d links", maxLinkHops)}
+		}
+		link, err := fs.ReadLink(fsys, name)
+		if err != nil {
+			return name, nil, err
+		}
+		next := path.Join(path.Dir(name), link)
+		if path.IsAbs(link) || !fs.ValidPath(next) {
+			return name, nil, &fs.PathError{Op: "resolve", Path: name, Err: fmt.Errorf("%w: it links to %s", ErrLinkOutside, link)}
+		}
+		name = next
 	}
-	return nil
 }
 
 // readIndex returns the files a safetensors index's weight_map lists, deduplicated.
-func readIndex(p string) ([]string, error) {
-	b, err := os.ReadFile(p)
+func readIndex(fsys fs.FS, name string) ([]string, error) {
+	target, _, err := resolve(fsys, name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := fs.ReadFile(fsys, target)
 	if err != nil {
 		return nil, err
 	}
@@ -233,28 +278,31 @@ func readIndex(p string) ([]string, error) {
 	return out, nil
 }
 
-// hashAll sets the SHA256 of every file from its content.
-func hashAll(ctx context.Context, dir string, files []File) error {
+// hashAll sets the SHA256 of the files h names from their content (at targets, their
+// links resolved).
+func hashAll(ctx context.Context, fsys fs.FS, files []File, targets []string, h Hashing) error {
 	sem := make(chan struct{}, hashParallelism)
 	errs := make([]error, len(files))
 	var wg sync.WaitGroup
 	for i := range files {
+		if !h.of(files[i].Name) {
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			sum, err := HashFile(ctx, filepath.Join(dir, filepath.FromSlash(files[i].Name)))
-			files[i].SHA256, errs[i] = sum, err
+			files[i].SHA256, errs[i] = hashFile(ctx, fsys, targets[i])
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// HashFile returns the sha256 of a file's content in hex, stopping when ctx is done.
-func HashFile(ctx context.Context, p string) (string, error) {
-	f, err := os.Open(p)
+// hashFile returns the sha256 of a file's content in hex, stopping when ctx is done.
+func hashFile(ctx context.Context, fsys fs.FS, name string) (string, error) {
+	f, err := fsys.Open(name)
 	if err != nil {
 		return "", err
 	}

@@ -1,7 +1,8 @@
 // Package weights describes a model's files as a node holds them (a Hugging Face cache
 // snapshot or a plain directory) and compares those descriptions across nodes: which files
 // a node lacks, holds at another size or hash, or holds at another revision. Scanning reads
-// only the directory the caller names; comparing is pure, so the preflight's decisions can
+// only through the fs.FS the caller gives, and follows no symbolic link by the file
+// system's own resolution (scan.go); comparing is pure, so the preflight's decisions can
 // be table-tested and recorded in workflow history.
 package weights
 
@@ -15,14 +16,20 @@ import (
 type File struct {
 	Name string `json:"name"`
 	Size int64  `json:"size"`
-	// SHA256 is the content's hash, when known: computed when checksums were asked for,
-	// otherwise the blob's name for an LFS file of a Hugging Face cache (what HF recorded
-	// when it downloaded the file; it is not re-read).
+	// SHA256 is the content's hash, when known: computed when the scan hashed the file
+	// (checksums, or a file a copy will send), otherwise the blob's name for an LFS file of
+	// a Hugging Face cache (what HF recorded when it downloaded the file; it is not
+	// re-read).
 	SHA256 string `json:"sha256,omitempty"`
 	// Blob is the name of the file's blob in a Hugging Face cache (the sha256 for LFS
 	// files, the git blob sha1 for small files); empty for a plain directory.
 	Blob string `json:"blob,omitempty"`
 }
+
+// Hashed says whether the file's content hash is known, so that a copy of it can be
+// verified: its sha256, or the name a Hugging Face cache gives its blob (the sha256 of an
+// LFS file, the git blob id of a small one).
+func (f File) Hashed() bool { return IsSHA256(f.SHA256) || IsSHA256(f.Blob) || IsGitSHA1(f.Blob) }
 
 // Manifest is what one node holds of a model.
 type Manifest struct {

@@ -2,17 +2,22 @@ package weights
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
+
+	"github.com/tpdeploy/tpdeploy/confined"
 )
 
 const (
@@ -237,14 +242,14 @@ func TestScanHFAndCompare(t *testing.T) {
 				writeSnapshot(t, headCache, "", rev, model)
 			}
 			tc.node(t, nodeCache)
-			head, err := ScanHF(headCache, repo, rev, tc.checksums)
+			head, err := scanHFAt(t, headCache, repo, rev, tc.checksums)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ps := Check("node-a", head); len(ps) != 0 || len(head.Files) != 9 || head.Revision != commitA {
 				t.Fatalf("head: %v, %d files, revision %s", messages(ps), len(head.Files), head.Revision)
 			}
-			node, err := ScanHF(nodeCache, repo, rev, tc.checksums)
+			node, err := scanHFAt(t, nodeCache, repo, rev, tc.checksums)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -264,11 +269,34 @@ func TestScanHFAndCompare(t *testing.T) {
 	}
 }
 
+// scanHFAt is ScanHF of the cache at an OS path, read as the agent reads it (package
+// confined: no link followed by the kernel).
+func scanHFAt(t *testing.T, cache, repo, revision string, checksums bool) (Manifest, error) {
+	t.Helper()
+	return ScanHF(context.Background(), openFS(t, cache), ".", repo, revision, Hashing{All: checksums})
+}
+
+// scanDirAt is ScanDir of the directory at an OS path, read beneath its parent.
+func scanDirAt(t *testing.T, dir string, checksums bool) (Manifest, error) {
+	t.Helper()
+	return ScanDir(context.Background(), openFS(t, filepath.Dir(dir)), filepath.Base(dir), dir, Hashing{All: checksums})
+}
+
+func openFS(t *testing.T, root string) *confined.Dir {
+	t.Helper()
+	d, err := confined.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 func mustScan(t *testing.T, files []tfile) Manifest {
 	t.Helper()
 	cache := t.TempDir()
 	writeSnapshot(t, cache, "main", commitA, files)
-	m, err := ScanHF(cache, repo, "", false)
+	m, err := scanHFAt(t, cache, repo, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +346,7 @@ func mustScanChecksums(t *testing.T, files []tfile) Manifest {
 	t.Helper()
 	cache := t.TempDir()
 	writeSnapshot(t, cache, "main", commitA, files)
-	m, err := ScanHF(cache, repo, "main", true)
+	m, err := scanHFAt(t, cache, repo, "main", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +380,7 @@ func TestScanDir(t *testing.T) {
 			if !tc.absent {
 				writeDir(t, dir, tc.files)
 			}
-			m, err := ScanDir(dir, true)
+			m, err := scanDirAt(t, dir, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -401,7 +429,7 @@ func TestScanRefusesWhatIsNotAModel(t *testing.T) {
 			if tc.repo != "" {
 				r = tc.repo
 			}
-			_, err := ScanHF(cache, r, "", false)
+			_, err := scanHFAt(t, cache, r, "", false)
 			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("err = %v, want ErrInvalid with %q", err, tc.wantErr)
 			}
@@ -448,5 +476,57 @@ func TestHumanSize(t *testing.T) {
 		if got := HumanSize(n); got != want {
 			t.Errorf("HumanSize(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// The scan resolves a model's links itself, within the file system it reads: a snapshot's
+// entries lead to their blobs, and a link out of the file system — absolute, or up
+// through .. — is refused, never described (its size, with checksums its hash, would
+// otherwise reach workflow history).
+func TestScanResolvesLinksWithinItsFileSystem(t *testing.T) {
+	blob := strings.Repeat("a", 64)
+	snap := "hub/models--Org--Tiny/snapshots/" + commitA
+	link := func(target string) *fstest.MapFile {
+		return &fstest.MapFile{Data: []byte(target), Mode: fs.ModeSymlink}
+	}
+	model := func(config *fstest.MapFile) fstest.MapFS {
+		return fstest.MapFS{
+			"hub/models--Org--Tiny/refs/main":      {Data: []byte(commitA)},
+			"hub/models--Org--Tiny/blobs/" + blob:  {Data: []byte("weights!")},
+			"hub/models--Org--Tiny/blobs/cfg":      {Data: []byte(`{"model_type":"llama"}`)},
+			snap + "/model.safetensors":            link("../../blobs/" + blob),
+			snap + "/config.json":                  config,
+			"hub/models--Org--Tiny/blobs/loop-one": link("loop-two"),
+			"hub/models--Org--Tiny/blobs/loop-two": link("loop-one"),
+			"secret":                               {Data: []byte("outside the model, inside the cache")},
+		}
+	}
+	m, err := ScanHF(context.Background(), model(link("../../blobs/cfg")), ".", repo, "", Hashing{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := m.File("model.safetensors"); f.Size != 8 || f.Blob != blob {
+		t.Errorf("a snapshot link to its blob: %+v", f)
+	}
+	if f, _ := m.File("config.json"); f.Size != 22 || f.SHA256 == "" {
+		t.Errorf("a link to a blob of another name, hashed: %+v", f)
+	}
+	for target, want := range map[string]error{
+		"/etc/passwd":               ErrLinkOutside,
+		"../../../../../etc/passwd": ErrLinkOutside,
+		"../../blobs/loop-one":      nil, // a loop: refused as one, whatever else
+	} {
+		_, err := ScanHF(context.Background(), model(link(target)), ".", repo, "", Hashing{All: true})
+		if err == nil || want != nil && !errors.Is(err, want) {
+			t.Errorf("config.json -> %s: err = %v, want %v", target, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "outside the model") {
+			t.Errorf("config.json -> %s: the error quotes what is outside: %v", target, err)
+		}
+	}
+	// A link that stays in the file system, out of the repository, is the file system's
+	// to allow: the agent's is the allowed mount.
+	if m, err := ScanHF(context.Background(), model(link("../../../../secret")), ".", repo, "", Hashing{}); err != nil || len(m.Missing) != 0 {
+		t.Errorf("a link within the file system: %+v, %v", m, err)
 	}
 }

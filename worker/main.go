@@ -184,9 +184,9 @@ func run(ctx context.Context, args []string) error {
 	wf := worker.New(c, contract.WorkflowQueue, workerOpts)
 	workflows.RegisterAll(wf)
 	nodeWorker := worker.New(c, contract.NodeQueue(*node), workerOpts)
-	agent := &activities.Node{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, SysRoot: *sysRoot, Containers: ctr, Policy: &nodePolicy}
+	agent := activities.New(activities.Config{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, SysRoot: *sysRoot, Containers: ctr, Policy: &nodePolicy})
 	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter},
-		APIKey: activities.EndpointKey(agent)})
+		APIKey: activities.EndpointKey(agent.VLLM)})
 
 	if err := wf.Start(); err != nil {
 		return fmt.Errorf("start workflow worker: %w", err)
@@ -199,8 +199,8 @@ func run(ctx context.Context, args []string) error {
 	defer live.Set(false, "shutting down")
 	live.Set(true, "polling "+contract.WorkflowQueue+" and "+contract.NodeQueue(*node))
 	z.Info("node agent serving", zap.String("queue", contract.NodeQueue(*node)))
-	go informWorkflows(ctx, c, agent, z)
-	go reconcile(ctx, control.Controller{Client: c, DataConverter: copts.DataConverter}, agent, z)
+	go informWorkflows(ctx, c, *node, agent.Probe, z)
+	go reconcile(ctx, control.Controller{Client: c, DataConverter: copts.DataConverter}, agent.Containers, z)
 	select {
 	case <-ctx.Done():
 		z.Info("shutting down")
@@ -252,8 +252,8 @@ func containerOptions(network, ipc, gpus, shm, ulimits string) (activities.Conta
 // informWorkflows tells every running cluster supervisor and deploy this node's boot ID,
 // once at start-up: one that knew another ID learns the node rebooted (a supervisor
 // redeploys, a deploy starts over). Those of clusters without this node ignore it.
-func informWorkflows(ctx context.Context, c client.Client, agent *activities.Node, z *zap.Logger) {
-	boot, err := agent.BootID(ctx, contract.BootIDRequest{Node: agent.Name})
+func informWorkflows(ctx context.Context, c client.Client, node string, probe *activities.Probe, z *zap.Logger) {
+	boot, err := probe.BootID(ctx, contract.BootIDRequest{Node: node})
 	if err != nil {
 		z.Warn("boot id unknown; supervisors and deploys not informed", zap.Error(err))
 		return
@@ -264,7 +264,7 @@ func informWorkflows(ctx context.Context, c client.Client, agent *activities.Nod
 		if err == nil {
 			for _, e := range resp.Executions {
 				id := e.GetExecution().GetWorkflowId()
-				err := c.SignalWorkflow(ctx, id, "", contract.SignalNodeBooted, contract.NodeBoot{Node: agent.Name, BootID: boot})
+				err := c.SignalWorkflow(ctx, id, "", contract.SignalNodeBooted, contract.NodeBoot{Node: node, BootID: boot})
 				z.Info("told of this node's boot", zap.String("workflow", id), zap.String("boot_id", boot), zap.Error(err))
 			}
 			return
@@ -280,9 +280,9 @@ func informWorkflows(ctx context.Context, c client.Client, agent *activities.Nod
 
 // reconcile removes this node's containers that no current deployment holds — what a
 // deploy had to leave while this node was down — once at start-up.
-func reconcile(ctx context.Context, ctl control.Controller, agent *activities.Node, z *zap.Logger) {
+func reconcile(ctx context.Context, ctl control.Controller, containers *activities.Containers, z *zap.Logger) {
 	for attempt := 0; attempt < 5; attempt++ {
-		removed, err := activities.Reconcile(ctx, agent, "", ctl.Wanted)
+		removed, err := activities.Reconcile(ctx, containers, "", ctl.Wanted)
 		if err == nil {
 			z.Info("reconciled this node's containers", zap.Strings("removed", removed))
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -771,17 +772,87 @@ func TestModelSyncFromHead(t *testing.T) {
 		t.Fatalf("deploy: %v", err)
 	}
 	snapshot := fakeagents.SeedManifest().Dir
-	calls := fakeagents.Calls(f, "OpenModelServer", "SyncModel", "CloseModelServer")
-	want := []string{"OpenModelServer node-a model-00002-of-00003.safetensors,model-00003-of-00003.safetensors",
+	calls := fakeagents.Calls(f, "PrepareModelCopy", "OpenModelServer", "SyncModel", "CloseModelServer")
+	want := []string{"PrepareModelCopy node-b " + snapshot, "OpenModelServer node-a model-00002-of-00003.safetensors,model-00003-of-00003.safetensors",
 		"SyncModel node-b " + snapshot, "CloseModelServer node-a"}
 	if !slices.Equal(calls, want) {
 		t.Errorf("calls %q, want %q", calls, want)
+	}
+	// The server is opened for node-b's key, from node-b's planned address, and the copy
+	// names the same key (the fake, like an agent, copies only with a key it made).
+	nodeB, _ := res.Plan.Node("node-b")
+	if len(f.ServerRequests) != 1 || len(f.SyncRequests) != 1 {
+		t.Fatalf("%d servers, %d copies", len(f.ServerRequests), len(f.SyncRequests))
+	}
+	srv, cp := f.ServerRequests[0], f.SyncRequests[0]
+	if !slices.Equal(srv.Keys, []string{cp.Key}) || !slices.Equal(srv.Peers, []netip.Addr{nodeB.Address}) || cp.Addr != nodeB.Address {
+		t.Errorf("server keys %q peers %v; copy key %q from %s; node-b is planned at %s", srv.Keys, srv.Peers, cp.Key, cp.Addr, nodeB.Address)
 	}
 	if len(res.ModelCopies) != 1 || res.ModelCopies[0].Node != "node-b" || res.ModelCopies[0].Bytes != 6_100_000_000 {
 		t.Errorf("model copies %+v", res.ModelCopies)
 	}
 	if i, j := slices.Index(fakeagents.Calls(f, "SyncModel", "StartRayHead"), "SyncModel node-b "+snapshot), 0; i != j {
 		t.Errorf("the copy did not come before Ray: %q", fakeagents.Calls(f, "SyncModel", "StartRayHead"))
+	}
+}
+
+// A model.host_dir scanned without checksums has sizes only: before the copy, the head's
+// agent hashes exactly the files node-b lacks, and the copy gets those hashes (the agents
+// copy no file they cannot verify: the fake refuses one as they do).
+func TestModelSyncOfAHostDirHashesWhatItCopies(t *testing.T) {
+	f := fakeagents.New()
+	head := weights.Manifest{Source: "/models/qwen", Dir: "/models/qwen", Files: []weights.File{{Name: "config.json", Size: 700},
+		{Name: "model-00001-of-00002.safetensors", Size: 4_900_000_000}, {Name: "model-00002-of-00002.safetensors", Size: 1_200_000_000},
+		{Name: "model.safetensors.index.json", Size: 30_000}}}
+	node := head
+	node.Files = []weights.File{head.Files[0], head.Files[3]}
+	f.Manifests["node-a"], f.Manifests["node-b"] = head, node
+	s := fakeagents.SeedSpec()
+	s.Model.Path, s.Model.HostDir, s.Model.Sync = "/models/qwen", "/models/qwen", spec.SyncFromHead
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	calls := fakeagents.Calls(f, "ModelManifest", "OpenModelServer", "SyncModel")
+	want := []string{"ModelManifest node-a model-00001-of-00002.safetensors,model-00002-of-00002.safetensors",
+		"OpenModelServer node-a model-00001-of-00002.safetensors,model-00002-of-00002.safetensors", "SyncModel node-b /models/qwen"}
+	if len(calls) < 2 || !slices.Equal(calls[2:], want) {
+		t.Errorf("calls %q, want the two scans then %q", calls, want)
+	}
+	if len(res.ModelCopies) != 1 || res.ModelCopies[0].Files != 2 {
+		t.Errorf("model copies %+v", res.ModelCopies)
+	}
+}
+
+// A file that changed on the head between the check and the copy's hashing fails the
+// deploy before anything is copied, naming the file.
+func TestModelSyncFailsWhenTheHeadChangesMeanwhile(t *testing.T) {
+	f := fakeagents.New()
+	head := weights.Manifest{Source: "/models/qwen", Dir: "/models/qwen", Files: []weights.File{{Name: "config.json", Size: 700},
+		{Name: "model.safetensors", Size: 4_900_000_000}}}
+	node := head
+	node.Files = head.Files[:1]
+	f.Manifests["node-a"], f.Manifests["node-b"] = head, node
+	f.OnCall = func(key string) {
+		if key == "ModelManifest node-a" && fakeagents.Attempts(f, key) == 2 {
+			shrunk := head
+			shrunk.Files = []weights.File{head.Files[0], {Name: "model.safetensors", Size: 1_000}}
+			fakeagents.SetManifest(f, "node-a", shrunk)
+		}
+	}
+	s := fakeagents.SeedSpec()
+	s.Model.Path, s.Model.HostDir, s.Model.Sync = "/models/qwen", "/models/qwen", spec.SyncFromHead
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrModelIncomplete ||
+		!strings.Contains(app.Message(), "model.safetensors changed (4.9 GB then, 1.0 kB now) on node-a") {
+		t.Fatalf("err = %v", err)
+	}
+	if calls := fakeagents.Calls(f, "OpenModelServer", "SyncModel"); len(calls) != 0 {
+		t.Errorf("copied after the head changed: %q", calls)
 	}
 }
 

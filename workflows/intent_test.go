@@ -83,7 +83,7 @@ func TestEveryActingRequestCarriesTheIntent(t *testing.T) {
 		if err := env.GetWorkflowError(); err == nil {
 			t.Fatal("the deploy served with a failing launch")
 		}
-		carriesIntent(t, f, in, "OpenModelServer node-a", "SyncModel node-b", "RemovePartialModel node-b", "RemoveContainers node-a", "RemoveContainers node-b")
+		carriesIntent(t, f, in, "PrepareModelCopy node-b", "OpenModelServer node-a", "SyncModel node-b", "RemovePartialModel node-b", "RemoveContainers node-a", "RemoveContainers node-b")
 	})
 	t.Run("teardown", func(t *testing.T) {
 		f := fakeagents.New()

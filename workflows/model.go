@@ -83,7 +83,7 @@ func (d *deployment) checkModel(ctx workflow.Context) error {
 
 // copyModel copies what each node lacks from the head, agent to agent over the planned
 // subnet: the head's agent serves exactly those files, each node's agent fetches them
-// (resumable, verified), and the server closes. A failed copy leaves complete files in
+// (resumable, verified by each file's hash: hashCopies), and the server closes. A failed copy leaves complete files in
 // place and removes partial ones.
 func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manifest, lacking map[string][]weights.File) error {
 	m := d.spec.Model
@@ -126,6 +126,9 @@ func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manife
 			}
 			return weights.HFSnapshotDir(d.spec.HFCache, m.Path, headManifest.Revision), contract.ModelLayoutHF, ref
 		}
+		if err := d.hashCopies(ctx, head, headManifest, nodes, lacking); err != nil {
+			return err
+		}
 		for _, n := range nodes {
 			dir, _, _ := root(n)
 			d.saga.add("remove partial model files on "+n, func(ctx workflow.Context) error {
@@ -146,27 +149,122 @@ func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manife
 	})
 }
 
-// copyOnce opens the head's model server, has every node copy what it lacks, and closes
-// the server.
+// hashCopies gives every file a copy sends the hash the copy verifies it by (the agents
+// copy only files with one: size alone would let a corrupt or tampered file of the right
+// length through). Hugging Face files carry theirs in their blob's name; the others — a
+// model.host_dir scanned without checksums — are hashed now by the head's agent: only the
+// files some node lacks, and only when a copy is needed, rather than every file of every
+// node at every deploy (what model.checksums does).
+func (d *deployment) hashCopies(ctx workflow.Context, head string, headManifest weights.Manifest, nodes []string, lacking map[string][]weights.File) error {
+	seen := map[string]bool{}
+	var names []string
+	for _, n := range nodes {
+		for _, f := range lacking[n] {
+			if !f.Hashed() && !seen[f.Name] {
+				seen[f.Name] = true
+				names = append(names, f.Name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	m := d.spec.Model
+	req := contract.ModelManifestRequest{Node: head, Hash: names}
+	if m.HostDir != "" {
+		req.Dir = m.HostDir
+	} else {
+		req.HFCache, req.Repo, req.Revision = d.spec.HFCache, m.Path, m.Revision
+	}
+	var hashed weights.Manifest
+	o := deployStep(d.spec.Timeouts.ModelSyncTimeout(), stepAttempts) // reads every byte of those files
+	err := workflow.ExecuteActivity(d.onNode(ctx, head, fmt.Sprintf("hash %d model files on %s", len(names), head), o),
+		contract.ActivityModelManifest, req).Get(ctx, &hashed)
+	if err != nil {
+		return classify("hash model files", head, err)
+	}
+	changed := func(what string) error {
+		return &stepError{Step: "hash model files", Node: head, Type: contract.ErrModelIncomplete,
+			Msg: what + " on " + head + " while the deploy checked the model. Fix: complete the model on the head, then deploy again"}
+	}
+	if hashed.Revision != headManifest.Revision {
+		return changed(fmt.Sprintf("the snapshot changed from revision %s to %q", headManifest.Revision, hashed.Revision))
+	}
+	for _, n := range nodes {
+		files := lacking[n]
+		for i, f := range files {
+			if f.Hashed() {
+				continue
+			}
+			hf, ok := hashed.File(f.Name)
+			if !ok || hf.Size != f.Size || !weights.IsSHA256(hf.SHA256) {
+				return changed(fmt.Sprintf("%s changed (%s then, %s now)", f.Name, weights.HumanSize(f.Size), fileNow(hashed, f.Name)))
+			}
+			files[i].SHA256 = hf.SHA256
+		}
+	}
+	return nil
+}
+
+// fileNow says what a manifest holds of a file, for a message.
+func fileNow(m weights.Manifest, name string) string {
+	f, ok := m.File(name)
+	switch {
+	case m.Absent != "":
+		return m.Absent
+	case !ok:
+		return "missing"
+	case !weights.IsSHA256(f.SHA256):
+		return weights.HumanSize(f.Size) + " and not hashed"
+	}
+	return weights.HumanSize(f.Size)
+}
+
+// copyOnce has every copying node make its copy's key, opens the head's model server for
+// those keys and the nodes' planned addresses, has every node copy what it lacks, and
+// closes the server. The keys' secrets stay in the copying agents: history holds only
+// their SHA-256s (contract.PrepareModelCopyRequest).
 func (d *deployment) copyOnce(ctx workflow.Context, head string, addr netip.Addr, dir string, files, nodes []string,
 	lacking map[string][]weights.File, root func(string) (string, string, string)) error {
-	var srv contract.ModelServer
+	keys := map[string]string{}
+	peers := map[string]netip.Addr{}
+	for _, n := range nodes {
+		np, ok := d.plannedNode(n)
+		if !ok {
+			return &stepError{Step: "copy model", Node: n, Type: "Internal", Msg: "no plan for " + n}
+		}
+		peers[n] = np.Address
+	}
+	const ttl = 10 * time.Minute
 	o := deployStep(30*time.Second, stepAttempts)
-	err := workflow.ExecuteActivity(d.onNode(ctx, head, "serve model files on "+head, o), contract.ActivityOpenModelServer,
-		contract.OpenModelServerRequest{Node: head, Addr: addr, Root: dir, Files: files, TTL: 10 * time.Minute, Intent: d.req.Intent}).Get(ctx, &srv)
+	err := forEachNode(ctx, "prepare the model copy", nodes, func(node string) workflow.Future {
+		dir, _, _ := root(node)
+		return workflow.ExecuteActivity(d.onNode(ctx, node, "make a model copy key on "+node, o), contract.ActivityPrepareModelCopy,
+			contract.PrepareModelCopyRequest{Node: node, Root: dir, TTL: ttl, Intent: d.req.Intent})
+	}, func(node string, k contract.ModelCopyKey) { keys[node] = k.Key })
+	if err != nil {
+		return err
+	}
+	req := contract.OpenModelServerRequest{Node: head, Addr: addr, Root: dir, Files: files, TTL: ttl, Intent: d.req.Intent}
+	for _, n := range nodes { // sorted: the request is the same on replay
+		req.Keys, req.Peers = append(req.Keys, keys[n]), append(req.Peers, peers[n])
+	}
+	var srv contract.ModelServer
+	err = workflow.ExecuteActivity(d.onNode(ctx, head, "serve model files on "+head, o), contract.ActivityOpenModelServer, req).Get(ctx, &srv)
 	if err != nil {
 		return classify("serve model files", head, err)
 	}
 	defer func() {
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		_ = workflow.ExecuteActivity(d.onNode(dctx, head, "close model server on "+head, deployStep(10*time.Second, 2)),
-			contract.ActivityCloseModelServer, contract.CloseModelServerRequest{Node: head, Token: srv.Token}).Get(dctx, nil)
+			contract.ActivityCloseModelServer, contract.CloseModelServerRequest{Node: head, ID: srv.ID}).Get(dctx, nil)
 	}()
 	copyOpts := stepOptions{startToClose: d.spec.Timeouts.ModelSyncTimeout(), heartbeat: stepHeartbeat, attempts: stepAttempts}
 	return forEachNode(ctx, "copy model", nodes, func(node string) workflow.Future {
 		dir, layout, ref := root(node)
 		return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("copy %d model files to %s", len(lacking[node]), node), copyOpts),
-			contract.ActivitySyncModel, contract.SyncModelRequest{Node: node, From: srv.Addr, Token: srv.Token, Root: dir,
+			contract.ActivitySyncModel, contract.SyncModelRequest{Node: node, From: srv.Addr, Key: keys[node], Addr: peers[node], Root: dir,
 				Layout: layout, Ref: ref, Files: lacking[node], Intent: d.req.Intent})
 	}, func(node string, r contract.SyncResult) {
 		d.state.ModelCopies = append(d.state.ModelCopies, ModelCopy{Node: node, Files: len(r.Copied), Bytes: r.Bytes,

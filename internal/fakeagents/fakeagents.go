@@ -5,8 +5,11 @@ package fakeagents
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +51,12 @@ type Agents struct {
 	Proofs map[string]dataplane.Rank
 	// ProofRequests are the data-plane proof requests received, in order.
 	ProofRequests []contract.ProofRequest
+	// ServerRequests and SyncRequests are the model servers opened and the copies asked
+	// for, in order.
+	ServerRequests []contract.OpenModelServerRequest
+	SyncRequests   []contract.SyncModelRequest
+	// copyKeys are the keys each node made (PrepareModelCopy), the last one per node.
+	copyKeys map[string]string
 	// WatchSteps are the progress reports WatchServing returns, one per call.
 	WatchSteps []contract.ServingProgress
 	WatchCalls int
@@ -529,17 +538,50 @@ func SeedManifest() weights.Manifest {
 			{Name: "model.safetensors.index.json", Size: 30_000}}}
 }
 
-// ModelManifest answers with the node's manifest.
+// ModelManifest answers with the node's manifest, the files req.Hash names hashed
+// (FakeSHA256).
 func (f *Agents) ModelManifest(ctx context.Context, req contract.ModelManifestRequest) (weights.Manifest, error) {
-	if err := f.record(ctx, "ModelManifest", req.Node, ""); err != nil {
+	if err := f.record(ctx, "ModelManifest", req.Node, strings.Join(req.Hash, ",")); err != nil {
 		return weights.Manifest{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if m, ok := f.Manifests[req.Node]; ok {
-		return m, nil
+	m, ok := f.Manifests[req.Node]
+	if !ok {
+		m = SeedManifest()
 	}
-	return SeedManifest(), nil
+	m.Files = append([]weights.File(nil), m.Files...)
+	for i, file := range m.Files {
+		if slices.Contains(req.Hash, file.Name) {
+			m.Files[i].SHA256 = FakeSHA256(file.Name)
+		}
+	}
+	return m, nil
+}
+
+// FakeSHA256 is the sha256 the fake agents report for a file they were asked to hash.
+func FakeSHA256(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:])
+}
+
+// PrepareModelCopy makes a key for the node's copy, as an agent does (its value says which
+// node and how many keys before).
+func (f *Agents) PrepareModelCopy(ctx context.Context, req contract.PrepareModelCopyRequest) (contract.ModelCopyKey, error) {
+	if err := f.signed("PrepareModelCopy", req.Node, req.Intent); err != nil {
+		return contract.ModelCopyKey{}, err
+	}
+	if err := f.record(ctx, "PrepareModelCopy", req.Node, req.Root); err != nil {
+		return contract.ModelCopyKey{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.copyKeys == nil {
+		f.copyKeys = map[string]string{}
+	}
+	key := FakeSHA256(fmt.Sprintf("copy key %d of %s", len(f.copyKeys), req.Node))
+	f.copyKeys[req.Node] = key
+	return contract.ModelCopyKey{Key: key}, nil
 }
 
 func (f *Agents) OpenModelServer(ctx context.Context, req contract.OpenModelServerRequest) (contract.ModelServer, error) {
@@ -549,7 +591,10 @@ func (f *Agents) OpenModelServer(ctx context.Context, req contract.OpenModelServ
 	if err := f.record(ctx, "OpenModelServer", req.Node, strings.Join(req.Files, ",")); err != nil {
 		return contract.ModelServer{}, err
 	}
-	return contract.ModelServer{Addr: netip.AddrPortFrom(req.Addr, 40000), Token: "token"}, nil
+	f.mu.Lock()
+	f.ServerRequests = append(f.ServerRequests, req)
+	f.mu.Unlock()
+	return contract.ModelServer{Addr: netip.AddrPortFrom(req.Addr, 40000), ID: "server-1"}, nil
 }
 
 func (f *Agents) CloseModelServer(ctx context.Context, req contract.CloseModelServerRequest) error {
@@ -564,7 +609,19 @@ func (f *Agents) SyncModel(ctx context.Context, req contract.SyncModelRequest) (
 	if err := f.record(ctx, "SyncModel", req.Node, req.Root); err != nil {
 		return contract.SyncResult{}, err
 	}
+	f.mu.Lock()
+	f.SyncRequests = append(f.SyncRequests, req)
+	key := f.copyKeys[req.Node]
+	f.mu.Unlock()
 	res := contract.SyncResult{Seconds: 1}
+	if req.Key == "" || req.Key != key { // as an agent holds only the keys it made
+		return res, temporal.NewNonRetryableApplicationError(req.Node+" holds no copy key "+req.Key, contract.ErrModelServerGone, nil)
+	}
+	for _, file := range req.Files {
+		if !file.Hashed() { // as an agent refuses it (transfer.ErrUnverifiable)
+			return res, temporal.NewNonRetryableApplicationError("copy "+file.Name+": no sha256 or blob id to verify it by", contract.ErrBadRequest, nil)
+		}
+	}
 	for _, file := range req.Files {
 		res.Bytes += file.Size
 		res.Copied = append(res.Copied, file.Name)
@@ -581,6 +638,14 @@ func (f *Agents) RemovePartialModel(ctx context.Context, req contract.RemovePart
 		return contract.RemovePartialModelResult{}, err
 	}
 	return contract.RemovePartialModelResult{}, f.record(ctx, "RemovePartialModel", req.Node, req.Root)
+}
+
+// SetManifest makes m what node holds of the model from now on (safe while a workflow
+// runs).
+func SetManifest(f *Agents, node string, m weights.Manifest) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Manifests[node] = m
 }
 
 // RenameLink renames one of a node's links, as a link that came back under another name.

@@ -14,13 +14,15 @@ import (
 )
 
 // Agent registers the agent's activities: checks (control.Checks) on workflowQueue, the
-// worker of contract.WorkflowQueue; node (activities.Node) on nodeQueue, the worker of
-// contract.NodeQueue(node.Name), with the checks of contract.HeadChecks there too (a
-// cluster with vLLM's API key is checked by its head's agent). The SDK names each activity
-// after its method.
-func Agent(workflowQueue, nodeQueue worker.ActivityRegistry, node *activities.Node, checks *control.Checks) {
+// worker of contract.WorkflowQueue; the node's (activities.Agent, one struct per concern)
+// on nodeQueue, the worker of contract.NodeQueue of the node, with the checks of
+// contract.HeadChecks there too (a cluster with vLLM's API key is checked by its head's
+// agent). The SDK names each activity after its method.
+func Agent(workflowQueue, nodeQueue worker.ActivityRegistry, node *activities.Agent, checks *control.Checks) {
 	workflowQueue.RegisterActivity(checks)
-	nodeQueue.RegisterActivity(node)
+	for _, concern := range node.Activities() {
+		nodeQueue.RegisterActivity(concern)
+	}
 	for name, fn := range map[string]any{contract.ActivityCheckDeployment: checks.CheckDeployment, contract.ActivityWatchCluster: checks.WatchCluster} {
 		nodeQueue.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}

@@ -52,7 +52,7 @@ func (r *recorder) RegisterDynamicActivity(any, activity.DynamicRegisterOptions)
 func registered(t *testing.T) (workflowQueue, nodeQueue []string) {
 	t.Helper()
 	var wf, node recorder
-	Agent(&wf, &node, &activities.Node{}, &control.Checks{})
+	Agent(&wf, &node, activities.New(activities.Config{}), &control.Checks{})
 	if len(wf.names) == 0 || len(node.names) == 0 {
 		t.Fatalf("Agent registered %d activities on the workflow queue and %d on the node queue", len(wf.names), len(node.names))
 	}

@@ -72,16 +72,16 @@ func cmdPlan(args []string, stdout io.Writer) error {
 // planLocal is PlanCluster's probe, all-pairs reachability and choice, in this process.
 func planLocal(ctx context.Context, s spec.Cluster, netns map[string]string) (workflows.PlanReport, error) {
 	var rep workflows.PlanReport
-	agents := map[string]*activities.Node{}
+	agents := map[string]*activities.Agent{}
 	for _, n := range s.Nodes {
 		ns, ok := netns[n.Name]
 		if !ok {
 			return rep, fmt.Errorf("node %s: no network namespace given for it", n.Name)
 		}
-		agents[n.Name] = &activities.Node{Name: n.Name, NetNS: ns}
+		agents[n.Name] = activities.New(activities.Config{Name: n.Name, NetNS: ns})
 	}
 	for _, n := range s.Nodes {
-		p, err := agents[n.Name].ProbeNode(ctx, contract.ProbeRequest{Node: n.Name, SpecGPUs: n.GPUs, DockerHost: n.DockerHost})
+		p, err := agents[n.Name].Probe.ProbeNode(ctx, contract.ProbeRequest{Node: n.Name, SpecGPUs: n.GPUs, DockerHost: n.DockerHost})
 		if err != nil {
 			return rep, fmt.Errorf("%s: probe: %w", n.Name, err)
 		}
@@ -91,11 +91,11 @@ func planLocal(ctx context.Context, s spec.Cluster, netns map[string]string) (wo
 	listeners := map[string]contract.ListenResult{}
 	defer func() {
 		for node, l := range listeners {
-			_ = agents[node].CloseProbeListeners(context.Background(), contract.CloseRequest{Node: node, Token: l.Token})
+			_ = agents[node].Reachability.CloseProbeListeners(context.Background(), contract.CloseRequest{Node: node, Token: l.Token})
 		}
 	}()
 	for _, n := range s.Nodes {
-		l, err := agents[n.Name].OpenProbeListeners(ctx, contract.ListenRequest{Node: n.Name, Addrs: addrs[n.Name], TTL: time.Minute})
+		l, err := agents[n.Name].Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: n.Name, Addrs: addrs[n.Name], TTL: time.Minute})
 		if err != nil {
 			return rep, fmt.Errorf("%s: open reachability listeners: %w", n.Name, err)
 		}
@@ -108,7 +108,7 @@ func planLocal(ctx context.Context, s spec.Cluster, netns map[string]string) (wo
 				targets = append(targets, listeners[peer.Name].Targets...)
 			}
 		}
-		r, err := agents[n.Name].DialPeers(ctx, contract.DialRequest{Node: n.Name, Targets: targets, Timeout: 2 * time.Second})
+		r, err := agents[n.Name].Reachability.DialPeers(ctx, contract.DialRequest{Node: n.Name, Targets: targets, Timeout: 2 * time.Second})
 		if err != nil {
 			return rep, fmt.Errorf("%s: dial peers: %w", n.Name, err)
 		}

@@ -1,0 +1,149 @@
+package activities
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sys/unix"
+
+	"github.com/tpdeploy/tpdeploy/confined"
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/spec"
+)
+
+// maxSecretSize bounds a secret file: a token is a few hundred bytes, and /dev/zero or a
+// multi-gigabyte file must not grow the agent's memory.
+const maxSecretSize = 64 << 10
+
+// secretEnv resolves the spec's secret references on this node, within its policy: an
+// agent variable secret_env names, or a regular file under secret_dirs (opened beneath it
+// without following links, at most maxSecretSize). HF_TOKEN is for every vLLM process;
+// VLLM_API_KEY (withAPIKey) only for the one that runs the API server, on the head. Values
+// go into an exec's environment only, never into a container's configuration, a workflow
+// input, result, log or error.
+func (v *VLLM) secretEnv(s spec.Secrets, withAPIKey bool) (map[string]string, error) {
+	out := map[string]string{}
+	if s.HFToken != nil {
+		v, err := v.resolveSecret("secrets.hf_token", *s.HFToken)
+		if err != nil {
+			return nil, err
+		}
+		out["HF_TOKEN"] = v
+	}
+	if s.APIKey != nil && withAPIKey {
+		v, err := v.resolveSecret("secrets.api_key", *s.APIKey)
+		if err != nil {
+			return nil, err
+		}
+		out["VLLM_API_KEY"] = v
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// endpointKey is vLLM's API key for a readiness check of endpoint (secrets.api_key,
+// resolved on this node within its policy), or "" when the spec has none. The key goes
+// only to this node's own address at the spec's vLLM port: vLLM's API server runs on the
+// head, the node that checks it, so a request naming any other endpoint would be asking
+// the agent to hand the key to someone else.
+func (v *VLLM) endpointKey(c spec.Cluster, endpoint string) (string, error) {
+	if c.Secrets.APIKey == nil {
+		return "", nil
+	}
+	if err := v.net.checkOwnEndpoint(endpoint, c.WithDefaults().Ports.VLLM); err != nil {
+		return "", err
+	}
+	return v.resolveSecret("secrets.api_key", *c.Secrets.APIKey)
+}
+
+// EndpointKey is endpointKey for the operations activities this agent serves (control's
+// readiness checks on the head), for a spec signed as its policy requires (expired or
+// revoked too: a check starts nothing): a function, not a method, so that it is no
+// activity.
+func EndpointKey(v *VLLM) func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
+	return func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
+		if _, err := v.checkedSpec(in, c); err != nil {
+			return "", err
+		}
+		return v.endpointKey(c, endpoint)
+	}
+}
+
+func (v *VLLM) resolveSecret(field string, ref spec.SecretRef) (string, error) {
+	bad := func(format string, args ...any) error {
+		return temporal.NewNonRetryableApplicationError(v.name+": "+field+": "+fmt.Sprintf(format, args...), contract.ErrBadRequest, nil)
+	}
+	switch {
+	case ref.Env != "":
+		if err := v.allowed(func(p policy.Policy) error { return p.CheckSecretEnv(ref.Env) }); err != nil {
+			return "", err
+		}
+		v := os.Getenv(ref.Env)
+		if v == "" {
+			return "", bad("agent environment variable %s is empty or unset", ref.Env)
+		}
+		return v, nil
+	case ref.File != "":
+		if err := v.allowed(func(p policy.Policy) error { return p.CheckSecretFile(ref.File) }); err != nil {
+			return "", err
+		}
+		b, err := v.readSecretFile(ref.File)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", bad("set env or file")
+}
+
+// readSecretFile reads a secret file beneath its secret directory: no link followed, a
+// regular file only (not /dev/zero, not a FIFO that blocks), at most maxSecretSize. Its
+// errors never hold the content.
+func (v *VLLM) readSecretFile(file string) ([]byte, error) {
+	dirName, rel := filepath.Dir(file), filepath.Base(file)
+	if v.policy != nil {
+		d, _ := v.policy.SecretDir(file)
+		r, err := filepath.Rel(d, filepath.Clean(file))
+		if err != nil {
+			return nil, v.deny("secret file %s: %v", file, err)
+		}
+		dirName, rel = d, r
+	}
+	dir, err := confined.Open(dirName)
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", v.name, file, err), contract.ErrBadRequest, nil)
+	}
+	defer dir.Close()
+	f, err := dir.OpenFile(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if confined.IsRefusal(err) {
+			return nil, v.denyPath("secret file "+file, err)
+		}
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", v.name, file, err), contract.ErrBadRequest, nil)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", v.name, file, err), contract.ErrBadRequest, nil)
+	case !fi.Mode().IsRegular():
+		return nil, v.deny("secret file %s is not a regular file (%s)", file, fi.Mode().Type())
+	case fi.Size() > maxSecretSize:
+		return nil, v.deny("secret file %s is %d bytes, more than the %d a secret may be", file, fi.Size(), maxSecretSize)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: read failed", v.name, file), contract.ErrBadRequest, nil)
+	}
+	if len(b) > maxSecretSize {
+		return nil, v.deny("secret file %s grew past the %d bytes a secret may be", file, maxSecretSize)
+	}
+	return b, nil
+}
