@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -29,17 +30,30 @@ func TestStagedImageChangeServesUntilTheSwap(t *testing.T) {
 
 	changed := s
 	changed.Image = "tpdeploy/sim:vllm-0.17.1"
-	// node-b's first look at the new image takes 12 s: staging lasts past a few of the
-	// supervisor's checks, which go on watching the old deployment meanwhile.
+	// node-b's first look at the new image hangs 45 s (its agent gives up at its 30 s bound
+	// on an engine call and asks again): staging lasts past several of the supervisor's checks, which go on watching the old deployment meanwhile. (What the
+	// watch saw reaches `starter status` through its heartbeat, which the SDK sends at
+	// most every 24 s for the watch's 30 s heartbeat timeout.)
 	proxy := theLab.Proxy("node-b")
-	slow := proxy.Add(faultproxy.Rule{Method: "GET", Path: `^/images/.*vllm-0\.17\.1/json$`, Action: faultproxy.Delay{D: 12 * time.Second}, Times: 1})
+	slow := proxy.Add(faultproxy.Rule{Method: "GET", Path: `^/images/.*vllm-0\.17\.1/json$`, Action: faultproxy.Delay{D: 45 * time.Second}, Times: 1})
 	defer proxy.Remove(slow)
 	w := watchOutage(s)
 	run := deployFor(t, changed)
-	eventually(t, time.Minute, "the supervisor watching the old deployment beside the staged one", func() bool {
+	var last string
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
 		st, err := (control.Controller{Client: tc}).Status(context.Background(), s.Name)
-		return err == nil && st.Supervision != nil && st.Supervision.Healthy && strings.Contains(st.Supervision.Detail, "staged beside it")
-	})
+		if err == nil && st.Supervision != nil {
+			last = fmt.Sprintf("healthy %v: %s", st.Supervision.Healthy, st.Supervision.Detail)
+			if st.Supervision.Healthy && strings.Contains(st.Supervision.Detail, "staged beside it") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the supervisor did not report watching the old deployment beside the staged one; last: %s", last)
+		}
+		time.Sleep(time.Second)
+	}
 	res := deployResult(t, run, 3*time.Minute)
 	out, began, fails, checks := w.outage()
 	if res.Staged == nil || res.Staged.Serving.RunID != oldRun || res.Staged.Serving.SpecHash != s.Hash() || res.Staged.SwappedAt.IsZero() {
