@@ -307,13 +307,19 @@ func hashFile(ctx context.Context, fsys fs.FS, name string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
+	return HashContent(ctx, f)
+}
+
+// HashContent is the sha256 of what r holds, in hex, read 1 MiB at a time and stopping
+// when ctx is done (a model shard is gigabytes).
+func HashContent(ctx context.Context, r io.Reader) (string, error) {
 	h := sha256.New()
 	buf := make([]byte, 1<<20)
 	for {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		n, err := f.Read(buf)
+		n, err := r.Read(buf)
 		h.Write(buf[:n])
 		if err == io.EOF {
 			return hex.EncodeToString(h.Sum(nil)), nil

@@ -404,21 +404,7 @@ func (s *syncer) hash(ctx context.Context, rel string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		n, err := f.Read(buf)
-		h.Write(buf[:n])
-		if err == io.EOF {
-			return hex.EncodeToString(h.Sum(nil)), nil
-		}
-		if err != nil {
-			return "", err
-		}
-	}
+	return weights.HashContent(ctx, f)
 }
 
 // digest hashes a file's content as it arrives, for the checks its manifest allows: its
