@@ -234,10 +234,15 @@ func (c Controller) servingRunID(ctx context.Context, cluster string) string {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		return ""
 	}
-	if refused := stagedRefusal(Reason(c.Client.GetWorkflow(ctx, id, info.GetExecution().GetRunId()).Get(ctx, nil))); refused != nil {
+	if refused := c.refusalOf(ctx, cluster, info.GetExecution().GetRunId()); refused != nil {
 		return refused.Serving.RunID
 	}
 	return ""
+}
+
+// refusalOf is the StagedRefusal a closed deploy run failed with, or nil.
+func (c Controller) refusalOf(ctx context.Context, cluster, runID string) *contract.StagedRefusal {
+	return stagedRefusal(Reason(c.Client.GetWorkflow(ctx, contract.DeployWorkflowID(cluster), runID).Get(ctx, nil)))
 }
 
 // stagedRefusal is a deploy failure's StagedRefusal, or nil.

@@ -319,7 +319,7 @@ func (c Controller) Wanted(ctx context.Context, cluster string) (keep map[string
 		// The latest deploy failed: none of its containers is current — unless it was
 		// staged and refused before the swap, when the deployment it ran beside still
 		// serves, with its containers.
-		refused := stagedRefusal(Reason(c.Client.GetWorkflow(ctx, did, serving).Get(ctx, nil)))
+		refused := c.refusalOf(ctx, cluster, serving)
 		if refused == nil {
 			return keep, false, true, nil
 		}

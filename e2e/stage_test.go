@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,28 +110,14 @@ func TestStagedImageChangeServesUntilTheSwap(t *testing.T) {
 		t.Fatalf("engine %+v staged %+v, want mp, staged", res.Engine, res.Staged)
 	}
 	want := []string{contract.ContainerName(s.Name, "node-a", contract.RoleVLLM), contract.ContainerName(s.Name, "node-b", contract.RoleVLLM)}
-	if got := containersOf(t, s.Name); !sameSet(got, want) {
+	got := containersOf(t, s.Name)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
 		t.Errorf("containers after the move to mp: %v, want %v", got, want)
 	}
 	if err := endpointServes(t, stock); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func sameSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	seen := map[string]bool{}
-	for _, x := range a {
-		seen[x] = true
-	}
-	for _, x := range b {
-		if !seen[x] {
-			return false
-		}
-	}
-	return true
 }
 
 // A staged change that fails — the image missing on node-b, node-b's policy refusing the
@@ -189,7 +177,7 @@ func TestStagedChangeThatFailsLeavesTheOldServing(t *testing.T) {
 			if fails != 0 {
 				t.Errorf("%d requests to the serving deployment failed during the staged deploy", fails)
 			}
-			if got := containerIDs(t, s.Name); !equalIDs(got, before) {
+			if got := containerIDs(t, s.Name); !maps.Equal(got, before) {
 				t.Errorf("containers %v, want the serving ones untouched %v", got, before)
 			}
 			st, code := runStarter(t, "status", s.Name)
@@ -209,7 +197,7 @@ func TestStagedChangeThatFailsLeavesTheOldServing(t *testing.T) {
 	since := time.Now()
 	killWorker(t, theLab.Nodes[1].Container)
 	waitForLog(t, theLab.Nodes[1].Container, since, "reconciled this node's containers", time.Minute)
-	if got := containerIDs(t, s.Name); !equalIDs(got, before) {
+	if got := containerIDs(t, s.Name); !maps.Equal(got, before) {
 		t.Errorf("after node-b's agent restarted, containers %v, want %v", got, before)
 	}
 	if err := endpointServes(t, s); err != nil {
@@ -239,18 +227,6 @@ func containerIDs(t *testing.T, cluster string) map[string]string {
 		out[name] = info.Container.ID
 	}
 	return out
-}
-
-func equalIDs(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // waitForLog waits until a container's output since a time holds a phrase.
