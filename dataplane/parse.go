@@ -3,7 +3,7 @@
 // a few timed ones across every node, in each node's own container, with NCCL's INFO lines
 // on; Parse reads one rank's output (NCCL's lines and the program's TPDEPLOY_PROOF lines)
 // and Decide judges every rank's against the plan. Both are pure: no I/O, table-tested with
-// NCCL 2.28.9's measured lines (../shared/reference/upstream.md §9) and lines from threads.
+// NCCL 2.28.9's measured lines (docs/upstream.md §9) and lines from threads.
 package dataplane
 
 import (

@@ -1,7 +1,7 @@
 // Package release knows what a node's image holds and how the vLLM release in it behaves
 // across nodes: which executor can run, how the driver's environment reaches the workers,
 // which address the c10d rendezvous uses, and which failures that release can print. The
-// facts come from upstream source (../shared/reference/upstream.md §2, §7, §8); the
+// facts come from upstream source (docs/upstream.md §2, §7, §8); the
 // package is pure, so the decision can be table-tested and recorded in workflow history.
 package release
 
