@@ -279,7 +279,8 @@ func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) 
 		_ = activity.GetHeartbeatDetails(ctx, &prev)
 	}
 	dialer := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second, LocalAddr: &net.TCPAddr{IP: req.Addr.AsSlice()}}
-	res, err = transfer.Copy{
+	var copied transfer.Result
+	copied, err = transfer.Copy{
 		From: req.From, Secret: secret,
 		Dial: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
 			err = w.net.inNetNS(func() error {
@@ -289,10 +290,11 @@ func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) 
 			})
 			return c, err
 		},
-		Dir: dir, Rel: rel, Layout: req.Layout, Ref: req.Ref, Files: req.Files, Parallel: req.Parallel,
+		Dir: dir, Rel: rel, HFCache: req.Layout == contract.ModelLayoutHF, Ref: req.Ref, Files: req.Files, Parallel: req.Parallel,
 		Copied: prev.Copied, Node: w.name,
-		Progress: func(p contract.SyncProgress) { activity.RecordHeartbeat(ctx, p) },
+		Progress: func(p transfer.Progress) { activity.RecordHeartbeat(ctx, contract.SyncProgress(p)) },
 	}.Run(ctx)
+	res = contract.SyncResult(copied)
 	if err != nil {
 		w.logger().Warn("model sync stopped", zap.Int64("received", res.Bytes), zap.Strings("copied", res.Copied), zap.Error(err))
 		return res, w.copyError(err)

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/confined"
-	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
@@ -86,9 +85,12 @@ type Copy struct {
 	// path is opened without following links.
 	Dir *confined.Dir
 	Rel string
-	// Layout is contract.ModelLayoutDir or contract.ModelLayoutHF, Ref the HF ref to
-	// point at the snapshot once every file is in place (see contract.SyncModelRequest).
-	Layout, Ref string
+	// HFCache writes into a Hugging Face cache as huggingface_hub does: Rel is the
+	// snapshot directory, content goes to ../../blobs/<hash>, the snapshot entry links to
+	// it, and refs/<Ref> names the commit once every file is in place. Otherwise files are
+	// written at Rel/<name>.
+	HFCache bool
+	Ref     string
 	// Files are what to copy, with the head's sizes and hashes.
 	Files []weights.File
 	// Parallel is how many files are fetched at once (default 4).
@@ -99,7 +101,35 @@ type Copy struct {
 	// Node names this node in progress reports.
 	Node string
 	// Progress receives the copy's progress every second and whenever a file is placed.
-	Progress func(contract.SyncProgress)
+	Progress func(Progress)
+}
+
+// Progress is a copy's progress, reported while it runs. Its fields are
+// contract.SyncProgress's, which the agent heartbeats.
+type Progress struct {
+	// Node is the node receiving the copy.
+	Node string
+	// Done is the bytes in place of Total: copied, resumed from partial files, or found.
+	Done  int64
+	Total int64
+	// Received is what came over the network in this attempt.
+	Received int64
+	MBps     float64
+	Current  []string
+	Copied   []string
+}
+
+// Result is what a copy placed. Its fields are contract.SyncResult's.
+type Result struct {
+	// Bytes came over the network in this attempt; Reused were already on this node
+	// (partial files of an earlier attempt, blobs another snapshot shares).
+	Bytes   int64
+	Reused  int64
+	Seconds float64
+	// MBps is Bytes per second, in decimal megabytes.
+	MBps float64
+	// Copied names the files now in place, sorted.
+	Copied []string
 }
 
 // Run copies c.Files. Each file is written to <name>.tpdeploy-partial, resumed from that
@@ -108,8 +138,8 @@ type Copy struct {
 // renamed into place. A file already in place (its size and hash) is not fetched. Every
 // file must have a hash: size alone would let a corrupt or tampered file of the right
 // length through. The result is what arrived, even on an error.
-func (c Copy) Run(ctx context.Context) (contract.SyncResult, error) {
-	res := contract.SyncResult{Copied: []string{}}
+func (c Copy) Run(ctx context.Context) (Result, error) {
+	res := Result{Copied: []string{}}
 	if len(c.Files) == 0 {
 		return res, nil
 	}
@@ -209,7 +239,7 @@ func (c Copy) Run(ctx context.Context) (contract.SyncResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if c.Layout == contract.ModelLayoutHF && c.Ref != "" {
+	if c.HFCache && c.Ref != "" {
 		if err := writeHFRef(c.Dir, c.Rel, c.Ref); err != nil {
 			return res, err
 		}
@@ -233,8 +263,8 @@ type syncer struct {
 	copied  []string
 }
 
-func (s *syncer) progress(start time.Time) contract.SyncProgress {
-	p := contract.SyncProgress{Node: s.c.Node, Total: s.total, Received: s.received.Load()}
+func (s *syncer) progress(start time.Time) Progress {
+	p := Progress{Node: s.c.Node, Total: s.total, Received: s.received.Load()}
 	p.Done = p.Received + s.reused.Load() + s.found.Load()
 	if secs := time.Since(start).Seconds(); secs > 0 {
 		p.MBps = float64(p.Received) / secs / 1e6
@@ -292,7 +322,7 @@ func (s *syncer) placed(name string) {
 func (s *syncer) paths(f weights.File) (dest, partial, blobs string) {
 	dest = filepath.Join(s.c.Rel, filepath.FromSlash(f.Name))
 	partial = dest + weights.PartialSuffix
-	if s.c.Layout == contract.ModelLayoutHF {
+	if s.c.HFCache {
 		blobs = filepath.Join(filepath.Dir(filepath.Dir(s.c.Rel)), "blobs")
 	}
 	return dest, partial, blobs
@@ -471,7 +501,7 @@ func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (str
 	if wantSHA256 == "" && weights.IsSHA256(f.Blob) {
 		wantSHA256 = f.Blob
 	}
-	dg := newDigest(f, wantSHA256, s.c.Layout == contract.ModelLayoutHF && blobName(f) == "")
+	dg := newDigest(f, wantSHA256, s.c.HFCache && blobName(f) == "")
 	if have > 0 {
 		// Seed the hashes with what an earlier attempt wrote: the whole file is verified.
 		if _, err := io.Copy(dg, io.NewSectionReader(file, 0, have)); err != nil {
