@@ -118,8 +118,13 @@ type State struct {
 	Error  string   `json:"error,omitempty"`
 }
 
-// DeployCluster deploys one model across the spec's nodes: probe → reachability → plan →
-// preflight → Ray head → Ray workers → placement → vLLM → serving. A failure or a cancel
+// DeployCluster deploys one model across the spec's nodes. Every run takes the cluster's
+// claim, validates the spec and reads the image on every node (which decides the executor),
+// then probe → reachability → plan → preflight → model check and copy; those stop nothing,
+// so on a serving cluster they run beside it (staged) before the swap. Then, over Ray:
+// Ray head → Ray workers → placement proof → data-plane proof → vLLM → serving; in vLLM's
+// own multi-node mode: rendezvous proof → data-plane proof → headless ranks → rank 0 →
+// serving. A failure or a cancel
 // runs the compensations of the steps taken so far, last first. A planned node that
 // reboots meanwhile (its agent reports a new boot ID, or a step fails and the node's boot
 // ID changed) makes it compensate and start over from probing — addresses can change with
