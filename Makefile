@@ -9,7 +9,7 @@ MODULE := github.com/tpdeploy/tpdeploy
 BIN := $(CURDIR)/bin
 DATA := $(CURDIR)/.tpdeploy-data
 
-.PHONY: build test check lint deps dev demo demo-down bench faults fuzz clean lab-images lab-up lab-down
+.PHONY: test-table build test check lint deps dev demo demo-down bench faults fuzz clean lab-images lab-up lab-down
 
 build:
 	$(GO) build -o $(BIN)/ ./worker ./starter ./lab/netns ./lab/labctl
@@ -100,3 +100,8 @@ demo-down: build
 
 clean: demo-down
 	rm -rf $(BIN) $(DATA)
+
+# Rewrites docs/tests.md's table of every test; with TIMES=log.json (a `go test -json` log)
+# it takes the tests' times from it, otherwise it keeps the table's.
+test-table:
+	$(GO) run ./scripts/testtable $(if $(TIMES),-times $(TIMES))
