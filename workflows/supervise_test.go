@@ -289,3 +289,24 @@ func TestSupervisorHandsOnEveryFieldOfItsState(t *testing.T) {
 		t.Errorf("handed on\n%+v\nwant\n%+v", got, want)
 	}
 }
+
+// What operators read of an incident: the outcome with the error that ended the last
+// redeploy; the cause only where the Seen text does not say it already.
+func TestIncidentReadsAsBefore(t *testing.T) {
+	for _, tt := range []struct {
+		inc            Incident
+		label, outcome string
+	}{
+		{Incident{Cause: CauseReboot, Seen: "boot ID changed a -> b: the node rebooted", Outcome: OutcomeServing}, "", "serving again"},
+		{Incident{Cause: CauseUnhealthy, Seen: "not serving for 3 checks", Outcome: OutcomeFailed, Error: "CUDAOutOfMemory: x"}, "", "redeploy failed: CUDAOutOfMemory: x"},
+		{Incident{Cause: CauseEngineWedged, Seen: "EngineWedged: 2 canary completions in a row failed", Outcome: OutcomeLeftToDeploy}, "", "left to the running deploy"},
+		{Incident{Cause: "GPUFellOff", Seen: "a check failed", Outcome: OutcomeNotStarted, Error: "no"}, "GPUFellOff: ", "redeploy did not start: no"},
+	} {
+		if got := tt.inc.CauseLabel(); got != tt.label {
+			t.Errorf("%s: label %q, want %q", tt.inc.Cause, got, tt.label)
+		}
+		if got := tt.inc.OutcomeText(); got != tt.outcome {
+			t.Errorf("%s: outcome %q, want %q", tt.inc.Cause, got, tt.outcome)
+		}
+	}
+}
