@@ -23,8 +23,8 @@ import (
 // TestHistoriesOfEveryWorkflowType runs every workflow type on the real dev server — a
 // deploy that serves, one that starts over after a reboot, one that fails, one in vLLM's
 // own multi-node mode, one that proves its RDMA data plane, one that copies the model to
-// a node that lacks shards, a plan, a teardown, a scheduled redeploy and a supervisor's
-// incident — and replays each history
+// a node that lacks shards, a staged deploy of a changed spec onto a serving cluster, a
+// plan, a teardown, a scheduled redeploy and a supervisor's incident — and replays each history
 // it recorded against the workflows as built. With TPDEPLOY_UPDATE_HISTORY=1 it writes
 // them to workflows/testdata, where TestReplayCommittedHistories replays them from then
 // on: a later change that alters their commands without workflow.GetVersion fails there.
@@ -77,6 +77,39 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 	}
 	_ = sup.Get(ctx, nil)
 	record("supervise.json", sup.GetID(), sup.GetRunID())
+
+	// A supervisor that continues as new after one loop (an agent's restart, no reboot):
+	// the next run starts from the state handed on, boot IDs known, and is cancelled.
+	cs, _ := cluster(t, "hist-s", "a", "b")
+	csup, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.SuperviseWorkflowID(cs.Name), TaskQueue: contract.WorkflowQueue},
+		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: cs, Intent: intent.Sign(key, cs), Unhealthy: 1000, CheckEvery: spec.Duration(time.Second), MaxLoops: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var csv workflows.Supervision
+	querySupervision := func() bool {
+		v, err := temporalClient.QueryWorkflow(ctx, csup.GetID(), "", contract.QuerySupervision)
+		return err == nil && v.Get(&csv) == nil
+	}
+	waitFor(t, ctx, "the first run's boot IDs", func() bool { return querySupervision() && len(csv.BootIDs) == 2 })
+	node := cs.Nodes[1].Name
+	if err := temporalClient.SignalWorkflow(ctx, csup.GetID(), "", contract.SignalNodeBooted, contract.NodeBoot{Node: node, BootID: csv.BootIDs[node]}); err != nil {
+		t.Fatal(err)
+	}
+	var nextRun string
+	waitFor(t, ctx, "the supervisor continued as new", func() bool {
+		//lint:ignore SA1019 as control/ops.go: nil-safe getters on the answer
+		desc, err := temporalClient.DescribeWorkflowExecution(ctx, csup.GetID(), "")
+		nextRun = desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		return err == nil && nextRun != csup.GetRunID() && querySupervision() && len(csv.BootIDs) == 2
+	})
+	if err := temporalClient.CancelWorkflow(ctx, csup.GetID(), nextRun); err != nil {
+		t.Fatal(err)
+	}
+	if err := temporalClient.GetWorkflow(ctx, csup.GetID(), nextRun).Get(ctx, nil); !temporal.IsCanceledError(err) {
+		t.Fatalf("the continued supervisor ended with %v, want canceled", err)
+	}
+	record("supervise-continued.json", csup.GetID(), nextRun)
 
 	// A plan, then the teardown of the cluster.
 	rep, err := ctl.Plan(ctx, s)
@@ -171,6 +204,54 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 		t.Fatalf("the model copy: %q, want a key and a copy on the worker", got)
 	}
 	record("deploy-copy.json", run.GetID(), run.GetRunID())
+	terminateRunning(t, ctx, "SuperviseCluster")
+
+	// A staged deploy: a changed spec (executor mp where Ray serves) deployed onto a
+	// serving cluster, its supervisor running. The steps that stop nothing run beside the
+	// serving deployment; the swap removes the Ray containers mp does not replace, then mp
+	// starts, and the supervisor is told the new spec serves.
+	g, gf := cluster(t, "hist-g", "a", "b")
+	gsup, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: contract.SuperviseWorkflowID(g.Name), TaskQueue: contract.WorkflowQueue},
+		workflows.SuperviseCluster, workflows.SuperviseRequest{Spec: g, Intent: intent.Sign(key, g), Unhealthy: 1000, CheckEvery: spec.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: g, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatalf("deploy before the staged one: %v", Reason(err))
+	}
+	var gsv workflows.Supervision
+	waitFor(t, ctx, "the supervisor told the deploy serves", func() bool {
+		v, err := temporalClient.QueryWorkflow(ctx, gsup.GetID(), "", contract.QuerySupervision)
+		return err == nil && v.Get(&gsv) == nil && gsv.Serving != nil && gsv.Serving.RunID == run.GetRunID()
+	})
+	serving := *gsv.Serving
+	serving.Executor = spec.ExecutorRay
+	for _, n := range g.Nodes {
+		serving.Nodes = append(serving.Nodes, contract.ServingNode{Name: n.Name, Role: n.Role})
+	}
+	servingSaid.Store(g.Name, serving)
+	defer servingSaid.Delete(g.Name)
+	changed := g
+	changed.Executor = spec.ExecutorMP
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: changed, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var staged workflows.DeployResult
+	if err := run.Get(ctx, &staged); err != nil {
+		t.Fatalf("staged deploy: %v", Reason(err))
+	}
+	if staged.Staged == nil || staged.Staged.Serving.RunID != serving.RunID || staged.Staged.SwappedAt.IsZero() {
+		t.Fatalf("staged = %+v, want staged beside run %s and swapped", staged.Staged, serving.RunID)
+	}
+	if got := fakeagents.Calls(gf, "RemoveContainers"); len(got) != 2 {
+		t.Fatalf("removals at the swap: %q, want Ray's on both nodes", got)
+	}
+	record("deploy-staged.json", run.GetID(), run.GetRunID())
 	terminateRunning(t, ctx, "SuperviseCluster")
 
 	// A schedule's trigger for a cluster never deployed: it deploys as a child.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,13 +65,30 @@ func runMain(m *testing.M) int {
 	// Every workflow type, as agents register them: workers of one queue must agree.
 	workflows.RegisterAll(w)
 	// The operations activities every agent serves on the workflow queue.
-	w.RegisterActivity(&Checks{Controller: Controller{Client: temporalClient}})
+	w.RegisterActivity(&testChecks{Checks: &Checks{Controller: Controller{Client: temporalClient}}})
 	if err := w.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer w.Stop()
 	return m.Run()
+}
+
+// testChecks are the operations activities with ServingDeployment answered by the test
+// for the clusters it names in servingSaid: a fake agent's endpoint never answers the
+// readiness check, so the test says which deployment serves (a staged deploy needs one).
+type testChecks struct {
+	*Checks
+}
+
+// servingSaid maps a cluster to the deployment a test says serves it.
+var servingSaid sync.Map
+
+func (c *testChecks) ServingDeployment(ctx context.Context, req contract.ClusterRequest) (contract.ServingDeployment, error) {
+	if srv, ok := servingSaid.Load(req.Cluster); ok {
+		return srv.(contract.ServingDeployment), nil
+	}
+	return c.Checks.ServingDeployment(ctx, req)
 }
 
 // cluster makes a two-node seed cluster whose node names are unique to the test, and

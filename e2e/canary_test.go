@@ -137,7 +137,7 @@ func wedged(t *testing.T, s spec.Cluster, node, title string) {
 	eventually(t, 4*time.Minute, "an EngineWedged incident, recovered", func() bool {
 		sv, _ := supervision(t, s.Name)
 		for _, i := range sv.Incidents {
-			if i.At.After(t0) && i.Cause == contract.IncidentEngineWedged && i.Outcome == "serving again" {
+			if i.At.After(t0) && i.Cause == workflows.CauseEngineWedged && i.Outcome == workflows.OutcomeServing {
 				inc = i
 				return true
 			}

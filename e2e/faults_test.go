@@ -409,23 +409,23 @@ func (c *cell) steadyOutcome(t *testing.T) {
 	}
 	inc, ok := c.waitRecovery(t, 8*time.Minute)
 	c.res.Took = time.Since(c.start)
-	if ok && inc.Outcome == "left to the running deploy" {
+	if ok && inc.Outcome == workflows.OutcomeLeftToDeploy {
 		// A deploy another trigger started is the recovery: it must end serving.
 		eventually(t, 4*time.Minute, "the running deploy ends", func() bool {
 			st, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.Status(context.Background(), c.spec.Name)
 			return err == nil && !st.Running
 		})
 		if endpointServes(t, c.spec) == nil {
-			inc.Outcome = "serving again"
+			inc.Outcome = workflows.OutcomeServing
 			inc.Took = time.Since(inc.At)
 		}
 	}
 	switch {
-	case ok && inc.Outcome == "serving again":
+	case ok && inc.Outcome == workflows.OutcomeServing:
 		c.res.Outcome = "recovered"
 		c.res.Took = inc.At.Add(inc.Took).Sub(c.start)
 	case ok:
-		c.res.Outcome = "degraded: " + inc.Outcome
+		c.res.Outcome = "degraded: " + inc.OutcomeText()
 	default:
 		if err := endpointServes(t, c.spec); err != nil {
 			c.res.Outcome = "not serving, no incident: " + err.Error()
@@ -466,7 +466,7 @@ func (c *cell) waitRecovery(t *testing.T, within time.Duration) (workflows.Incid
 		var last *workflows.Incident
 		for i := range sv.Incidents {
 			if inc := sv.Incidents[i]; !inc.At.Before(c.start) {
-				if inc.Outcome == "serving again" || inc.Outcome == "left to the running deploy" {
+				if inc.Outcome == workflows.OutcomeServing || inc.Outcome == workflows.OutcomeLeftToDeploy {
 					return inc, true
 				}
 				last = &sv.Incidents[i]

@@ -82,7 +82,7 @@ func TestRebootedNodeRecovers(t *testing.T) {
 	eventually(t, 3*time.Minute, "an incident on node-b, recovered", func() bool {
 		sv, _ := supervision(t, s.Name)
 		for _, i := range sv.Incidents {
-			if i.Node == "node-b" && i.Outcome == "serving again" {
+			if i.Node == "node-b" && i.Outcome == workflows.OutcomeServing {
 				inc = i
 				return true
 			}

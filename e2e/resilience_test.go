@@ -168,7 +168,7 @@ func TestFailedChangedDeployRollsBack(t *testing.T) {
 	eventually(t, 3*time.Minute, "the supervisor rolled back and serves", func() bool {
 		sv, _ := supervision(t, s.Name)
 		for _, i := range sv.Incidents {
-			if strings.HasPrefix(i.Seen, "rollback:") && i.Outcome == "serving again" {
+			if i.Cause == workflows.CauseRollback && i.Outcome == workflows.OutcomeServing {
 				inc = i
 				return true
 			}

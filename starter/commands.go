@@ -195,11 +195,7 @@ func printSupervision(w io.Writer, sv *workflows.Supervision) {
 		if inc.Node != "" {
 			where = " " + inc.Node
 		}
-		cause := ""
-		if inc.Cause != "" && !strings.HasPrefix(inc.Seen, inc.Cause) {
-			cause = inc.Cause + ": "
-		}
-		fmt.Fprintf(w, "  incident %s%s: %s%s -> %s; %s (took %s)\n", clockOrDash(inc.At), where, cause, inc.Seen, inc.Action, inc.Outcome, inc.Took.Round(time.Second))
+		fmt.Fprintf(w, "  incident %s%s: %s%s -> %s; %s (took %s)\n", clockOrDash(inc.At), where, inc.CauseLabel(), inc.Seen, inc.Action, inc.OutcomeText(), inc.Took.Round(time.Second))
 	}
 	// What the nodes printed last before the latest recovery tore the cluster down.
 	for i := len(sv.Incidents) - 1; i >= 0; i-- {

@@ -466,10 +466,7 @@ func (d *deployment) ensureSupervisor(ctx workflow.Context) {
 // validate checks the spec as a local activity, so that its verdict is recorded and a
 // later release's stricter rules cannot change this run on replay.
 func (d *deployment) validate(ctx workflow.Context) error {
-	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	if err := workflow.ExecuteLocalActivity(lctx, ValidateSpec, d.spec).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteLocalActivity(asDecision(ctx), ValidateSpec, d.spec).Get(ctx, nil); err != nil {
 		return &stepError{Step: "validate spec", Type: contract.ErrSpecInvalid, Msg: message(err)}
 	}
 	if in := d.req.Intent; in != nil && !bytes.Equal(in.Spec, d.req.Spec.Canonical()) {

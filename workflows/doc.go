@@ -7,10 +7,12 @@
 // multi-node mode (mp.go) — and waits until vLLM serves (serving.go). A failure runs the
 // saga's compensations (saga.go); a node that reboots or whose network changes starts the
 // deploy over (restart.go); a node that goes down is named as the cause (nodedown.go).
-// A deploy that serves hands the cluster to its supervisor (supervise.go); schedules start
-// RedeployCluster (redeploy.go), and TeardownCluster (teardown.go) removes it all. How each
-// kind of step is run (timeouts, retries, heartbeats) is options.go; the workflow IDs,
-// signals, queries and error types are package contract's.
+// A deploy that serves hands the cluster to its supervisor (supervise.go: one carried
+// state; incident.go: the causes and outcomes; recover.go: the redeploys and the circuit
+// breaker); a changed spec deployed onto a serving cluster is staged beside it (stage.go);
+// schedules start RedeployCluster (redeploy.go), and TeardownCluster (teardown.go) removes
+// it all. How each kind of step is run (timeouts, retries, heartbeats, local decisions) is
+// options.go; the workflow IDs, signals, queries and error types are package contract's.
 //
 // # Versioning the next change
 //

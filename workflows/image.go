@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -41,11 +40,8 @@ func (d *deployment) readImages(ctx workflow.Context) error {
 			images = append(images, got[n.Name])
 		}
 		d.state.Images = images
-		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-			StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-		})
 		var dec ReleaseDecision
-		if err := workflow.ExecuteLocalActivity(lctx, DecideRelease, ReleaseInput{Spec: d.req.Spec.WithDefaults(), Images: images}).Get(ctx, &dec); err != nil {
+		if err := workflow.ExecuteLocalActivity(asDecision(ctx), DecideRelease, ReleaseInput{Spec: d.req.Spec.WithDefaults(), Images: images}).Get(ctx, &dec); err != nil {
 			return classify("read image", "", err)
 		}
 		d.state.Engine = &dec.Model

@@ -52,7 +52,7 @@ func TestSupervisorWithAnExpiredSignature(t *testing.T) {
 		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-3"})
 	}, time.Hour)
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: s, Intent: expired, MaxAttempts: 2, MaxLoops: 3, Cooldown: spec.Duration(10 * time.Hour)})
-	next := carried(t, env)
+	next := handedOn(t, env)
 
 	if !degraded.Degraded || !strings.Contains(degraded.LastCause, "PolicyDenied") || !strings.Contains(degraded.LastCause, "the signature expired at "+expired.NotAfter.Format(time.RFC3339)) {
 		t.Errorf("with the expired signature: degraded %v, cause %q", degraded.Degraded, degraded.LastCause)
@@ -63,11 +63,11 @@ func TestSupervisorWithAnExpiredSignature(t *testing.T) {
 	if refused := fakeagents.Calls(f, "PreflightNode"); len(refused) < 2 || !strings.HasSuffix(refused[0], "refused") {
 		t.Errorf("preflights = %q, want the expired signature refused at the first", refused)
 	}
-	if len(next.Incidents) != 2 || next.Incidents[0].Attempts != 2 || next.Incidents[1].Outcome != "serving again" {
-		t.Fatalf("incidents = %+v, want the refused recovery (2 attempts), then one that serves", next.Incidents)
+	if inc := next.State.Incidents; len(inc) != 2 || inc[0].Attempts != 2 || inc[0].Outcome != OutcomeFailed || inc[1].Outcome != OutcomeServing {
+		t.Fatalf("incidents = %+v, want the refused recovery (2 attempts), then one that serves", inc)
 	}
-	if next.Degraded || !intent.Same(next.Intent, fresh) {
-		t.Errorf("after the new signature: degraded %v, intent carried on %+v", next.Degraded, next.Intent)
+	if next.State.Degraded || !intent.Same(next.Intent, fresh) {
+		t.Errorf("after the new signature: degraded %v, intent carried on %+v", next.State.Degraded, next.Intent)
 	}
 	for key, list := range fakeagents.Intents(f) {
 		if strings.HasPrefix(key, "StartRay") || strings.HasPrefix(key, "LaunchVLLM") {

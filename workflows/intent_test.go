@@ -133,9 +133,9 @@ func TestSupervisorRecoversWithTheSignatureOfItsSpec(t *testing.T) {
 		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
 	}, 0)
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: s, Intent: in, MaxLoops: 2})
-	next := carried(t, env)
-	if len(next.Incidents) != 1 || next.Incidents[0].Outcome != "serving again" {
-		t.Fatalf("incidents %+v", next.Incidents)
+	next := handedOn(t, env)
+	if inc := next.State.Incidents; len(inc) != 1 || inc[0].Outcome != OutcomeServing {
+		t.Fatalf("incidents %+v", inc)
 	}
 	carriesIntent(t, f, in, "StartRayHead node-a", "LaunchVLLM node-a")
 	if !intent.Same(next.Intent, in) {

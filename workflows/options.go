@@ -20,6 +20,12 @@ type stepOptions struct {
 	// agentWait is how long a task may wait for its node's agent (ScheduleToStart); zero
 	// is the spec's timeouts.node_agent.
 	agentWait time.Duration
+	// maxBackoff caps the wait between attempts (15 s when zero).
+	maxBackoff time.Duration
+	// unwaited: a cancelled step is not waited for, the workflow goes on at once. Only for
+	// steps that start and remove nothing (the supervisor's watch and looks, a trigger's
+	// check); a container step must finish or acknowledge a cancel first.
+	unwaited bool
 }
 
 // stepAttempts is how many times a deploy step on a node runs before its retryable failure
@@ -62,6 +68,37 @@ func checkStep(c spec.Cluster) stepOptions {
 	return stepOptions{startToClose: 10 * time.Second, attempts: 1, agentWait: c.Timeouts.NodeAgent.D()}
 }
 
+// healthWatch is the supervisor's watch of a serving cluster (WatchCluster): one watch's
+// length and a margin, heartbeating, retried without end (backing off to a minute), since
+// the watch is what the supervisor is for; cancelled when a signal arrives, and left to
+// end on its own then.
+func healthWatch(watchFor time.Duration) stepOptions {
+	return stepOptions{startToClose: watchFor + 2*time.Minute, heartbeat: 30 * time.Second, maxBackoff: time.Minute, unwaited: true}
+}
+
+// supervisorLook is a look the supervisor takes at a node (its boot ID, what its
+// containers printed last): a failure is an answer, so few attempts.
+func supervisorLook(startToClose time.Duration, attempts int32) stepOptions {
+	return stepOptions{startToClose: startToClose, attempts: attempts, unwaited: true}
+}
+
+// deploymentCheck is a trigger's look at the cluster's latest deploy and its endpoint
+// (RedeployCluster). On the head's agent (checksQueue), an agent that is down fails the
+// run in bounded time.
+func deploymentCheck(c spec.Cluster) stepOptions {
+	return stepOptions{startToClose: 30 * time.Second, attempts: 3, agentWait: max(3*c.Timeouts.NodeAgent.D(), 30*time.Second), unwaited: true}
+}
+
+// asDecision returns ctx set to run a pure decision (validating the spec, the release's
+// model, the plan) as a local activity: its verdict is recorded in history, so a later
+// release's rules cannot change a run on replay; one attempt, as a retry would decide the
+// same.
+func asDecision(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+}
+
 // onNode returns ctx set to run an activity of kind o on node's own task queue.
 func onNode(ctx workflow.Context, c spec.Cluster, node, summary string, o stepOptions) workflow.Context {
 	wait := c.Timeouts.NodeAgent.D()
@@ -82,12 +119,27 @@ func checksQueue(c spec.Cluster) string {
 	return contract.WorkflowQueue
 }
 
+// onChecksQueue returns ctx set to run a readiness check on checksQueue(c): on the
+// workflow queue any agent answers, with no bound on the wait; on the head's queue the
+// kind's agentWait bounds it (zero: none either; the watch waits for the head's agent).
+func onChecksQueue(ctx workflow.Context, c spec.Cluster, summary string, o stepOptions) workflow.Context {
+	queue, wait := checksQueue(c), o.agentWait
+	if queue == contract.WorkflowQueue {
+		wait = 0
+	}
+	return withStep(ctx, queue, wait, summary, o)
+}
+
 // onWorkflowQueue returns ctx set to run an operations activity (served by any agent).
 func onWorkflowQueue(ctx workflow.Context, summary string, o stepOptions) workflow.Context {
 	return withStep(ctx, contract.WorkflowQueue, 0, summary, o)
 }
 
 func withStep(ctx workflow.Context, queue string, agentWait time.Duration, summary string, o stepOptions) workflow.Context {
+	maxBackoff := 15 * time.Second
+	if o.maxBackoff > 0 {
+		maxBackoff = o.maxBackoff
+	}
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              queue,
 		ScheduleToStartTimeout: agentWait,
@@ -95,12 +147,12 @@ func withStep(ctx workflow.Context, queue string, agentWait time.Duration, summa
 		HeartbeatTimeout:       o.heartbeat,
 		// Container steps must finish or acknowledge a cancel before compensations run, or
 		// a teardown could race a container still being created.
-		WaitForCancellation: true,
+		WaitForCancellation: !o.unwaited,
 		Summary:             summary,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        time.Second,
 			BackoffCoefficient:     2,
-			MaximumInterval:        15 * time.Second,
+			MaximumInterval:        maxBackoff,
 			MaximumAttempts:        o.attempts,
 			NonRetryableErrorTypes: nonRetryable,
 		},

@@ -83,11 +83,7 @@ func planCluster(ctx workflow.Context, c spec.Cluster, d *deployment) (netplan.P
 	}
 	var plan netplan.Plan
 	err := d.step(ctx, PhasePlanning, "choosing the subnet every node reaches", func() error {
-		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-			StartToCloseTimeout: 10 * time.Second,
-			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-		})
-		err := workflow.ExecuteLocalActivity(lctx, ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix, KeepSubnet: d.keepSubnet, Engine: d.state.Engine}).Get(ctx, &plan)
+		err := workflow.ExecuteLocalActivity(asDecision(ctx), ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix, KeepSubnet: d.keepSubnet, Engine: d.state.Engine}).Get(ctx, &plan)
 		if err != nil {
 			return classify("plan", "", err)
 		}

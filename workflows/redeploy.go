@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -50,16 +49,7 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(s.Name)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
-	ao := workflow.ActivityOptions{
-		TaskQueue:           checksQueue(s),
-		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	}
-	if ao.TaskQueue != contract.WorkflowQueue {
-		// One agent, the head's, can answer: one that is down fails the run in bounded time.
-		ao.ScheduleToStartTimeout = max(3*s.Timeouts.NodeAgent.D(), 30*time.Second)
-	}
-	actx := workflow.WithActivityOptions(ctx, ao)
+	actx := onChecksQueue(ctx, s, "check the latest deploy of "+s.Name, deploymentCheck(s))
 	var chk contract.DeploymentCheck
 	if err := workflow.ExecuteActivity(actx, contract.ActivityCheckDeployment,
 		contract.CheckDeploymentRequest{Cluster: s.Name}).Get(ctx, &chk); err != nil {

@@ -5,8 +5,10 @@ import (
 	"testing"
 )
 
-// TestReplayCommittedHistories replays histories recorded from real runs (see
-// control/integration_test.go, TPDEPLOY_UPDATE_HISTORY=1). A change to the workflows
+// TestReplayCommittedHistories replays histories recorded from real runs on the dev
+// server (control/histories_test.go and control/integration_test.go write them with
+// TPDEPLOY_UPDATE_HISTORY=1): every workflow type, a staged deploy, and a supervisor run
+// that starts from the state its previous run handed on. A change to the workflows
 // that alters their commands fails here unless it is guarded by workflow.GetVersion (see
 // doc.go, "Versioning the next change").
 func TestReplayCommittedHistories(t *testing.T) {

@@ -3,6 +3,8 @@ package workflows
 import (
 	"context"
 	"errors"
+	"maps"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -81,8 +83,8 @@ func supervision(t *testing.T, env *testsuite.TestWorkflowEnvironment) Supervisi
 	return s
 }
 
-// carried is the state a run handed to its next one.
-func carried(t *testing.T, env *testsuite.TestWorkflowEnvironment) SuperviseRequest {
+// handedOn is the request a run continued as new with.
+func handedOn(t *testing.T, env *testsuite.TestWorkflowEnvironment) SuperviseRequest {
 	t.Helper()
 	var can *workflow.ContinueAsNewError
 	if err := env.GetWorkflowError(); !errors.As(err, &can) {
@@ -93,6 +95,16 @@ func carried(t *testing.T, env *testsuite.TestWorkflowEnvironment) SuperviseRequ
 		t.Fatal(err)
 	}
 	return next
+}
+
+// carried is the state a run handed to its next one.
+func carried(t *testing.T, env *testsuite.TestWorkflowEnvironment) Supervision {
+	t.Helper()
+	next := handedOn(t, env)
+	if next.State == nil {
+		t.Fatalf("the run handed on no state: %+v", next)
+	}
+	return *next.State
 }
 
 func TestSupervisorRedeploysAfterAReboot(t *testing.T) {
@@ -110,14 +122,14 @@ func TestSupervisorRedeploysAfterAReboot(t *testing.T) {
 		t.Fatalf("incidents = %+v, want one", next.Incidents)
 	}
 	inc := next.Incidents[0]
-	if inc.Node != "node-b" || !strings.Contains(inc.Seen, "boot ID changed boot-nod -> boot-2") || inc.Outcome != "serving again" || inc.Attempts != 1 {
+	if inc.Node != "node-b" || inc.Cause != CauseReboot || !strings.Contains(inc.Seen, "boot ID changed boot-nod -> boot-2") || inc.Outcome != OutcomeServing || inc.Attempts != 1 {
 		t.Errorf("incident = %+v", inc)
 	}
 	if launches := fakeagents.Calls(f, "LaunchVLLM"); len(launches) != 1 || launches[0] != "LaunchVLLM node-a replace" {
 		t.Errorf("launches = %q, want one recovery launch recreating the containers", launches)
 	}
-	if next.Spent != 1 || next.Degraded {
-		t.Errorf("redeploys %d degraded %v", next.Spent, next.Degraded)
+	if next.Redeploys != 1 || next.Degraded {
+		t.Errorf("redeploys %d degraded %v", next.Redeploys, next.Degraded)
 	}
 }
 
@@ -129,7 +141,7 @@ func TestSupervisorRedeploysAWedgedEngine(t *testing.T) {
 	env := watchEnv(t, f, w)
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 3})
 	next := carried(t, env)
-	if len(next.Incidents) != 1 || next.Incidents[0].Cause != contract.IncidentEngineWedged || next.Incidents[0].Outcome != "serving again" {
+	if len(next.Incidents) != 1 || next.Incidents[0].Cause != CauseEngineWedged || next.Incidents[0].Outcome != OutcomeServing {
 		t.Fatalf("incidents = %+v", next.Incidents)
 	}
 	inc := next.Incidents[0]
@@ -141,9 +153,6 @@ func TestSupervisorRedeploysAWedgedEngine(t *testing.T) {
 	if got := fakeagents.Calls(f, "LaunchVLLM"); len(got) != 1 || got[0] != "LaunchVLLM node-a replace" {
 		t.Errorf("launches = %q, want one recovery launch recreating the containers", got)
 	}
-	if c := incidentCause(&inc); c != contract.IncidentEngineWedged {
-		t.Errorf("metric cause %q", c)
-	}
 }
 
 func TestSupervisorRedeploysWhenNotServing(t *testing.T) {
@@ -152,8 +161,8 @@ func TestSupervisorRedeploysWhenNotServing(t *testing.T) {
 	env := watchEnv(t, f, w)
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 3})
 	next := carried(t, env)
-	if len(next.Incidents) != 1 || !strings.Contains(next.Incidents[0].Seen, "not serving for 3 checks: GET http://192.168.200.12:8000/health: 503") ||
-		next.Incidents[0].Outcome != "serving again" {
+	if len(next.Incidents) != 1 || next.Incidents[0].Cause != CauseUnhealthy || !strings.Contains(next.Incidents[0].Seen, "not serving for 3 checks: GET http://192.168.200.12:8000/health: 503") ||
+		next.Incidents[0].Outcome != OutcomeServing {
 		t.Fatalf("incidents = %+v", next.Incidents)
 	}
 }
@@ -198,12 +207,12 @@ func TestSupervisorRollsBackAFailedRedeploy(t *testing.T) {
 	served := fakeagents.SeedSpec()
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: served, MaxLoops: 2})
 	next := carried(t, env)
-	if len(next.Incidents) != 1 || !strings.Contains(next.Incidents[0].Seen, "rollback: deploy run-x of spec another-spec failed (CUDAOutOfMemory)") ||
-		next.Incidents[0].Outcome != "serving again" {
+	if len(next.Incidents) != 1 || next.Incidents[0].Cause != CauseRollback || !strings.Contains(next.Incidents[0].Seen, "rollback: deploy run-x of spec another-spec failed (CUDAOutOfMemory)") ||
+		next.Incidents[0].Outcome != OutcomeServing {
 		t.Fatalf("incidents = %+v", next.Incidents)
 	}
-	if next.Spec.Hash() != served.Hash() {
-		t.Errorf("the supervisor's spec changed to %s", next.Spec.Hash())
+	if got := handedOn(t, env).Spec.Hash(); got != served.Hash() {
+		t.Errorf("the supervisor's spec changed to %s", got)
 	}
 }
 
@@ -215,11 +224,11 @@ func TestSupervisorReArmsOnAReboot(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
 	}, 0)
-	req := SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 1, Degraded: true, LastCause: "redeploy failed: x",
-		NextCooldown: spec.Duration(4 * time.Hour), BootIDs: map[string]string{"node-a": "boot-node-a", "node-b": "boot-node-b"}}
+	req := SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 1, State: &Supervision{Degraded: true, LastCause: "redeploy failed: x",
+		NextCooldown: spec.Duration(4 * time.Hour), BootIDs: map[string]string{"node-a": "boot-node-a", "node-b": "boot-node-b"}}}
 	env.ExecuteWorkflow(SuperviseCluster, req)
 	next := carried(t, env)
-	if next.Degraded || len(next.Incidents) != 1 || next.Incidents[0].Outcome != "serving again" {
+	if next.Degraded || len(next.Incidents) != 1 || next.Incidents[0].Outcome != OutcomeServing {
 		t.Fatalf("after a reboot of a degraded cluster: degraded %v, incidents %+v", next.Degraded, next.Incidents)
 	}
 	if next.NextCooldown.D() != 30*time.Minute {
@@ -236,8 +245,68 @@ func TestSupervisorContinuesAsNewWithItsState(t *testing.T) {
 		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-2"})
 	}, 10*time.Second)
 	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 20})
-	next := carried(t, env)
-	if len(next.Incidents) != 1 || next.Incidents[0].Node != "node-b" || next.BootIDs["node-a"] != "boot-node-a" || next.MaxLoops != 20 || next.Spec.Name != "seed" {
-		t.Errorf("carried state = %+v", next)
+	next := handedOn(t, env)
+	st := next.State
+	if st == nil || len(st.Incidents) != 1 || st.Incidents[0].Node != "node-b" || st.BootIDs["node-a"] != "boot-node-a" || next.MaxLoops != 20 || next.Spec.Name != "seed" {
+		t.Errorf("handed on %+v, state %+v", next, st)
+	}
+}
+
+// The state is handed on whole: every field of Supervision, whatever it is, reaches the
+// next run as it was (only NextTry moves, with the cool-down this run waited).
+func TestSupervisorHandsOnEveryFieldOfItsState(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	state := Supervision{
+		Cluster: "seed", BootIDs: map[string]string{"node-a": "boot-node-a", "node-b": "boot-node-b"},
+		Healthy: true, LastCheck: at, Failures: 2, Detail: "serving at http://192.168.200.12:8000", Canary: "answered: 1 token",
+		Incidents: []Incident{{At: at, Node: "node-b", Cause: CauseReboot, Seen: "boot ID changed", Action: "redeployed",
+			Attempts: 2, Outcome: OutcomeFailed, Error: "x", Took: time.Minute, LastOutput: map[string]string{"node-a": "last line"}}},
+		Degraded: true, LastCause: "redeploy failed: x", NextTry: at, NextCooldown: spec.Duration(2 * time.Hour), Redeploys: 7,
+		Serving: &contract.ServingDeployment{RunID: "run-1", SpecHash: "5pec", Endpoint: "http://192.168.200.12:8000"},
+	}
+	v := reflect.ValueOf(state)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("set Supervision.%s in this test: every field must be shown to be handed on", v.Type().Field(i).Name)
+		}
+	}
+	f := fakeagents.New()
+	env := watchEnv(t, f, &fakeWatch{answers: []string{"block"}})
+	env.RegisterDelayedCallback(func() {
+		// Known boot IDs: no incident, nothing changes; the one loop ends.
+		env.SignalWorkflow(contract.SignalNodeBooted, contract.NodeBoot{Node: "node-b", BootID: "boot-node-b"})
+	}, time.Minute)
+	given := state
+	given.BootIDs = maps.Clone(state.BootIDs)
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxLoops: 1, State: &given})
+	got := carried(t, env)
+	if got.NextTry.IsZero() {
+		t.Errorf("next try not set while degraded")
+	}
+	want := state
+	want.NextTry = got.NextTry
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("handed on\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// What operators read of an incident: the outcome with the error that ended the last
+// redeploy; the cause only where the Seen text does not say it already.
+func TestIncidentReadsAsBefore(t *testing.T) {
+	for _, tt := range []struct {
+		inc            Incident
+		label, outcome string
+	}{
+		{Incident{Cause: CauseReboot, Seen: "boot ID changed a -> b: the node rebooted", Outcome: OutcomeServing}, "", "serving again"},
+		{Incident{Cause: CauseUnhealthy, Seen: "not serving for 3 checks", Outcome: OutcomeFailed, Error: "CUDAOutOfMemory: x"}, "", "redeploy failed: CUDAOutOfMemory: x"},
+		{Incident{Cause: CauseEngineWedged, Seen: "EngineWedged: 2 canary completions in a row failed", Outcome: OutcomeLeftToDeploy}, "", "left to the running deploy"},
+		{Incident{Cause: "GPUFellOff", Seen: "a check failed", Outcome: OutcomeNotStarted, Error: "no"}, "GPUFellOff: ", "redeploy did not start: no"},
+	} {
+		if got := tt.inc.CauseLabel(); got != tt.label {
+			t.Errorf("%s: label %q, want %q", tt.inc.Cause, got, tt.label)
+		}
+		if got := tt.inc.OutcomeText(); got != tt.outcome {
+			t.Errorf("%s: outcome %q, want %q", tt.inc.Cause, got, tt.outcome)
+		}
 	}
 }
