@@ -167,7 +167,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	}
 	var se *stepError
 	if !errors.As(err, &se) {
-		se = &stepError{Step: d.state.Phase, Type: "Internal", Msg: err.Error()}
+		se = &stepError{Step: d.state.Phase, Type: contract.ErrInternal, Msg: err.Error()}
 	}
 	se = d.nodeDownCause(se)
 	d.setPhase(ctx, PhaseCompensating, fmt.Sprintf("%s failed (%s); compensating", se.Step, se.Type))

@@ -111,7 +111,7 @@ func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manife
 	return d.step(ctx, PhaseModelCopy, fmt.Sprintf("copying the model from %s: %s", head, strings.Join(what, ", ")), func() error {
 		hp, ok := d.plannedNode(head)
 		if !ok {
-			return &stepError{Step: "copy model", Type: "Internal", Msg: "no plan for the head"}
+			return &stepError{Step: "copy model", Type: contract.ErrInternal, Msg: "no plan for the head"}
 		}
 		root := func(node string) (string, string, string) {
 			if m.HostDir != "" {
@@ -232,7 +232,7 @@ func (d *deployment) copyOnce(ctx workflow.Context, head string, addr netip.Addr
 	for _, n := range nodes {
 		np, ok := d.plannedNode(n)
 		if !ok {
-			return &stepError{Step: "copy model", Node: n, Type: "Internal", Msg: "no plan for " + n}
+			return &stepError{Step: "copy model", Node: n, Type: contract.ErrInternal, Msg: "no plan for " + n}
 		}
 		peers[n] = np.Address
 	}
