@@ -72,26 +72,6 @@ type StepTiming struct {
 	Error    string        `json:"error,omitempty"`
 }
 
-// Phases, in order. The values are what operators see: the state query, the UI's
-// current details and the DeployPhase search attribute (the UI's and scripts' filters).
-// PhaseServed is the deploy that reached serving; PhaseWaitingUntilServing the watch
-// before it.
-const (
-	PhaseValidating          = "validating"
-	PhaseProbing             = "probing"
-	PhaseReachability        = "testing reachability"
-	PhasePlanning            = "planning"
-	PhasePreflight           = "preflight"
-	PhaseRayHead             = "starting ray head"
-	PhaseRayWorkers          = "joining ray workers"
-	PhasePlacement           = "checking placement"
-	PhaseLaunch              = "launching vllm"
-	PhaseWaitingUntilServing = "waiting until serving"
-	PhaseServed              = "serving"
-	PhaseCompensating        = "compensating"
-	PhaseFailed              = "failed"
-)
-
 // State is everything the deploy knows, exposed by the "state" query.
 type State struct {
 	Phase         string                   `json:"phase"`

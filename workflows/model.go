@@ -15,12 +15,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
-// Phases of the model check and copy.
-const (
-	PhaseModel     = "checking the model"
-	PhaseModelCopy = "copying the model"
-)
-
 // ModelCopy is what one node received from the head.
 type ModelCopy struct {
 	Node    string  `json:"node"`
