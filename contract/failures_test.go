@@ -2,9 +2,9 @@ package contract
 
 import (
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"strings"
 	"testing"
 
@@ -15,34 +15,29 @@ import (
 // from it rather than written again, no two ErrX name the same type, and every type in
 // the list has its ErrX (a type added there is one the workflows can branch on).
 func TestErrNamesEveryFailure(t *testing.T) {
-	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := ownFiles(t, token.NewFileSet())
 	named := map[string]string{} // failure constant → the ErrX that names it
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			for _, d := range f.Decls {
-				g, ok := d.(*ast.GenDecl)
-				if !ok || g.Tok != token.CONST {
-					continue
-				}
-				for _, s := range g.Specs {
-					vs := s.(*ast.ValueSpec)
-					for i, name := range vs.Names {
-						if !strings.HasPrefix(name.Name, "Err") {
-							continue
-						}
-						sel, ok := failureName(vs.Values[i])
-						if !ok {
-							t.Errorf("%s is not a failure type's name (contract.%s = failure.X)", name.Name, name.Name)
-							continue
-						}
-						if other, dup := named[sel.Sel.Name]; dup {
-							t.Errorf("%s and %s both name failure.%s", other, name.Name, sel.Sel.Name)
-						}
-						named[sel.Sel.Name] = name.Name
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, s := range g.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if !strings.HasPrefix(name.Name, "Err") {
+						continue
 					}
+					sel, ok := failureName(vs.Values[i])
+					if !ok {
+						t.Errorf("%s is not a failure type's name (contract.%s = failure.X)", name.Name, name.Name)
+						continue
+					}
+					if other, dup := named[sel.Sel.Name]; dup {
+						t.Errorf("%s and %s both name failure.%s", other, name.Name, sel.Sel.Name)
+					}
+					named[sel.Sel.Name] = name.Name
 				}
 			}
 		}
@@ -67,4 +62,23 @@ func failureName(e ast.Expr) (*ast.SelectorExpr, bool) {
 	}
 	pkg, ok := sel.X.(*ast.Ident)
 	return sel, ok && pkg.Name == "failure"
+}
+
+// ownFiles parses the package's non-test Go files in the test's directory, as the build
+// selects them.
+func ownFiles(t *testing.T, fset *token.FileSet) []*ast.File {
+	t.Helper()
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, name := range pkg.GoFiles {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return files
 }

@@ -3,9 +3,9 @@ package workflows
 import (
 	"flag"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,48 +20,43 @@ var updateDocs = flag.Bool("update", false, "rewrite docs/operations.md's table 
 // Phase field), which would escape the list and the docs.
 func TestPhasesDeclaredOnce(t *testing.T) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := ownFiles(t, fset)
 	consts := map[string]string{} // value → constant
 	var setBy []*ast.BasicLit     // string literals given where a phase is set
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			ast.Inspect(f, func(n ast.Node) bool {
-				switch n := n.(type) {
-				case *ast.ValueSpec:
-					for i, name := range n.Names {
-						if !strings.HasPrefix(name.Name, "Phase") || i >= len(n.Values) {
-							continue
-						}
-						lit, ok := n.Values[i].(*ast.BasicLit)
-						if !ok {
-							t.Errorf("%s is not a string literal", name.Name)
-							continue
-						}
-						v, _ := strconv.Unquote(lit.Value)
-						consts[v] = name.Name
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.ValueSpec:
+				for i, name := range n.Names {
+					if !strings.HasPrefix(name.Name, "Phase") || i >= len(n.Values) {
+						continue
 					}
-				case *ast.CallExpr:
-					if sel, ok := n.Fun.(*ast.SelectorExpr); ok && len(n.Args) > 1 {
-						switch sel.Sel.Name {
-						case "setPhase", "step", "upsertSearch":
-							if lit, ok := n.Args[1].(*ast.BasicLit); ok {
-								setBy = append(setBy, lit)
-							}
-						}
+					lit, ok := n.Values[i].(*ast.BasicLit)
+					if !ok {
+						t.Errorf("%s is not a string literal", name.Name)
+						continue
 					}
-				case *ast.KeyValueExpr:
-					if key, ok := n.Key.(*ast.Ident); ok && key.Name == "Phase" {
-						if lit, ok := n.Value.(*ast.BasicLit); ok {
+					v, _ := strconv.Unquote(lit.Value)
+					consts[v] = name.Name
+				}
+			case *ast.CallExpr:
+				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && len(n.Args) > 1 {
+					switch sel.Sel.Name {
+					case "setPhase", "step", "upsertSearch":
+						if lit, ok := n.Args[1].(*ast.BasicLit); ok {
 							setBy = append(setBy, lit)
 						}
 					}
 				}
-				return true
-			})
-		}
+			case *ast.KeyValueExpr:
+				if key, ok := n.Key.(*ast.Ident); ok && key.Name == "Phase" {
+					if lit, ok := n.Value.(*ast.BasicLit); ok {
+						setBy = append(setBy, lit)
+					}
+				}
+			}
+			return true
+		})
 	}
 	listed := map[string]int{}
 	for _, p := range DeployPhases {
@@ -116,4 +111,23 @@ func TestPhasesTable(t *testing.T) {
 		return
 	}
 	t.Errorf("docs/operations.md's table of phases is not DeployPhases (rerun with -update); want:\n%s", want.String())
+}
+
+// ownFiles parses the package's non-test Go files in the test's directory, as the build
+// selects them.
+func ownFiles(t *testing.T, fset *token.FileSet) []*ast.File {
+	t.Helper()
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, name := range pkg.GoFiles {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return files
 }

@@ -3,6 +3,7 @@ package failure
 import (
 	"flag"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/scanner"
 	"go/token"
@@ -43,28 +44,23 @@ func TestAllListsEveryTypeOnce(t *testing.T) {
 // declaredTypes is this package's string constants, value → name, read from its source.
 func declaredTypes(t *testing.T) map[string]string {
 	t.Helper()
-	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := ownFiles(t, token.NewFileSet())
 	consts := map[string]string{}
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			for _, d := range f.Decls {
-				g, ok := d.(*ast.GenDecl)
-				if !ok || g.Tok != token.CONST {
-					continue
-				}
-				for _, s := range g.Specs {
-					vs := s.(*ast.ValueSpec)
-					for i, name := range vs.Names {
-						lit, ok := vs.Values[i].(*ast.BasicLit)
-						if !ok || lit.Kind != token.STRING {
-							t.Fatalf("constant %s is not a string literal", name.Name)
-						}
-						v, _ := strconv.Unquote(lit.Value)
-						consts[v] = name.Name
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, s := range g.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						t.Fatalf("constant %s is not a string literal", name.Name)
 					}
+					v, _ := strconv.Unquote(lit.Value)
+					consts[v] = name.Name
 				}
 			}
 		}
@@ -207,4 +203,23 @@ func table() string {
 		b.WriteString("| `" + f.Type + "` | " + retried + " | " + f.Meaning + " |\n")
 	}
 	return b.String()
+}
+
+// ownFiles parses the package's non-test Go files in the test's directory, as the build
+// selects them.
+func ownFiles(t *testing.T, fset *token.FileSet) []*ast.File {
+	t.Helper()
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, name := range pkg.GoFiles {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return files
 }
