@@ -66,8 +66,6 @@ const (
 	ErrRetriesExhausted   = failure.RetriesExhausted
 	ErrCanceled           = failure.Canceled
 	ErrCompensationFailed = failure.CompensationFailed
-	ErrInternal           = failure.Internal
-	ErrWorkflowFailed     = failure.Failed
 
 	// Raised by the workflows themselves, not by an activity.
 	ErrSpecInvalid     = failure.SpecInvalid
@@ -76,6 +74,10 @@ const (
 	ErrNodeDown        = failure.NodeDown
 	ErrNodeRebooted    = failure.NodeRebooted
 	ErrNetworkChanged  = failure.NetworkChanged
+	ErrInternal        = failure.Internal
+	// ErrWorkflowFailed is how control.Reason reports a run that failed without an
+	// application error.
+	ErrWorkflowFailed = failure.Failed
 )
 
 // Container roles, also the role label on containers.

@@ -178,12 +178,3 @@ func NonRetryable() []string {
 	return types
 }
 
-// Lookup is the failure type named typ.
-func Lookup(typ string) (Failure, bool) {
-	for _, f := range All {
-		if f.Type == typ {
-			return f, true
-		}
-	}
-	return Failure{}, false
-}
