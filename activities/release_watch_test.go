@@ -31,7 +31,7 @@ func TestTheWatchFollowsTheRelease(t *testing.T) {
 		return &watch{v: New(Config{Name: "node-a"}).VLLM, req: contract.WatchRequest{Engine: m}}
 	}
 
-	if f := watchFor(legacy).forRelease(logscan.Classify(logscan.Line{Text: dup})); f == nil || f.Type != logscan.DuplicateAddress {
+	if f := watchFor(legacy).forRelease(logscan.Classify(logscan.Line{Text: dup})); f == nil || f.Type != contract.ErrDuplicateAddress {
 		t.Fatalf("legacy executor: duplicate-IP line gave %+v", f)
 	}
 	if f := watchFor(v2).forRelease(logscan.Classify(logscan.Line{Text: dup})); f != nil {
@@ -41,7 +41,7 @@ func TestTheWatchFollowsTheRelease(t *testing.T) {
 		t.Fatal("without a release model every finding stands")
 	}
 	f := watchFor(v2).forRelease(logscan.Classify(logscan.Line{Text: pending}))
-	if f == nil || f.Type != logscan.PlacementPending || strings.Contains(f.Fix, "VLLM_HOST_IP") {
+	if f == nil || f.Type != contract.ErrPlacementPending || strings.Contains(f.Fix, "VLLM_HOST_IP") {
 		t.Fatalf("V2 pending group: %+v", f)
 	}
 	if f := watchFor(decide("0.22.1", map[string]string{release.EnvRayV2: "0"})).forRelease(logscan.Classify(logscan.Line{Text: dup})); f == nil {

@@ -206,7 +206,7 @@ func (w *watch) line(text string) error {
 	}
 	switch {
 	case f == nil:
-	case f.Type == logscan.PlacementPending && !f.Fatal:
+	case f.Type == contract.ErrPlacementPending && !f.Fatal:
 		// Whether to keep waiting is decided from Ray's node table, not from the line.
 		w.pending = f
 		w.lastRayCheck = time.Time{}
@@ -231,7 +231,7 @@ func (w *watch) forRelease(f *logscan.Finding) *logscan.Finding {
 			zap.String("executor", m.Executor), zap.String("line", clipLine(f.Line)))
 		return nil
 	}
-	if f.Type == logscan.PlacementPending && !m.PinsDriverNode {
+	if f.Type == contract.ErrPlacementPending && !m.PinsDriverNode {
 		f.Fix = m.PendingFix()
 	}
 	return f
@@ -274,7 +274,7 @@ func (w *watch) askRay(ctx context.Context, now time.Time) error {
 	if f == nil || !f.Fatal {
 		return nil
 	}
-	if f.Type == logscan.ResourcesBusy {
+	if f.Type == contract.ErrResourcesBusy {
 		f.Diagnosis += w.v.docker.rayStatusSummary(ctx, contract.PlacementRequest{DockerHost: w.req.Spec.Head().DockerHost, RayHead: w.req.Container.Name})
 	}
 	return findingError(f)

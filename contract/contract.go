@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/dataplane"
-	"github.com/tpdeploy/tpdeploy/logscan"
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -22,58 +22,62 @@ const WorkflowQueue = "tpdeploy"
 // NodeQueue is the task queue served by the named node's agent.
 func NodeQueue(node string) string { return "tpdeploy.node." + node }
 
-// Error types of non-retryable application errors. Workflows branch on them and the
-// starter prints them; they are part of the contract with operators' scripts.
+// Error types of application errors: workflows branch on them, the starter prints them,
+// and operators' scripts match them. Each is declared once, with its meaning and whether
+// it is retryable, in package internal/failure (failure.All); these are its names here.
 const (
-	ErrWrongNode          = "WrongNode"            // a task reached another node's agent
-	ErrBadRequest         = "BadRequest"           // a request the activity cannot act on
-	ErrNotImplemented     = "NotImplemented"       // this agent build lacks the capability
-	ErrNodeAgentDown      = "NodeAgentUnreachable" // no agent picked the task up in time
-	ErrDockerUnreachable  = "DockerUnreachable"    // retryable: the node's engine did not answer
-	ErrDocker             = "DockerError"          // the engine refused an operation
-	ErrImageMissing       = "ImageMissing"
-	ErrImageMismatch      = "ImageMismatch"
-	ErrNoViableSubnet     = "NoViableSubnet"
-	ErrInsufficientGPUs   = "InsufficientGPUs"
-	ErrPlacementMismatch  = "PlacementMismatch"
-	ErrDuplicateAddress   = "DuplicateAddress"
-	ErrNodeNotRegistered  = "NodeNotRegistered"
-	ErrPlacementPending   = logscan.PlacementPending
-	ErrC10dUnreachable    = logscan.C10dUnreachable
-	ErrNCCLNoInterface    = logscan.NCCLNoInterface
-	ErrNCCL               = logscan.NCCLError
-	ErrGlooLoopback       = logscan.GlooLoopback
-	ErrCUDAOutOfMemory    = logscan.CUDAOutOfMemory
-	ErrEngineDead         = logscan.EngineDead
-	ErrGCSUnreachable     = logscan.GCSUnreachable
-	ErrModelUnsupported   = logscan.ModelUnsupported
-	ErrModelUnavailable   = logscan.ModelUnavailable
-	ErrKVCacheTooSmall    = logscan.KVCacheTooSmall
-	ErrParallelLayout     = logscan.InvalidParallelLayout
-	ErrGlooNoInterface    = logscan.GlooNoInterface
-	ErrResourcesBusy      = logscan.ResourcesBusy
-	ErrRayDriverAttach    = logscan.RayDriverAttach
-	ErrRayUnreachable     = "RayGCSUnreachable"   // retryable: the GCS did not answer the agent
-	ErrRayNodeDead        = "RayNodeDead"         // a planned node is DEAD in Ray
-	ErrContainerExited    = "ContainerExited"     // the Ray head's container is not running
-	ErrVLLMExited         = "VLLMExited"          // vLLM's process ended without a classified cause
-	ErrPolicyDenied       = "PolicyDenied"        // the node's operator policy refuses the request
-	ErrDataPlaneDegraded  = dataplane.ErrDegraded // RDMA planned, a rank's NCCL on sockets
-	ErrDataPlaneFailed    = dataplane.ErrFailed   // the data-plane proof's collective failed
-	ErrStepTimeout        = "StepTimeout"
-	ErrRetriesExhausted   = "RetriesExhausted" // a retryable failure outlived its retry policy
-	ErrCanceled           = "Canceled"
-	ErrCompensationFailed = "CompensationFailed"
+	ErrWrongNode          = failure.WrongNode
+	ErrBadRequest         = failure.BadRequest
+	ErrNotImplemented     = failure.NotImplemented
+	ErrNodeAgentDown      = failure.NodeAgentUnreachable
+	ErrDockerUnreachable  = failure.DockerUnreachable
+	ErrDocker             = failure.DockerError
+	ErrImageMissing       = failure.ImageMissing
+	ErrImageMismatch      = failure.ImageMismatch
+	ErrNoViableSubnet     = failure.NoViableSubnet
+	ErrInsufficientGPUs   = failure.InsufficientGPUs
+	ErrPlacementMismatch  = failure.PlacementMismatch
+	ErrDuplicateAddress   = failure.DuplicateAddress
+	ErrNodeNotRegistered  = failure.NodeNotRegistered
+	ErrPlacementPending   = failure.PlacementGroupPending
+	ErrC10dUnreachable    = failure.C10dUnreachable
+	ErrNCCLNoInterface    = failure.NCCLNoInterface
+	ErrNCCL               = failure.NCCLError
+	ErrGlooLoopback       = failure.GlooLoopback
+	ErrCUDAOutOfMemory    = failure.CUDAOutOfMemory
+	ErrEngineDead         = failure.EngineDead
+	ErrGCSUnreachable     = failure.GCSUnreachable
+	ErrModelUnsupported   = failure.ModelUnsupported
+	ErrModelUnavailable   = failure.ModelUnavailable
+	ErrKVCacheTooSmall    = failure.KVCacheTooSmall
+	ErrParallelLayout     = failure.InvalidParallelLayout
+	ErrGlooNoInterface    = failure.GlooNoInterface
+	ErrResourcesBusy      = failure.ResourcesBusy
+	ErrRayDriverAttach    = failure.RayDriverAttach
+	ErrVersionMismatch    = failure.VersionMismatch
+	ErrRayUnreachable     = failure.RayGCSUnreachable
+	ErrRayNodeDead        = failure.RayNodeDead
+	ErrContainerExited    = failure.ContainerExited
+	ErrVLLMExited         = failure.VLLMExited
+	ErrPolicyDenied       = failure.PolicyDenied
+	ErrDataPlaneDegraded  = failure.DataPlaneDegraded
+	ErrDataPlaneFailed    = failure.DataPlaneFailed
+	ErrStepTimeout        = failure.StepTimeout
+	ErrRetriesExhausted   = failure.RetriesExhausted
+	ErrCanceled           = failure.Canceled
+	ErrCompensationFailed = failure.CompensationFailed
 
 	// Raised by the workflows themselves, not by an activity.
-	ErrSpecInvalid     = "SpecInvalid"     // a deploy refused for its spec
-	ErrWrongWorkflowID = "WrongWorkflowID" // a deploy or teardown started under another ID than the cluster's one
-	ErrClusterBusy     = "ClusterBusy"     // a deploy refused while the cluster is being torn down
-	ErrNodeDown        = "NodeDown"        // a deploy lost a node: its agent answered earlier and stopped
-	ErrNodeRebooted    = "NodeRebooted"    // a deploy ran out of restarts after reboots
-	// ErrNetworkChanged is a planned address no longer on its planned interface, found
-	// before anything started: the deploy starts over from probing.
-	ErrNetworkChanged = "NetworkChanged"
+	ErrSpecInvalid     = failure.SpecInvalid
+	ErrWrongWorkflowID = failure.WrongWorkflowID
+	ErrClusterBusy     = failure.ClusterBusy
+	ErrNodeDown        = failure.NodeDown
+	ErrNodeRebooted    = failure.NodeRebooted
+	ErrNetworkChanged  = failure.NetworkChanged
+	ErrInternal        = failure.Internal
+	// ErrWorkflowFailed is how control.Reason reports a run that failed without an
+	// application error.
+	ErrWorkflowFailed = failure.Failed
 )
 
 // Container roles, also the role label on containers.

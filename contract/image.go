@@ -1,6 +1,6 @@
 package contract
 
-import "github.com/tpdeploy/tpdeploy/release"
+import "github.com/tpdeploy/tpdeploy/internal/failure"
 
 // ActivityReadImage reads what the spec's image holds on a node (release.ReadScript in a
 // short-lived container of it); the result is a release.Image.
@@ -15,8 +15,8 @@ type ImageRequest struct {
 
 // Error types of the image read and the release decision (package release).
 const (
-	ErrImageLacksRay       = release.ErrImageLacksRay
-	ErrImageLacksNnodes    = release.ErrImageLacksNnodes
-	ErrExecutorUnavailable = release.ErrExecutorUnavailable
-	ErrImageUnreadable     = release.ErrImageUnreadable
+	ErrImageLacksRay       = failure.ImageLacksRay
+	ErrImageLacksNnodes    = failure.ImageLacksNnodes
+	ErrExecutorUnavailable = failure.ExecutorUnavailable
+	ErrImageUnreadable     = failure.ImageUnreadable
 )

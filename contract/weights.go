@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/logscan"
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
@@ -13,19 +13,15 @@ import (
 // model.sync: from-head. Paths are the node's own (the agent applies its host root, if
 // any).
 
-// Error types of the model-weight activities.
+// Error types of the model-weight activities (meanings in failure.All).
 const (
-	// ErrModelIncomplete: a node lacks files of the model, or the source of a copy lacks
-	// a file it was asked for.
-	ErrModelIncomplete = logscan.ModelIncomplete
-	// ErrModelCorrupt: a copied file's size or hash is not the head's manifest's (the
-	// partial copy is removed), or the model's files cannot be read as a model.
-	ErrModelCorrupt = "ModelCorrupt"
+	ErrModelIncomplete = failure.ModelIncomplete
+	ErrModelCorrupt    = failure.ModelCorrupt
 	// ErrModelServerGone: the head's model server refused the connection or the key
 	// (closed, expired, or its agent restarted), or the copying node's agent no longer
 	// holds its key (it restarted since PrepareModelCopy); make new keys, open another
 	// server and copy again.
-	ErrModelServerGone = "ModelServerGone"
+	ErrModelServerGone = failure.ModelServerGone
 )
 
 // Model layouts SyncModel writes.

@@ -326,21 +326,10 @@ func (c Controller) latestCached(ctx context.Context, cluster string, runID *str
 	return st, nil
 }
 
+// closedName is how a closed run's status is shown: Temporal's own name for it
+// ("Completed", "Failed", "Canceled", "Terminated", "TimedOut", "ContinuedAsNew").
 func closedName(s enumspb.WorkflowExecutionStatus) string {
-	switch s {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-		return "Completed"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
-		return "Failed"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
-		return "Canceled"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
-		return "Terminated"
-	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
-		return "TimedOut"
-	default:
-		return s.String()
-	}
+	return s.String()
 }
 
 // deploySpec reads the spec a deploy was started with from its first history event, so
@@ -484,7 +473,7 @@ func Reason(err error) error {
 		if temporal.IsCanceledError(wee.Unwrap()) {
 			return &Failure{Type: contract.ErrCanceled, Message: "canceled"}
 		}
-		return &Failure{Type: "Failed", Message: wee.Unwrap().Error()}
+		return &Failure{Type: contract.ErrWorkflowFailed, Message: wee.Unwrap().Error()}
 	}
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // NCCL 2.28.9's lines with no RDMA device, measured (upstream.md §9), with the host:pid
@@ -136,7 +138,7 @@ func TestDecide(t *testing.T) {
 	b := node("node-b", 1, strings.Replace(sock, `"uverbs0", "uverbs1"`, "", 1))
 	b.Mapped, b.MapNote = nil, "this node's policy does not map RDMA devices (rdma_devices: none)"
 	v = Decide(twoRails, []Node{node("node-a", 0, ib), b})
-	if v.ErrType != ErrDegraded || !strings.Contains(v.Err, "node-b (rank 1) is on Socket") || !strings.Contains(v.Err, "no /dev/infiniband/uverbs* device") || !strings.Contains(v.Err, "rdma_devices: none") {
+	if v.ErrType != failure.DataPlaneDegraded || !strings.Contains(v.Err, "node-b (rank 1) is on Socket") || !strings.Contains(v.Err, "no /dev/infiniband/uverbs* device") || !strings.Contains(v.Err, "rdma_devices: none") {
 		t.Fatalf("node-b on sockets: %+v", v)
 	}
 	if !strings.HasPrefix(v.Transport, "mixed: node-a IB, node-b Socket") {
@@ -157,13 +159,13 @@ func TestDecide(t *testing.T) {
 	memlock := node("node-b", 1, roceTwoHCAs+"x [0] NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory\n"+
 		`TPDEPLOY_PROOF {"event": "env", "rank": 1, "world": 2, "memlock": 8388608, "ipc_lock": false, "uverbs": ["uverbs0"]}
 TPDEPLOY_PROOF {"event": "error", "rank": 1, "phase": "init", "error": "DistBackendError: unhandled system error"}`)
-	if v := Decide(twoRails, []Node{memlock}); v.ErrType != ErrDegraded || !strings.Contains(v.Err, "memlock: RLIMIT_MEMLOCK is 8388608 bytes") {
+	if v := Decide(twoRails, []Node{memlock}); v.ErrType != failure.DataPlaneDegraded || !strings.Contains(v.Err, "memlock: RLIMIT_MEMLOCK is 8388608 bytes") {
 		t.Fatalf("memlock: %+v", v)
 	}
 
 	forced := node("node-b", 1, forcedIBNoDevice)
 	forced.Mapped = nil
-	if v := Decide(twoRails, []Node{forced}); v.ErrType != ErrDegraded || !strings.Contains(v.Err, "Failed to initialize any NET plugin") {
+	if v := Decide(twoRails, []Node{forced}); v.ErrType != failure.DataPlaneDegraded || !strings.Contains(v.Err, "Failed to initialize any NET plugin") {
 		t.Fatalf("forced: %+v", v)
 	}
 
@@ -193,7 +195,7 @@ TPDEPLOY_PROOF {"event": "error", "rank": 1, "phase": "init", "error": "DistBack
 
 	// A collective that timed out.
 	hung := node("b", 1, socketFallback+`TPDEPLOY_PROOF {"event": "error", "rank": 1, "phase": "timeout", "error": "no result after 60 s"}`)
-	if v := Decide(Expect{Mode: Require}, []Node{hung}); v.ErrType != ErrFailed || !strings.Contains(v.Err, "failed in timeout") {
+	if v := Decide(Expect{Mode: Require}, []Node{hung}); v.ErrType != failure.DataPlaneFailed || !strings.Contains(v.Err, "failed in timeout") {
 		t.Fatalf("hung: %+v", v)
 	}
 }

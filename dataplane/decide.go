@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // Modes of the spec's data_plane.
@@ -14,14 +16,6 @@ const (
 	Warn = "warn"
 	// Skip runs no proof.
 	Skip = "skip"
-)
-
-// Error types of a failed proof.
-const (
-	// ErrDegraded: RDMA is planned and a rank's NCCL is on sockets (or cannot use IB).
-	ErrDegraded = "DataPlaneDegraded"
-	// ErrFailed: the collective did not complete, or its sum was wrong.
-	ErrFailed = "DataPlaneFailed"
 )
 
 // DefaultMinFraction is the share of the link's speed below which the measured bus
@@ -151,13 +145,13 @@ func Decide(e Expect, nodes []Node) Verdict {
 	v.Findings = append(degraded, failed...)
 	switch {
 	case len(degraded) > 0:
-		v.ErrType = ErrDegraded
+		v.ErrType = failure.DataPlaneDegraded
 		v.Err = fmt.Sprintf("the plan has RDMA on %d rail(s) but NCCL does not use it: %s", e.Rails, strings.Join(degraded, "; "))
 		if len(failed) > 0 {
 			v.Err += "; also " + strings.Join(failed, "; ")
 		}
 	case len(failed) > 0:
-		v.ErrType = ErrFailed
+		v.ErrType = failure.DataPlaneFailed
 		v.Err = "the data-plane proof's collective failed: " + strings.Join(failed, "; ")
 	}
 	if e.Mode == Warn && v.ErrType != "" {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // The proof's program as it ran on a real GPU (one NVIDIA H200, driver 580.159.04, torch
@@ -36,7 +38,7 @@ func TestRealH200Runs(t *testing.T) {
 		t.Errorf("no RDMA planned: %+v", v)
 	}
 	v := Decide(Expect{Mode: "require", RDMA: true, Rails: 1}, []Node{{Node: "h200", HCAs: []string{"mlx5_0:1"}, Verbs: true, Output: one}})
-	if v.ErrType != ErrDegraded || !strings.Contains(v.Err, "no /dev/infiniband/uverbs* device in the container") {
+	if v.ErrType != failure.DataPlaneDegraded || !strings.Contains(v.Err, "no /dev/infiniband/uverbs* device in the container") {
 		t.Errorf("RDMA planned, sockets used: %+v", v)
 	}
 
@@ -45,7 +47,7 @@ func TestRealH200Runs(t *testing.T) {
 		t.Errorf("NCCL_NET=IB: %+v", forced)
 	}
 	v = Decide(Expect{Mode: "require", RDMA: true, Rails: 1}, []Node{{Node: "h200", HCAs: []string{"mlx5_0:1"}, Verbs: true, Output: forced}})
-	if v.ErrType != ErrDegraded || !strings.Contains(v.Err, "Failed to initialize any NET plugin") {
+	if v.ErrType != failure.DataPlaneDegraded || !strings.Contains(v.Err, "Failed to initialize any NET plugin") {
 		t.Errorf("NCCL_NET=IB: %+v", v)
 	}
 
@@ -57,7 +59,7 @@ func TestRealH200Runs(t *testing.T) {
 		}
 		ranks = append(ranks, Node{Node: "h200", Rank: i, Verbs: true, Output: r})
 	}
-	if v := Decide(Expect{Mode: "require"}, ranks); v.ErrType != ErrFailed {
+	if v := Decide(Expect{Mode: "require"}, ranks); v.ErrType != failure.DataPlaneFailed {
 		t.Errorf("two ranks on one GPU: %+v", v)
 	}
 }

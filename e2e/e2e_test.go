@@ -503,7 +503,7 @@ func TestRayOnAnImageWithoutRayFailsFirst(t *testing.T) {
 	rel, _ := lab.ReleaseNamed("vllm-0.22.1")
 	s.Image, s.Executor = rel.Image(), spec.ExecutorRay
 	f, took := failure(t, deployFor(t, s))
-	if f.Type != release.ErrImageLacksRay {
+	if f.Type != contract.ErrImageLacksRay {
 		t.Fatalf("failure %s: %s", f.Type, f.Message)
 	}
 	for _, w := range []string{"node-a", rel.Image(), "0.22.1", "executor: mp", "pip install ray", "0.17.1 or earlier"} {

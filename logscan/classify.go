@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // ctx is the line under classification.
@@ -227,12 +229,12 @@ func imageRay(c ctx) *Finding {
 	t := c.t
 	switch {
 	case rayExec.MatchString(payload(t)):
-		return c.find(ImageLacksRay, "the image on "+c.onNode()+" has no ray command (stock vllm/vllm-openai images ship without Ray since v0.18.0)", fixRayImage, true)
+		return c.find(failure.ImageLacksRay, "the image on "+c.onNode()+" has no ray command (stock vllm/vllm-openai images ship without Ray since v0.18.0)", fixRayImage, true)
 	case strings.Contains(t, "Failed to import Ray"):
 		if strings.Contains(t, "For distributed inference") || strings.Contains(t, "For multi-node inference") {
-			return c.find(ImageLacksRay, "the image's Python has no ray module: the Ray executor cannot start there", fixRayImage, false)
+			return c.find(failure.ImageLacksRay, "the image's Python has no ray module: the Ray executor cannot start there", fixRayImage, false)
 		}
-		return c.find(ImageLacksRay, "vLLM cannot import Ray for --distributed-executor-backend ray: the image has no Ray (stock vllm/vllm-openai images since v0.18.0)", fixRayImage, true)
+		return c.find(failure.ImageLacksRay, "vLLM cannot import Ray for --distributed-executor-backend ray: the image has no Ray (stock vllm/vllm-openai images since v0.18.0)", fixRayImage, true)
 	}
 	return nil
 }
@@ -246,7 +248,7 @@ func versionMismatch(c ctx) *Finding {
 	if m := rayVersion.FindStringSubmatch(t); m != nil {
 		diag = "the Ray cluster runs Ray " + m[1] + " / Python " + m[2] + " but the process on " + m[3] + " runs Ray " + m[4] + " / Python " + m[5] + ": the nodes run different images"
 	}
-	return c.find(VersionMismatch, diag, fixVersions, true)
+	return c.find(failure.VersionMismatch, diag, fixVersions, true)
 }
 
 func placement(c ctx) *Finding {
@@ -256,7 +258,7 @@ func placement(c ctx) *Finding {
 	}
 	if m := pgWait.FindStringSubmatch(t); m != nil {
 		secs, _ := strconv.Atoi(m[1])
-		f := c.find(PlacementPending, "vLLM is waiting for its placement group"+pinText(m[2]),
+		f := c.find(failure.PlacementGroupPending, "vLLM is waiting for its placement group"+pinText(m[2]),
 			"if it stays pending: make the pinned address the --node-ip-address Ray registered for that node (VLLM_HOST_IP = --node-ip-address on every node) and free GPUs held by other containers", false)
 		f.Pinned, f.Waited = pinned(m[2]), time.Duration(secs)*time.Second
 		return f
@@ -272,7 +274,7 @@ func placement(c ctx) *Finding {
 		if p := pinned(specs); p != "" {
 			diag += ": either no Ray node is registered as " + p + " (Ray took another address for the node running vllm serve) or the GPUs stayed busy"
 		}
-		f := c.find(PlacementPending, diag, fixIPs+"; check `ray status` shows every planned GPU free", true)
+		f := c.find(failure.PlacementGroupPending, diag, fixIPs+"; check `ray status` shows every planned GPU free", true)
 		f.Pinned, f.Waited = pinned(specs), time.Duration(secs)*time.Second
 		return f
 	}
@@ -311,7 +313,7 @@ func duplicateAddress(c ctx) *Finding {
 			diag = m[1] + " Ray nodes report only " + m[2] + " distinct VLLM_HOST_IP addresses" + setText(m[3]) + ": VLLM_HOST_IP is set to one value on several nodes, or two nodes' Ray share one host (two --net=host containers on one machine)"
 		}
 	}
-	return c.find(DuplicateAddress, diag, fix, true)
+	return c.find(failure.DuplicateAddress, diag, fix, true)
 }
 
 // setText is vLLM's address set as the line gave it, or "" when the line was cut short.
@@ -326,7 +328,7 @@ func driverAttach(c ctx) *Finding {
 	t := c.t
 	switch {
 	case strings.Contains(t, "Failed to register worker to Raylet"):
-		return c.find(RayDriverAttach, "the Ray driver (vllm serve) could not register with the raylet of its node (the raylet closed the socket): it runs outside the Ray node's container or against another Ray session", fixDriver, true)
+		return c.find(failure.RayDriverAttach, "the Ray driver (vllm serve) could not register with the raylet of its node (the raylet closed the socket): it runs outside the Ray node's container or against another Ray session", fixDriver, true)
 	case strings.Contains(t, "expects this IP address to be either the"):
 		diag := "the Ray driver runs under an address that is no Ray node's"
 		if m := driverIP.FindStringSubmatch(t); m != nil {
@@ -336,19 +338,19 @@ func driverAttach(c ctx) *Finding {
 			}
 			diag += ": it is not inside a Ray node's container, or its node IP differs from that node's --node-ip-address"
 		}
-		return c.find(RayDriverAttach, diag, fixDriver, true)
+		return c.find(failure.RayDriverAttach, diag, fixDriver, true)
 	case strings.Contains(t, "Ray does not allocate any GPUs on the driver node"):
-		return c.find(RayDriverAttach, "vLLM's placement group has no GPU on the node running vllm serve: the driver's address (VLLM_HOST_IP, else its default-route address) is not the address Ray registered for that node, or vllm serve runs where Ray has no GPU", fixDriver, true)
+		return c.find(failure.RayDriverAttach, "vLLM's placement group has no GPU on the node running vllm serve: the driver's address (VLLM_HOST_IP, else its default-route address) is not the address Ray registered for that node, or vllm serve runs where Ray has no GPU", fixDriver, true)
 	case strings.Contains(t, "Failed to get the system config from Raylet"):
-		return c.find(RayDriverAttach, "the Ray driver could not talk to a raylet of its node", fixDriver, true)
+		return c.find(failure.RayDriverAttach, "the Ray driver could not talk to a raylet of its node", fixDriver, true)
 	case strings.Contains(t, "This node has an IP address of") && strings.Contains(t, "Raylet"):
 		diag := "Ray finds no raylet under this process's address"
 		if m := driverIP.FindStringSubmatch(t); m != nil {
 			diag = "Ray finds no raylet registered as " + strings.TrimSuffix(m[1], ",") + ", the address this process detected"
 		}
-		return c.find(RayDriverAttach, diag, fixDriver, false)
+		return c.find(failure.RayDriverAttach, diag, fixDriver, false)
 	case strings.Contains(t, "Some processes that the driver needs to connect to have not registered with GCS"):
-		return c.find(RayDriverAttach, "the Ray driver finds no raylet of its own node registered with the GCS yet (retrying)", fixDriver, false)
+		return c.find(failure.RayDriverAttach, "the Ray driver finds no raylet of its own node registered with the GCS yet (retrying)", fixDriver, false)
 	}
 	return nil
 }
@@ -356,7 +358,7 @@ func driverAttach(c ctx) *Finding {
 func gcs(c ctx) *Finding {
 	t := c.t
 	if strings.Contains(t, "Failed to send request to gcs") {
-		return c.find(GCSUnreachable, "Ray cannot reach the GCS (its gRPC requests fail)", fixGCS, true)
+		return c.find(failure.GCSUnreachable, "Ray cannot reach the GCS (its gRPC requests fail)", fixGCS, true)
 	}
 	if !strings.Contains(t, "GCS") {
 		return nil
@@ -380,7 +382,7 @@ func gcs(c ctx) *Finding {
 	} else if strings.Contains(t, "waiting for GCS to become available") {
 		diag = "Ray timed out waiting for the GCS to become available"
 	}
-	return c.find(GCSUnreachable, diag, fixGCS, true)
+	return c.find(failure.GCSUnreachable, diag, fixGCS, true)
 }
 
 func c10d(c ctx) *Finding {
@@ -411,22 +413,22 @@ func c10d(c ctx) *Finding {
 		case 110:
 			why = ": the connection attempt timed out (wrong address or a firewall)"
 		}
-		return c.find(C10dUnreachable, "a worker cannot reach "+target+" (errno "+m[2]+" - "+m[3]+")"+why, fixC10d, true)
+		return c.find(failure.C10dUnreachable, "a worker cannot reach "+target+" (errno "+m[2]+" - "+m[3]+")"+why, fixC10d, true)
 	}
 	if m := c10dAny.FindStringSubmatch(t); m != nil {
-		return c.find(C10dUnreachable, "a worker cannot reach the torch c10d rendezvous at "+m[1]+":"+m[2]+" on any of its addresses", fixC10d, true)
+		return c.find(failure.C10dUnreachable, "a worker cannot reach the torch c10d rendezvous at "+m[1]+":"+m[2]+" on any of its addresses", fixC10d, true)
 	}
 	if m := c10dTimeout.FindStringSubmatch(t); m != nil {
-		return c.find(C10dUnreachable, "a worker timed out after "+m[1]+" connecting to the torch c10d rendezvous at "+m[2]+":"+m[3], fixC10d, true)
+		return c.find(failure.C10dUnreachable, "a worker timed out after "+m[1]+" connecting to the torch c10d rendezvous at "+m[2]+":"+m[3], fixC10d, true)
 	}
 	if m := c10dRetry.FindStringSubmatch(t); m != nil {
 		if strings.Contains(t, "Connection refused") || strings.Contains(t, "errno: 111") {
 			return nil
 		}
-		return c.find(C10dUnreachable, "a worker cannot connect to the torch c10d rendezvous at "+m[1]+":"+m[2]+" (torch keeps retrying until the store times out)", fixC10d, true)
+		return c.find(failure.C10dUnreachable, "a worker cannot connect to the torch c10d rendezvous at "+m[1]+":"+m[2]+" (torch keeps retrying until the store times out)", fixC10d, true)
 	}
 	if m := c10dServer.FindStringSubmatch(t); m != nil {
-		return c.find(C10dUnreachable, "the c10d rendezvous timed out after "+m[1]+" s with "+m[2]+"/"+m[3]+" ranks joined: the other ranks cannot reach the head's rendezvous address", fixC10d, true)
+		return c.find(failure.C10dUnreachable, "the c10d rendezvous timed out after "+m[1]+" s with "+m[2]+"/"+m[3]+" ranks joined: the other ranks cannot reach the head's rendezvous address", fixC10d, true)
 	}
 	return nil
 }
@@ -439,14 +441,14 @@ func nccl(c ctx) *Finding {
 	}
 	switch {
 	case strings.Contains(t, "no socket interface found"), strings.Contains(t, "NET/Socket : no interface found"), strings.Contains(t, "no NCCL_SOCKET_IFNAME interface found"):
-		return c.find(NCCLNoInterface, "NCCL found no interface matching NCCL_SOCKET_IFNAME on "+c.onNode(), fixNCCLIf, true)
+		return c.find(failure.NCCLNoInterface, "NCCL found no interface matching NCCL_SOCKET_IFNAME on "+c.onNode(), fixNCCLIf, true)
 	case ncclFamily.MatchString(t):
 		m := ncclFamily.FindStringSubmatch(t)
-		return c.find(NCCLNoInterface, "NCCL has no usable socket address (family "+m[1]+" is neither IPv4 nor IPv6): NCCL_SOCKET_IFNAME names no interface on one node (NCCL 2.27+ reports a missing interface this way), or the nodes run different NCCL builds",
+		return c.find(failure.NCCLNoInterface, "NCCL has no usable socket address (family "+m[1]+" is neither IPv4 nor IPv6): NCCL_SOCKET_IFNAME names no interface on one node (NCCL 2.27+ reports a missing interface this way), or the nodes run different NCCL builds",
 			fixNCCLIf+"; run one image on every node", true)
 	}
 	if m := ncclDupGPU.FindStringSubmatch(t); m != nil {
-		return c.find(NCCLError, "NCCL ranks "+m[1]+" and "+m[2]+" sit on the same GPU (CUDA device "+m[3]+"): two Ray nodes share one machine's GPU, or a container sees a GPU another rank uses",
+		return c.find(failure.NCCLError, "NCCL ranks "+m[1]+" and "+m[2]+" sit on the same GPU (CUDA device "+m[3]+"): two Ray nodes share one machine's GPU, or a container sees a GPU another rank uses",
 			"give every planned node its own GPU: check the nodes are distinct machines and each container's GPU device request", true)
 	}
 	if ncclWarnOp.MatchString(t) {
@@ -463,10 +465,10 @@ func nccl(c ctx) *Finding {
 		case peer != "":
 			diag = "NCCL on " + c.onNode() + " cannot connect to its peer " + peer
 		}
-		return c.find(NCCLError, diag+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
+		return c.find(failure.NCCLError, diag+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
 	}
 	if m := ncclRetry.FindStringSubmatch(t); m != nil {
-		return c.find(NCCLError, "NCCL retries connecting to a peer ("+m[1]+")", fixNCCL, false)
+		return c.find(failure.NCCLError, "NCCL retries connecting to a peer ("+m[1]+")", fixNCCL, false)
 	}
 	if ncclSockWarn.MatchString(t) {
 		peer := ""
@@ -479,10 +481,10 @@ func nccl(c ctx) *Finding {
 		if strings.Contains(t, "closed by remote peer") {
 			diag = "the NCCL peer" + peer + " closed its connection: that rank failed first (see its node's lines), or the network between the nodes cut it"
 		}
-		return c.find(NCCLError, diag+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
+		return c.find(failure.NCCLError, diag+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
 	}
 	if strings.Contains(t, "NCCL WARN NET/IB : Got completion from peer") {
-		return c.find(NCCLError, "an RDMA transfer to an NCCL peer failed (IB completion error): "+clip(strings.TrimSpace(payload(t)), 160),
+		return c.find(failure.NCCLError, "an RDMA transfer to an NCCL peer failed (IB completion error): "+clip(strings.TrimSpace(payload(t)), 160),
 			"check the RDMA link between the nodes (ibstat, cables, the same RoCE GID and MTU on both ends), or set NCCL_IB_DISABLE=1 to fall back to sockets", true)
 	}
 	low := strings.ToLower(t)
@@ -502,14 +504,14 @@ func nccl(c ctx) *Finding {
 	case strings.Contains(low, "system error"):
 		kind = "NCCL socket or system call failed (a peer address unreachable over the chosen interface)"
 	}
-	return c.find(NCCLError, kind+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
+	return c.find(failure.NCCLError, kind+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
 }
 
 func gloo(c ctx) *Finding {
 	t := c.t
 	if m := glooNoAddr.FindStringSubmatch(t); m != nil {
 		if strings.Contains(t, "rp != nullptr") {
-			return c.find(GlooLoopback, "Gloo cannot resolve the hostname "+m[1]+" to an address on "+c.onNode(), fixGloo, true)
+			return c.find(failure.GlooLoopback, "Gloo cannot resolve the hostname "+m[1]+" to an address on "+c.onNode(), fixGloo, true)
 		}
 		name := m[1]
 		why := "GLOO_SOCKET_IFNAME names " + name + ", which is not an interface of " + c.onNode()
@@ -519,13 +521,13 @@ func gloo(c ctx) *Finding {
 		case strings.Count(name, ".") == 3:
 			why += " (an address, not an interface name)"
 		}
-		return c.find(GlooNoInterface, why, fixGloo, true)
+		return c.find(failure.GlooNoInterface, why, fixGloo, true)
 	}
 	if m := glooNoIf.FindStringSubmatch(t); m != nil {
-		return c.find(GlooLoopback, "Gloo derived the address "+m[1]+" from the hostname of "+c.onNode()+" and no interface has it", fixGloo, true)
+		return c.find(failure.GlooLoopback, "Gloo derived the address "+m[1]+" from the hostname of "+c.onNode()+" and no interface has it", fixGloo, true)
 	}
 	if strings.Contains(t, "Using the loopback address as fallback") {
-		return c.find(GlooLoopback, "Gloo fell back to the loopback address", fixGloo, false)
+		return c.find(failure.GlooLoopback, "Gloo fell back to the loopback address", fixGloo, false)
 	}
 	if strings.Contains(t, "Gloo connectFullMesh failed") {
 		diag := "Gloo could not connect its mesh: a rank advertises an address its peers cannot reach (loopback when the hostname does not resolve, or the wrong interface)"
@@ -535,7 +537,7 @@ func gloo(c ctx) *Finding {
 				diag = "Gloo bound the loopback address on a rank, so its peers cannot reach it (remote " + m[1] + ")"
 			}
 		}
-		return c.find(GlooLoopback, diag, fixGloo, true)
+		return c.find(failure.GlooLoopback, diag, fixGloo, true)
 	}
 	return nil
 }
@@ -560,13 +562,13 @@ func memory(c ctx) *Finding {
 			if share >= 0.3 {
 				fix += ", or lower --gpu-memory-utilization to at most " + most
 			}
-			return c.find(ResourcesBusy, "something else holds "+strconv.FormatFloat(held, 'f', 2, 64)+" GiB of "+dev+" on "+c.onNode()+" ("+m[2]+" of "+m[3]+" GiB free; vLLM wants "+m[4]+" = "+m[5]+" GiB)", fix, true)
+			return c.find(failure.ResourcesBusy, "something else holds "+strconv.FormatFloat(held, 'f', 2, 64)+" GiB of "+dev+" on "+c.onNode()+" ("+m[2]+" of "+m[3]+" GiB free; vLLM wants "+m[4]+" = "+m[5]+" GiB)", fix, true)
 		}
-		return c.find(CUDAOutOfMemory, "--gpu-memory-utilization "+m[4]+" asks for "+m[5]+" GiB but only "+m[2]+" of "+m[3]+" GiB of "+dev+" are free on "+c.onNode(),
+		return c.find(failure.CUDAOutOfMemory, "--gpu-memory-utilization "+m[4]+" asks for "+m[5]+" GiB but only "+m[2]+" of "+m[3]+" GiB of "+dev+" are free on "+c.onNode(),
 			"lower --gpu-memory-utilization to at most "+most, true)
 	}
 	if strings.Contains(t, "busy or unavailable") && strings.Contains(t, "CUDA") {
-		return c.find(ResourcesBusy, "CUDA says the GPU on "+c.onNode()+" is busy or unavailable (exclusive-process mode held by another process)",
+		return c.find(failure.ResourcesBusy, "CUDA says the GPU on "+c.onNode()+" is busy or unavailable (exclusive-process mode held by another process)",
 			"stop the process or container that holds the GPU on "+c.onNode(), true)
 	}
 	if strings.Contains(t, "CUDA out of memory") || strings.Contains(t, "OutOfMemoryError") {
@@ -580,7 +582,7 @@ func memory(c ctx) *Finding {
 		} else if m := oomOld.FindStringSubmatch(t); m != nil {
 			diag = "GPU " + m[1] + " ran out of memory (" + m[2] + " total, " + m[3] + " allocated, " + m[4] + " free)"
 		}
-		return c.find(CUDAOutOfMemory, diag, "lower --gpu-memory-utilization or --max-model-len, or use more GPUs (tensor/pipeline size)", true)
+		return c.find(failure.CUDAOutOfMemory, diag, "lower --gpu-memory-utilization or --max-model-len, or use more GPUs (tensor/pipeline size)", true)
 	}
 	return nil
 }
@@ -588,7 +590,7 @@ func memory(c ctx) *Finding {
 func kvCache(c ctx) *Finding {
 	t := c.t
 	if m := kvOld.FindStringSubmatch(t); m != nil {
-		return c.find(KVCacheTooSmall, "the KV cache holds "+m[2]+" tokens, fewer than one request of the model's max length "+m[1],
+		return c.find(failure.KVCacheTooSmall, "the KV cache holds "+m[2]+" tokens, fewer than one request of the model's max length "+m[1],
 			"set --max-model-len to at most "+m[2]+", or raise --gpu-memory-utilization, or spread the model over more GPUs", true)
 	}
 	if m := kvNew.FindStringSubmatch(t); m != nil {
@@ -596,11 +598,11 @@ func kvCache(c ctx) *Finding {
 		if e := kvEst.FindStringSubmatch(t); e != nil {
 			fix += " to at most " + e[1]
 		}
-		return c.find(KVCacheTooSmall, "one request of max length "+m[1]+" needs "+m[2]+" of KV cache but "+m[3]+" is left after the weights",
+		return c.find(failure.KVCacheTooSmall, "one request of max length "+m[1]+" needs "+m[2]+" of KV cache but "+m[3]+" is left after the weights",
 			fix+", or raise --gpu-memory-utilization, or spread the model over more GPUs", true)
 	}
 	if strings.Contains(t, "No available memory for the cache blocks") {
-		return c.find(KVCacheTooSmall, "no GPU memory is left for the KV cache after the weights",
+		return c.find(failure.KVCacheTooSmall, "no GPU memory is left for the KV cache after the weights",
 			"raise --gpu-memory-utilization or spread the model over more GPUs (tensor/pipeline size); a smaller --max-model-len does not help here", true)
 	}
 	return nil
@@ -610,20 +612,20 @@ func layout(c ctx) *Finding {
 	t := c.t
 	if m := heads.FindStringSubmatch(t); m != nil {
 		n, _ := strconv.Atoi(m[1])
-		return c.find(InvalidParallelLayout, "the model has "+m[1]+" attention heads, not divisible by the tensor-parallel size "+m[2],
+		return c.find(failure.InvalidParallelLayout, "the model has "+m[1]+" attention heads, not divisible by the tensor-parallel size "+m[2],
 			"use a tensor-parallel size that divides "+m[1]+" ("+divisors(n)+") and make up the GPU count with pipeline parallelism", true)
 	}
 	if m := layers.FindStringSubmatch(t); m != nil {
 		n, _ := strconv.Atoi(m[1])
-		return c.find(InvalidParallelLayout, "the model has "+m[1]+" layers, not divisible by the pipeline-parallel size "+m[2],
+		return c.find(failure.InvalidParallelLayout, "the model has "+m[1]+" layers, not divisible by the pipeline-parallel size "+m[2],
 			"use a pipeline-parallel size that divides "+m[1]+" ("+divisors(n)+")", true)
 	}
 	if m := blockQuan.FindStringSubmatch(t); m != nil {
-		return c.find(InvalidParallelLayout, "with this tensor-parallel size a weight shard ("+m[1]+" = "+m[2]+") is not a multiple of the quantization block "+m[3],
+		return c.find(failure.InvalidParallelLayout, "with this tensor-parallel size a weight shard ("+m[1]+" = "+m[2]+") is not a multiple of the quantization block "+m[3],
 			"use a smaller tensor-parallel size (pipeline parallelism for the rest)", true)
 	}
 	if strings.Contains(t, "not divisible by the number of tensor parallelism") {
-		return c.find(InvalidParallelLayout, "the GPUs per node are not a multiple of the tensor-parallel size", "use a tensor-parallel size that divides the GPUs of each node, or pipeline parallelism across nodes", true)
+		return c.find(failure.InvalidParallelLayout, "the GPUs per node are not a multiple of the tensor-parallel size", "use a tensor-parallel size that divides the GPUs of each node, or pipeline parallelism across nodes", true)
 	}
 	return nil
 }
@@ -643,15 +645,15 @@ func model(c ctx) *Finding {
 	const fixImage = "use a vLLM image whose release supports the architecture (a newer image), the same image on every node"
 	if m := archs.FindStringSubmatch(t); m != nil {
 		if m[2] == "failed to be inspected" {
-			return c.find(ModelUnsupported, "the image's vLLM cannot load the model class for "+m[1]+" (inspection failed: the architecture is newer than the image or its code does not import there; the ERROR lines above name the cause)", fixImage, true)
+			return c.find(failure.ModelUnsupported, "the image's vLLM cannot load the model class for "+m[1]+" (inspection failed: the architecture is newer than the image or its code does not import there; the ERROR lines above name the cause)", fixImage, true)
 		}
-		return c.find(ModelUnsupported, "the image's vLLM does not support the model architecture "+m[1], fixImage, true)
+		return c.find(failure.ModelUnsupported, "the image's vLLM does not support the model architecture "+m[1], fixImage, true)
 	}
 	if m := archInspec.FindStringSubmatch(t); m != nil {
-		return c.find(ModelUnsupported, "the image's vLLM fails to inspect the model architecture "+m[1], fixImage, true)
+		return c.find(failure.ModelUnsupported, "the image's vLLM fails to inspect the model architecture "+m[1], fixImage, true)
 	}
 	if m := tfUnknown.FindStringSubmatch(t); m != nil {
-		return c.find(ModelUnsupported, "the image's transformers does not know the model type "+m[1], fixImage, true)
+		return c.find(failure.ModelUnsupported, "the image's transformers does not know the model type "+m[1], fixImage, true)
 	}
 	if m := idxMissing.FindStringSubmatch(t); m != nil {
 		files := shardNames.FindAllString(m[1], -1)
@@ -662,10 +664,10 @@ func model(c ctx) *Finding {
 				what += fmt.Sprintf(" and %d more", len(files)-3)
 			}
 		}
-		return c.find(ModelIncomplete, "the model on "+c.onNode()+" lacks "+what+" (a partial download or copy)", fixIncomplete, true)
+		return c.find(failure.ModelIncomplete, "the model on "+c.onNode()+" lacks "+what+" (a partial download or copy)", fixIncomplete, true)
 	}
 	if strings.Contains(t, "Following weights were not initialized from checkpoint") {
-		return c.find(ModelIncomplete, "weights are missing from the checkpoint on "+c.onNode()+
+		return c.find(failure.ModelIncomplete, "weights are missing from the checkpoint on "+c.onNode()+
 			": shards missing or truncated on that node, or a checkpoint that does not match this vLLM's code for the model",
 			fixIncomplete+"; if the files are complete and equal on every node, use the vLLM release the checkpoint was made for", true)
 	}
@@ -676,41 +678,41 @@ func model(c ctx) *Finding {
 	switch {
 	case strings.Contains(t, "GatedRepoError"), strings.Contains(t, "gated repo"), strings.Contains(t, "is restricted. You must"),
 		strings.Contains(t, "You must be authenticated to access it"):
-		return c.find(ModelUnavailable, "Hugging Face refuses the gated model"+hf+": the token lacks access",
+		return c.find(failure.ModelUnavailable, "Hugging Face refuses the gated model"+hf+": the token lacks access",
 			"accept the model's terms on huggingface.co with the account whose token is passed as HF_TOKEN to every node's container, or mount downloaded weights and serve the local path", true)
 	case strings.Contains(t, "RepositoryNotFoundError"), strings.Contains(t, "Repository Not Found for url"):
-		return c.find(ModelUnavailable, "Hugging Face has no repository for the model id"+hf+" with this token (a misspelt id, or a private repository)",
+		return c.find(failure.ModelUnavailable, "Hugging Face has no repository for the model id"+hf+" with this token (a misspelt id, or a private repository)",
 			"check the spec's model id; for a private repository pass HF_TOKEN to every node's container; for local weights "+fixModel, true)
 	case (strings.Contains(t, "401 Client Error") || strings.Contains(t, "403 Client Error")) && strings.Contains(t, "huggingface"):
-		return c.find(ModelUnavailable, "Hugging Face rejected the request"+hf+" (401/403: no or wrong token)", "pass a valid HF_TOKEN with access to the model to every node's container, or mount the weights", true)
+		return c.find(failure.ModelUnavailable, "Hugging Face rejected the request"+hf+" (401/403: no or wrong token)", "pass a valid HF_TOKEN with access to the model to every node's container, or mount the weights", true)
 	case strings.Contains(t, "404 Client Error") && strings.Contains(t, "huggingface.co"):
-		return c.find(ModelUnavailable, "Hugging Face has no such repository or file"+hf+" (404: a misspelt model id or a path taken for one)",
+		return c.find(failure.ModelUnavailable, "Hugging Face has no such repository or file"+hf+" (404: a misspelt model id or a path taken for one)",
 			"check the spec's model id; for local weights "+fixModel, true)
 	}
 	if m := noConfFmt.FindStringSubmatch(t); m != nil {
-		return c.find(ModelUnavailable, "vLLM finds no config.json or params.json for "+m[1]+" on "+c.onNode()+" (not mounted there, not a Hugging Face-format checkpoint, or a Hugging Face id it could not fetch)", fixModel, true)
+		return c.find(failure.ModelUnavailable, "vLLM finds no config.json or params.json for "+m[1]+" on "+c.onNode()+" (not mounted there, not a Hugging Face-format checkpoint, or a Hugging Face id it could not fetch)", fixModel, true)
 	}
 	if strings.Contains(t, "Could not detect config format") {
-		return c.find(ModelUnavailable, "vLLM finds no config.json or params.json for the model on "+c.onNode()+" (not mounted there, not a Hugging Face-format checkpoint, or a Hugging Face id it could not fetch)", fixModel, true)
+		return c.find(failure.ModelUnavailable, "vLLM finds no config.json or params.json for the model on "+c.onNode()+" (not mounted there, not a Hugging Face-format checkpoint, or a Hugging Face id it could not fetch)", fixModel, true)
 	}
 	if m := cantConfig.FindStringSubmatch(t); m != nil {
-		return c.find(ModelUnavailable, "transformers cannot load a config for "+m[1]+" on "+c.onNode()+": neither a Hugging Face model id it can fetch nor a directory with config.json", fixModel, true)
+		return c.find(failure.ModelUnavailable, "transformers cannot load a config for "+m[1]+" on "+c.onNode()+": neither a Hugging Face model id it can fetch nor a directory with config.json", fixModel, true)
 	}
 	if m := noConfig.FindStringSubmatch(t); m != nil && (m[2] == "config.json" || m[2] == "params.json") {
-		return c.find(ModelUnavailable, "the model path "+m[1]+" has no "+m[2]+" on "+c.onNode()+" (not a Hugging Face-format checkpoint, or not mounted there)", fixModel, true)
+		return c.find(failure.ModelUnavailable, "the model path "+m[1]+" has no "+m[2]+" on "+c.onNode()+" (not a Hugging Face-format checkpoint, or not mounted there)", fixModel, true)
 	}
 	if m := noWeights.FindStringSubmatch(t); m != nil {
-		return c.find(ModelUnavailable, "no weight files (*.safetensors, *.bin) under "+strings.TrimSpace(m[1])+" on "+c.onNode(), fixModel+"; check --load-format matches the files", true)
+		return c.find(failure.ModelUnavailable, "no weight files (*.safetensors, *.bin) under "+strings.TrimSpace(m[1])+" on "+c.onNode(), fixModel+"; check --load-format matches the files", true)
 	}
 	if m := badRepoID.FindStringSubmatch(t); m != nil {
-		return c.find(ModelUnavailable, m[1]+" is neither a directory with config.json on "+c.onNode()+" nor a Hugging Face repository", fixModel, true)
+		return c.find(failure.ModelUnavailable, m[1]+" is neither a directory with config.json on "+c.onNode()+" nor a Hugging Face repository", fixModel, true)
 	}
 	// vLLM's "Error retrieving file list: Repo id must …, retrying" is a probe, not the failure.
 	if m := hfRepoID.FindStringSubmatch(t); m != nil && strings.Contains(t, "HFValidationError") {
-		return c.find(ModelUnavailable, "the model path "+m[1]+" does not exist on "+c.onNode()+", so it was taken for a Hugging Face repository id", fixModel, true)
+		return c.find(failure.ModelUnavailable, "the model path "+m[1]+" does not exist on "+c.onNode()+", so it was taken for a Hugging Face repository id", fixModel, true)
 	}
 	if strings.Contains(t, "couldn't connect to 'https://huggingface.co'") || strings.Contains(t, "LocalEntryNotFoundError") {
-		return c.find(ModelUnavailable, c.onNode()+" cannot reach huggingface.co and the model is not in its cache", fixModel, true)
+		return c.find(failure.ModelUnavailable, c.onNode()+" cannot reach huggingface.co and the model is not in its cache", fixModel, true)
 	}
 	return nil
 }
@@ -719,22 +721,22 @@ func gpus(c ctx) *Finding {
 	t := c.t
 	switch {
 	case strings.Contains(t, "No CUDA GPUs are available"), strings.Contains(t, "no CUDA-capable device is detected"):
-		return c.find(NoGPU, "CUDA sees no GPU in the process on "+c.onNode()+" (the container has no GPU, or CUDA_VISIBLE_DEVICES is empty)", fixNoGPU, true)
+		return c.find(failure.InsufficientGPUs, "CUDA sees no GPU in the process on "+c.onNode()+" (the container has no GPU, or CUDA_VISIBLE_DEVICES is empty)", fixNoGPU, true)
 	case strings.Contains(t, "Failed to infer device type"):
-		return c.find(NoGPU, "vLLM finds no GPU platform on "+c.onNode()+" (no NVIDIA driver or GPU visible in the container)", fixNoGPU, true)
+		return c.find(failure.InsufficientGPUs, "vLLM finds no GPU platform on "+c.onNode()+" (no NVIDIA driver or GPU visible in the container)", fixNoGPU, true)
 	}
 	if strings.Contains(t, "Current node has no GPU available") {
 		diag := "vLLM's driver node offers no GPU to Ray"
 		if m := gpuAtIP.FindStringSubmatch(t); m != nil {
 			diag = "the Ray node " + m[1] + " running vLLM's engine offers no free GPU (none detected, or all held by another placement group)"
 		}
-		return c.find(NoGPU, diag, "run vLLM on a node whose Ray registration has free GPUs (check --num-gpus, the GPU device request and stale placement groups)", true)
+		return c.find(failure.InsufficientGPUs, diag, "run vLLM on a node whose Ray registration has free GPUs (check --num-gpus, the GPU device request and stale placement groups)", true)
 	}
 	if m := tpExceeds.FindStringSubmatch(t); m != nil {
-		return c.find(NoGPU, "the tensor-parallel size "+m[1]+" exceeds the "+m[2]+" GPUs Ray sees", "join every planned node's GPUs to Ray (ray status) before serving, or lower the parallel size", false)
+		return c.find(failure.InsufficientGPUs, "the tensor-parallel size "+m[1]+" exceeds the "+m[2]+" GPUs Ray sees", "join every planned node's GPUs to Ray (ray status) before serving, or lower the parallel size", false)
 	}
 	if strings.Contains(t, "The number of required GPUs exceeds the total number of available GPUs") {
-		return c.find(NoGPU, "vLLM needs more GPUs than Ray offers", "join every planned node's GPUs to Ray (ray status) before serving", strings.Contains(t, "Required number of devices"))
+		return c.find(failure.InsufficientGPUs, "vLLM needs more GPUs than Ray offers", "join every planned node's GPUs to Ray (ray status) before serving", strings.Contains(t, "Required number of devices"))
 	}
 	return nil
 }
@@ -749,11 +751,11 @@ var engineHeaders = []string{
 func engine(c ctx) *Finding {
 	t := c.t
 	if strings.Contains(t, "EngineDeadError") || strings.Contains(t, "Engine core initialization failed") {
-		return c.find(EngineDead, "vLLM's engine died: "+clip(strings.TrimSpace(payload(t)), 160), "see the lines above it; a lost rank (node down, network cut) is the usual cause", true)
+		return c.find(failure.EngineDead, "vLLM's engine died: "+clip(strings.TrimSpace(payload(t)), 160), "see the lines above it; a lost rank (node down, network cut) is the usual cause", true)
 	}
 	for _, h := range engineHeaders {
 		if strings.Contains(t, h) {
-			f := c.find(EngineDead, "vLLM's engine died: "+clip(strings.TrimSpace(payload(t)), 160), "see the traceback that follows it; a lost rank (node down, network cut) is the usual cause", true)
+			f := c.find(failure.EngineDead, "vLLM's engine died: "+clip(strings.TrimSpace(payload(t)), 160), "see the traceback that follows it; a lost rank (node down, network cut) is the usual cause", true)
 			f.header, f.where = true, c.where()
 			return f
 		}

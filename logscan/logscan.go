@@ -11,55 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// Failure types; the deploy workflow branches on them (they are the activities' error
-// types, and operators' scripts match their string values).
-const (
-	// PlacementPending: vLLM's placement group is not placed. The waiting line is not
-	// fatal (Finding.Pinned and Finding.Waited say what it waits for); the caller decides
-	// with Finding.ResolvePending. "Cannot provide a placement group" is fatal.
-	PlacementPending = "PlacementGroupPending"
-	C10dUnreachable  = "C10dUnreachable"
-	NCCLNoInterface  = "NCCLNoInterface"
-	NCCLError        = "NCCLError"
-	GlooLoopback     = "GlooLoopback"
-	CUDAOutOfMemory  = "CUDAOutOfMemory"
-	EngineDead       = "EngineDead"
-	DuplicateAddress = "DuplicateAddress"
-	GCSUnreachable   = "GCSUnreachable"
-	NoGPU            = "InsufficientGPUs"
-
-	// ModelUnsupported: the image's vLLM (or transformers) does not know the model's
-	// architecture; a newer image is the fix.
-	ModelUnsupported = "ModelUnsupported"
-	// ModelUnavailable: the weights cannot be had: Hugging Face refused (401/403, gated),
-	// the repository does not exist, or the path lacks config.json or weight files.
-	ModelUnavailable = "ModelUnavailable"
-	// ModelIncomplete: the checkpoint on a node lacks files or weights (a partial download
-	// or copy); tpdeploy's own preflight reports the same before Ray starts.
-	ModelIncomplete = "ModelIncomplete"
-	// KVCacheTooSmall: the memory left after the weights holds less KV cache than one
-	// request of --max-model-len needs.
-	KVCacheTooSmall = "KVCacheTooSmall"
-	// InvalidParallelLayout: the model cannot be split the requested way (attention heads
-	// not divisible by the tensor-parallel size, and the like).
-	InvalidParallelLayout = "InvalidParallelLayout"
-	// GlooNoInterface: GLOO_SOCKET_IFNAME names an interface the node does not have.
-	GlooNoInterface = "GlooNoInterface"
-	// ResourcesBusy: the GPUs exist but something else holds them (another process or
-	// container, a stale placement group); decided by ResolvePending for a pending group.
-	ResourcesBusy = "ResourcesBusy"
-	// RayDriverAttach: the Ray driver (`vllm serve`) cannot attach to a raylet of its own
-	// node: it runs outside the Ray node's container or under an address Ray does not know.
-	RayDriverAttach = "RayDriverAttach"
-	// ImageLacksRay: the image has no Ray although the deploy needs it (a `ray` entrypoint,
-	// or --distributed-executor-backend ray): stock vllm/vllm-openai images ship without
-	// Ray since v0.18.0. The preflight reports the same string before any container runs.
-	ImageLacksRay = "ImageLacksRay"
-	// VersionMismatch: a Ray process joined a cluster started with another Ray or Python
-	// version: the nodes run different images.
-	VersionMismatch = "VersionMismatch"
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // Line is one output line: the Ray process prefix it carried, if any, and its text.
@@ -178,6 +131,8 @@ func closing(s string) int {
 
 // Finding is a classified line.
 type Finding struct {
+	// Type is the failure type (package internal/failure) the deploy fails with. vLLM's
+	// waiting line is a PlacementGroupPending that is not fatal: ResolvePending decides.
 	Type      string
 	Diagnosis string
 	Fix       string
@@ -215,7 +170,7 @@ func (f *Finding) Message() string {
 //
 // It returns nil for a finding of another type.
 func (f *Finding) ResolvePending(registered []string, bound time.Duration) *Finding {
-	if f == nil || f.Type != PlacementPending {
+	if f == nil || f.Type != failure.PlacementGroupPending {
 		return nil
 	}
 	where := ""
@@ -223,7 +178,7 @@ func (f *Finding) ResolvePending(registered []string, bound time.Duration) *Find
 		where = " (on " + f.Node + ")"
 	}
 	if f.Pinned != "" && registered != nil && !containsAddr(registered, f.Pinned) {
-		return &Finding{Type: PlacementPending, Fatal: true, Line: f.Line, Node: f.Node, Pinned: f.Pinned, Waited: f.Waited,
+		return &Finding{Type: failure.PlacementGroupPending, Fatal: true, Line: f.Line, Node: f.Node, Pinned: f.Pinned, Waited: f.Waited,
 			Diagnosis: "vLLM pinned its placement group to node:" + f.Pinned + " but Ray registered its nodes as " + strings.Join(registered, ", ") +
 				": the node running vllm serve is known to Ray under another address, so the group can never be placed" + where,
 			Fix: "start that node's Ray with --node-ip-address " + f.Pinned + " (the planned subnet), or set its VLLM_HOST_IP to the address Ray registered; the two must be equal on every node"}
@@ -235,7 +190,7 @@ func (f *Finding) ResolvePending(registered []string, bound time.Duration) *Find
 	if f.Pinned != "" {
 		on = f.Pinned
 	}
-	return &Finding{Type: ResourcesBusy, Fatal: true, Line: f.Line, Node: f.Node, Pinned: f.Pinned, Waited: f.Waited,
+	return &Finding{Type: failure.ResourcesBusy, Fatal: true, Line: f.Line, Node: f.Node, Pinned: f.Pinned, Waited: f.Waited,
 		Diagnosis: "vLLM's placement group stayed pending for " + f.Waited.String() + " although Ray knows " + on +
 			": the GPUs are held by something else (a stale placement group of a killed vllm serve, another container or process) or a planned node's GPUs never joined" + where,
 		Fix: "free the GPUs on " + on + " (stop the other vllm/ray containers there, `ray list placement-groups` for stale groups) and check `ray status` shows the planned GPU count, then redeploy"}

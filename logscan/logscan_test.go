@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 func TestClassify(t *testing.T) {
@@ -15,29 +17,29 @@ func TestClassify(t *testing.T) {
 	}{
 		{"placement wait (seed failure 1)",
 			"(EngineCore_DP0 pid=2301) INFO 04-08 20:32:02 [ray_utils.py:241] Waiting for creating a placement group of specs for 10 seconds. specs=[{'GPU': 1.0, 'node:192.168.200.12': 0.001}, {'GPU': 1.0}]. Check `ray status` and `ray list nodes` to see if you have enough resources, and make sure the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment variable specified in each node if you are running on a multi-node.",
-			PlacementPending, false, []string{"node:192.168.200.12", "--node-ip-address"}},
+			failure.PlacementGroupPending, false, []string{"node:192.168.200.12", "--node-ip-address"}},
 		{"placement gives up",
 			"ValueError: Cannot provide a placement group requiring 2 GPUs (placement_group_specs=[{'GPU': 1.0, 'node:10.0.0.5': 0.001}, {'GPU': 1.0}]) within 1800 seconds.",
-			PlacementPending, true, []string{"node:10.0.0.5"}},
+			failure.PlacementGroupPending, true, []string{"node:10.0.0.5"}},
 		{"c10d unreachable from a remote worker (seed failure 2), coloured Ray prefix",
 			"\x1b[36m(RayWorkerWrapper pid=3173774, ip=192.168.200.13)\x1b[0m WARNING 11-30 00:28:34 [socket.cpp:879] [c10d] The client socket has failed to connect to any network address of (10.1.230.180, 55053). The client socket has failed to connect to 10.1.230.180:55053 (errno: 101 - Network is unreachable).",
-			C10dUnreachable, true, []string{"10.1.230.180:55053", "errno 101 - Network is unreachable", "RayWorkerWrapper pid=3173774, ip=192.168.200.13"}},
+			failure.C10dUnreachable, true, []string{"10.1.230.180:55053", "errno 101 - Network is unreachable", "RayWorkerWrapper pid=3173774, ip=192.168.200.13"}},
 		{"c10d final error",
 			"torch.distributed.DistNetworkError: The client socket has failed to connect to any network address of (10.1.230.180, 55053). The client socket has failed to connect to 10.1.230.180:55053 (errno: 113 - No route to host).",
-			C10dUnreachable, true, []string{"errno 113"}},
+			failure.C10dUnreachable, true, []string{"errno 113"}},
 		{"c10d refused is retried by torch", "[c10d] The client socket has failed to connect to 10.0.0.1:5 (errno: 111 - Connection refused).", "", false, nil},
-		{"c10d server timeout", "torch.distributed.DistStoreError: Timed out after 26 seconds waiting for clients. 1/2 clients joined.", C10dUnreachable, true, []string{"1/2"}},
-		{"nccl no interface", "bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface found", NCCLNoInterface, true, []string{"NCCL_SOCKET_IFNAME"}},
-		{"nccl invalid usage", "DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9", NCCLError, true, []string{"invalid usage"}},
-		{"nccl interface count", "NCCL WARN NET/Socket : ncclNetSocketListen dev=1 ncclNetIfs=1", NCCLError, true, nil},
-		{"gloo loopback warning", "Unable to resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME.", GlooLoopback, false, []string{"GLOO_SOCKET_IFNAME"}},
-		{"gloo mesh", "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:9096", GlooLoopback, true, []string{"loopback", "127.0.0.1"}},
-		{"cuda oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", CUDAOutOfMemory, true, []string{"gpu-memory-utilization"}},
-		{"engine dead", "(APIServer pid=1) ERROR 11-30 00:28:34 [async_llm.py:420] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.", EngineDead, true, nil},
-		{"duplicate ip", "RuntimeError: Every node should have a unique IP address. Got 2 nodes with node ids ['a', 'b'] and 1 unique IP addresses ['10.0.0.1']. Please check your network configuration.", DuplicateAddress, true, nil},
-		{"one node, two ips", "RuntimeError: Every node should have a unique IP address. Got 1 nodes with node ids ['e5'] and 2 unique IP addresses {'172.18.0.2', '172.18.0.3'}. Please check your network configuration.", DuplicateAddress, true, []string{"workers on 1 Ray node(s) report 2 addresses", "differs from the --node-ip-address"}},
-		{"gcs unreachable", "2024-04-02 01:39:24,189\tERROR utils.py:1371 -- Unable to connect to GCS at 10.0.0.1:6379. Check that (1) Ray GCS with matching version started successfully", GCSUnreachable, true, []string{"10.0.0.1:6379"}},
-		{"no gpu", "ValueError: Current node has no GPU available. current_node_resource={'CPU': 1.0}.", NoGPU, true, nil},
+		{"c10d server timeout", "torch.distributed.DistStoreError: Timed out after 26 seconds waiting for clients. 1/2 clients joined.", failure.C10dUnreachable, true, []string{"1/2"}},
+		{"nccl no interface", "bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface found", failure.NCCLNoInterface, true, []string{"NCCL_SOCKET_IFNAME"}},
+		{"nccl invalid usage", "DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9", failure.NCCLError, true, []string{"invalid usage"}},
+		{"nccl interface count", "NCCL WARN NET/Socket : ncclNetSocketListen dev=1 ncclNetIfs=1", failure.NCCLError, true, nil},
+		{"gloo loopback warning", "Unable to resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME.", failure.GlooLoopback, false, []string{"GLOO_SOCKET_IFNAME"}},
+		{"gloo mesh", "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:9096", failure.GlooLoopback, true, []string{"loopback", "127.0.0.1"}},
+		{"cuda oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", failure.CUDAOutOfMemory, true, []string{"gpu-memory-utilization"}},
+		{"engine dead", "(APIServer pid=1) ERROR 11-30 00:28:34 [async_llm.py:420] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.", failure.EngineDead, true, nil},
+		{"duplicate ip", "RuntimeError: Every node should have a unique IP address. Got 2 nodes with node ids ['a', 'b'] and 1 unique IP addresses ['10.0.0.1']. Please check your network configuration.", failure.DuplicateAddress, true, nil},
+		{"one node, two ips", "RuntimeError: Every node should have a unique IP address. Got 1 nodes with node ids ['e5'] and 2 unique IP addresses {'172.18.0.2', '172.18.0.3'}. Please check your network configuration.", failure.DuplicateAddress, true, []string{"workers on 1 Ray node(s) report 2 addresses", "differs from the --node-ip-address"}},
+		{"gcs unreachable", "2024-04-02 01:39:24,189\tERROR utils.py:1371 -- Unable to connect to GCS at 10.0.0.1:6379. Check that (1) Ray GCS with matching version started successfully", failure.GCSUnreachable, true, []string{"10.0.0.1:6379"}},
+		{"no gpu", "ValueError: Current node has no GPU available. current_node_resource={'CPU': 1.0}.", failure.InsufficientGPUs, true, nil},
 		{"progress line", "Loading safetensors checkpoint shards:  21% Completed | 8/39 [00:41<01:59,  3.84s/it]", "", false, nil},
 		{"ordinary", "(APIServer pid=1) INFO 04-08 20:32:02 [api_server.py:573] Starting vLLM server on http://0.0.0.0:8080", "", false, nil},
 		{"garbage", "\x00\xff((((pid=)))) errno: x", "", false, nil},
@@ -109,7 +111,7 @@ func TestNodeV2(t *testing.T) {
 	}
 	// A V2 remote worker's failure names its node and process.
 	f := Classify(Parse("(EngineCore_DP0 pid=2301) (RayWorkerProc pid=2981, ip=192.168.200.13) WARNING 11-30 00:28:34 [socket.cpp:879] [c10d] The client socket has failed to connect to 10.1.230.180:55053 (errno: 101 - Network is unreachable)."))
-	if f == nil || f.Type != C10dUnreachable || f.Node != "192.168.200.13" || !strings.Contains(f.Diagnosis, "RayWorkerProc pid=2981") {
+	if f == nil || f.Type != failure.C10dUnreachable || f.Node != "192.168.200.13" || !strings.Contains(f.Diagnosis, "RayWorkerProc pid=2981") {
 		t.Fatalf("V2 remote line: got %+v", f)
 	}
 }
@@ -170,7 +172,7 @@ func FuzzClassify(f *testing.F) {
 		}
 		if f := Classify(l); f != nil && (f.Type == "" || f.Diagnosis == "" || f.Fix == "") {
 			t.Fatalf("incomplete finding %+v for %q", f, raw)
-		} else if f != nil && f.Type == PlacementPending && f.Waited < 0 {
+		} else if f != nil && f.Type == failure.PlacementGroupPending && f.Waited < 0 {
 			t.Fatalf("negative wait %+v", f)
 		}
 		if p, ok := ParseProgress(l.Text); ok && (p.Loaded < 0 || p.Total < 0) {

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // realLine is a row of testdata/real_lines.json: an output line as users pasted it in a
@@ -37,10 +39,10 @@ func loadRealLines(t testing.TB) []realLine {
 }
 
 var allTypes = []string{
-	PlacementPending, C10dUnreachable, NCCLNoInterface, NCCLError, GlooLoopback, CUDAOutOfMemory,
-	EngineDead, DuplicateAddress, GCSUnreachable, NoGPU, ModelUnsupported, ModelUnavailable,
-	KVCacheTooSmall, InvalidParallelLayout, GlooNoInterface, ResourcesBusy, RayDriverAttach, ModelIncomplete,
-	ImageLacksRay, VersionMismatch,
+	failure.PlacementGroupPending, failure.C10dUnreachable, failure.NCCLNoInterface, failure.NCCLError, failure.GlooLoopback, failure.CUDAOutOfMemory,
+	failure.EngineDead, failure.DuplicateAddress, failure.GCSUnreachable, failure.InsufficientGPUs, failure.ModelUnsupported, failure.ModelUnavailable,
+	failure.KVCacheTooSmall, failure.InvalidParallelLayout, failure.GlooNoInterface, failure.ResourcesBusy, failure.RayDriverAttach, failure.ModelIncomplete,
+	failure.ImageLacksRay, failure.VersionMismatch,
 }
 
 func TestRealLines(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // scanAll feeds lines to one Scanner and returns the findings in order (Flush included).
@@ -49,7 +51,7 @@ func TestTracebackTakesTheException(t *testing.T) {
 		t.Fatalf("got %d findings, want 1: %+v", len(fs), fs)
 	}
 	f := fs[0]
-	if f.Type != NCCLError || !f.Fatal || f.Node != "10.41.0.8" {
+	if f.Type != failure.NCCLError || !f.Fatal || f.Node != "10.41.0.8" {
 		t.Fatalf("got %+v", f)
 	}
 	if strings.Contains(f.Line, "raise") || strings.Contains(f.Message(), "error_str") {
@@ -79,7 +81,7 @@ func TestTracebackSourceLines(t *testing.T) {
 		e+"    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
 		e+"ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
 	)
-	if len(fs) != 1 || fs[0].Type != KVCacheTooSmall || !strings.HasPrefix(fs[0].Line, "ValueError") {
+	if len(fs) != 1 || fs[0].Type != failure.KVCacheTooSmall || !strings.HasPrefix(fs[0].Line, "ValueError") {
 		t.Fatalf("got %+v", fs)
 	}
 }
@@ -95,7 +97,7 @@ func TestEngineHeaderWaitsForItsCause(t *testing.T) {
 		h+"                  ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
 		h+"ValueError: To serve at least one request with the models's max seq len (262144), (24.0 GiB KV cache is needed, which is larger than the available KV cache memory (3.18 GiB). Based on the available memory, the estimated maximum model length is 34736. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
 	)
-	if f := firstFatal(fs); f == nil || f.Type != KVCacheTooSmall || !strings.Contains(f.Fix, "34736") {
+	if f := firstFatal(fs); f == nil || f.Type != failure.KVCacheTooSmall || !strings.Contains(f.Fix, "34736") {
 		t.Fatalf("got %+v", fs)
 	}
 
@@ -118,7 +120,7 @@ func TestEngineHeaderWaitsForItsCause(t *testing.T) {
 		"(EngineCore_DP0 pid=7)     raise ValueError(",
 		"(EngineCore_DP0 pid=7) ValueError: Model architectures ['Qwen3_5MoeForConditionalGeneration'] failed to be inspected. Please check the logs for more details.",
 	)
-	if f := firstFatal(fs); f == nil || f.Type != ModelUnsupported {
+	if f := firstFatal(fs); f == nil || f.Type != failure.ModelUnsupported {
 		for _, f := range fs {
 			t.Logf("%+v", *f)
 		}
@@ -134,7 +136,7 @@ func TestEngineHeaderWaitsForItsCause(t *testing.T) {
 		"(EngineCore_DP0 pid=3639978) ERROR 10-14 00:03:16 [core.py:710] AssertionError",
 		"(EngineCore_DP0 pid=3639978) INFO 10-14 00:03:16 [ray_distributed_executor.py:122] Shutting down Ray distributed executor.",
 	)
-	if len(fs) != 1 || fs[0].Type != EngineDead || !strings.Contains(fs[0].Diagnosis, "AssertionError") || !strings.Contains(fs[0].Diagnosis, "EngineCore_DP0") {
+	if len(fs) != 1 || fs[0].Type != failure.EngineDead || !strings.Contains(fs[0].Diagnosis, "AssertionError") || !strings.Contains(fs[0].Diagnosis, "EngineCore_DP0") {
 		t.Fatalf("unclassified cause: got %+v", fs)
 	}
 
@@ -143,7 +145,7 @@ func TestEngineHeaderWaitsForItsCause(t *testing.T) {
 	if _, f := s.Scan("ERROR 06-30 13:53:19 [core.py:515] EngineCore failed to start."); f != nil {
 		t.Fatalf("header reported at once: %+v", f)
 	}
-	if f := s.Flush(); f == nil || f.Type != EngineDead || !f.Fatal {
+	if f := s.Flush(); f == nil || f.Type != failure.EngineDead || !f.Fatal {
 		t.Fatalf("flush: got %+v", f)
 	}
 	if f := s.Flush(); f != nil {
@@ -157,7 +159,7 @@ func TestEngineHeaderWaitsForItsCause(t *testing.T) {
 	for i := 0; i <= maxPending && got == nil; i++ {
 		_, got = s.Scan("INFO 01-01 00:00:00 [x.py:1] still going")
 	}
-	if got == nil || got.Type != EngineDead {
+	if got == nil || got.Type != failure.EngineDead {
 		t.Fatalf("bound: got %+v", got)
 	}
 }
@@ -174,10 +176,10 @@ func TestInterleavedProcesses(t *testing.T) {
 	}{
 		{a + "Traceback (most recent call last):", ""},
 		{a + `  File "/x/pynccl_wrapper.py", line 256, in NCCL_CHECK`, ""},
-		{b + "RuntimeError: NCCL error: remote process exited or there was a network error", NCCLError},
+		{b + "RuntimeError: NCCL error: remote process exited or there was a network error", failure.NCCLError},
 		{a + `    raise RuntimeError(f"NCCL error: {error_str}")`, ""},
 		{b + `  File "/x/socket.py", line 1, in f`, ""},
-		{a + "torch.distributed.DistNetworkError: The client socket has timed out after 60s while trying to connect to (10.1.16.222, 29400).", C10dUnreachable},
+		{a + "torch.distributed.DistNetworkError: The client socket has timed out after 60s while trying to connect to (10.1.16.222, 29400).", failure.C10dUnreachable},
 		{b + "    raise DistNetworkError(msg)", ""},
 		{"INFO 07-25 06:50:45 config.py:718] Defaulting to use ray for distributed inference", ""},
 	}
@@ -190,7 +192,7 @@ func TestInterleavedProcesses(t *testing.T) {
 		if got != st.want {
 			t.Errorf("step %d %q: got %q, want %q", i, l.Text, got, st.want)
 		}
-		if got == C10dUnreachable && f.Node != "192.168.200.13" {
+		if got == failure.C10dUnreachable && f.Node != "192.168.200.13" {
 			t.Errorf("step %d: node %q", i, f.Node)
 		}
 	}
@@ -208,7 +210,7 @@ func TestRepeatedSuffix(t *testing.T) {
 		t.Fatalf("got %+v", l)
 	}
 	f := Classify(Parse("(RayWorkerWrapper pid=1978, ip=10.41.0.8) [rank9]:[W ProcessGroupGloo.cpp:721] Warning: Unable to resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME. (function operator()) [repeated 3x across cluster]"))
-	if f == nil || f.Type != GlooLoopback || !strings.Contains(f.Diagnosis, "repeated 3x") || !strings.Contains(f.Diagnosis, "10.41.0.8") {
+	if f == nil || f.Type != failure.GlooLoopback || !strings.Contains(f.Diagnosis, "repeated 3x") || !strings.Contains(f.Diagnosis, "10.41.0.8") {
 		t.Fatalf("got %+v", f)
 	}
 }
@@ -221,7 +223,7 @@ func TestCaretEscapes(t *testing.T) {
 	if strings.Contains(l.Text, "^[") || !strings.Contains(l.Text, "ERROR 01-26 09:25:37 [core.py:935] ValueError: Free memory") {
 		t.Fatalf("text %q", l.Text)
 	}
-	if f := Classify(l); f == nil || f.Type != ResourcesBusy || !strings.Contains(f.Diagnosis, "20.51 GiB") {
+	if f := Classify(l); f == nil || f.Type != failure.ResourcesBusy || !strings.Contains(f.Diagnosis, "20.51 GiB") {
 		t.Fatalf("got %+v", f)
 	}
 	l = Parse("^[[36m(RayWorkerWrapper pid=2981, ip=10.254.20.30)^[[0m INFO hello")
@@ -264,7 +266,7 @@ func TestResolvePending(t *testing.T) {
 		}
 		f := Classify(Parse("(EngineCore_DP0 pid=2301) INFO 04-08 20:32:02 [ray_utils.py:241] Waiting for creating a placement group of specs for " +
 			itoa(secs) + " seconds. specs=" + specs + ". Check `ray status` and `ray list nodes` to see if you have enough resources, and make sure the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment variable specified in each node if you are running on a multi-node."))
-		if f == nil || f.Type != PlacementPending || f.Fatal || f.Pinned != pin || f.Waited != time.Duration(secs)*time.Second {
+		if f == nil || f.Type != failure.PlacementGroupPending || f.Fatal || f.Pinned != pin || f.Waited != time.Duration(secs)*time.Second {
 			t.Fatalf("wait line: got %+v", f)
 		}
 		return f
@@ -272,7 +274,7 @@ func TestResolvePending(t *testing.T) {
 	nodes := []string{"10.1.230.180", "192.168.200.13"}
 	bound := 5 * time.Minute
 	// Seed failure 1: pinned to an address no Ray node has.
-	if d := wait(10, "192.168.200.12").ResolvePending(nodes, bound); d == nil || d.Type != PlacementPending || !d.Fatal ||
+	if d := wait(10, "192.168.200.12").ResolvePending(nodes, bound); d == nil || d.Type != failure.PlacementGroupPending || !d.Fatal ||
 		!strings.Contains(d.Message(), "192.168.200.12") || !strings.Contains(d.Message(), "10.1.230.180") {
 		t.Fatalf("unknown pin: got %+v", d)
 	}
@@ -280,11 +282,11 @@ func TestResolvePending(t *testing.T) {
 	if d := wait(70, "10.1.230.180").ResolvePending(nodes, bound); d != nil {
 		t.Fatalf("live pin within bound: got %+v", d)
 	}
-	if d := wait(310, "10.1.230.180").ResolvePending(nodes, bound); d == nil || d.Type != ResourcesBusy || !d.Fatal {
+	if d := wait(310, "10.1.230.180").ResolvePending(nodes, bound); d == nil || d.Type != failure.ResourcesBusy || !d.Fatal {
 		t.Fatalf("live pin past bound: got %+v", d)
 	}
 	// Nothing pinned (newer vLLM), or Ray's nodes unknown: only the bound decides.
-	if d := wait(630, "").ResolvePending(nodes, bound); d == nil || d.Type != ResourcesBusy {
+	if d := wait(630, "").ResolvePending(nodes, bound); d == nil || d.Type != failure.ResourcesBusy {
 		t.Fatalf("no pin: got %+v", d)
 	}
 	if d := wait(30, "192.168.200.12").ResolvePending(nil, bound); d != nil {
@@ -295,7 +297,7 @@ func TestResolvePending(t *testing.T) {
 	if gaveUp == nil || !gaveUp.Fatal || gaveUp.Pinned != "10.1.230.180" || gaveUp.Waited != 1800*time.Second {
 		t.Fatalf("gave up: got %+v", gaveUp)
 	}
-	if d := gaveUp.ResolvePending(nodes, bound); d == nil || d.Type != ResourcesBusy || !d.Fatal {
+	if d := gaveUp.ResolvePending(nodes, bound); d == nil || d.Type != failure.ResourcesBusy || !d.Fatal {
 		t.Fatalf("gave up, live pin: got %+v", d)
 	}
 	if d := Classify(Parse("torch.OutOfMemoryError: CUDA out of memory.")).ResolvePending(nodes, bound); d != nil {

@@ -21,6 +21,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // Instrument names.
@@ -185,7 +187,7 @@ func FailureType(err error) string {
 	case errors.As(err, &timeout):
 		return "Timeout"
 	case temporal.IsCanceledError(err) || errors.Is(err, context.Canceled):
-		return "Canceled"
+		return failure.Canceled
 	}
 	return "Unknown"
 }

@@ -10,16 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
-)
-
-// Error types a plan can fail with.
-const (
-	ErrNoViableSubnet   = "NoViableSubnet"
-	ErrInsufficientGPUs = "InsufficientGPUs"
-	// ErrDataPlaneDegraded: RDMA is planned but a node's own env turns it off.
-	ErrDataPlaneDegraded = "DataPlaneDegraded"
 )
 
 // Error is a planning failure; Type is what the workflow reports it as.
@@ -485,7 +478,7 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 		}
 	}
 	if len(viable) == 0 {
-		return plan, &Error{Type: ErrNoViableSubnet, Msg: noViableMessage(c, probes, plan.Decision)}
+		return plan, &Error{Type: failure.NoViableSubnet, Msg: noViableMessage(c, probes, plan.Decision)}
 	}
 	best := cands[viable[0]]
 	plan.Subnet = best.subnet
@@ -515,7 +508,7 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 	if len(railHCAs) > 0 {
 		disabling := rdmaDisablingEnv(c)
 		if len(disabling) > 0 && plan.DataPlane == spec.DataPlaneRequire {
-			return plan, &Error{Type: ErrDataPlaneDegraded, Msg: fmt.Sprintf("the plan has RDMA on %d rail(s), but %s; remove the setting, or set data_plane: warn to serve over sockets anyway",
+			return plan, &Error{Type: failure.DataPlaneDegraded, Msg: fmt.Sprintf("the plan has RDMA on %d rail(s), but %s; remove the setting, or set data_plane: warn to serve over sockets anyway",
 				len(plan.UsedRails()), strings.Join(disabling, "; "))}
 		}
 		for _, d := range disabling {
@@ -557,7 +550,7 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 		for _, np := range plan.Nodes {
 			have = append(have, fmt.Sprintf("%s: %d (%s)", np.Name, np.GPUs, byNode[np.Name].GPUSource))
 		}
-		return plan, &Error{Type: ErrInsufficientGPUs, Msg: fmt.Sprintf("parallel: tensor %d x pipeline %d = %d GPUs, nodes provide %d (%s)",
+		return plan, &Error{Type: failure.InsufficientGPUs, Msg: fmt.Sprintf("parallel: tensor %d x pipeline %d = %d GPUs, nodes provide %d (%s)",
 			c.Parallel.Tensor, c.Parallel.Pipeline, need, plan.GPUs, strings.Join(have, ", "))}
 	}
 	return plan, nil

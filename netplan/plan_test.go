@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -514,8 +515,8 @@ func TestChooseKeeping(t *testing.T) {
 				return
 			}
 			var pe *Error
-			if !errors.As(err, &pe) || pe.Type != ErrNoViableSubnet {
-				t.Fatalf("err %v, want %s", err, ErrNoViableSubnet)
+			if !errors.As(err, &pe) || pe.Type != failure.NoViableSubnet {
+				t.Fatalf("err %v, want %s", err, failure.NoViableSubnet)
 			}
 			for _, w := range tc.wantErr {
 				if !strings.Contains(err.Error(), w) {
@@ -633,7 +634,7 @@ func TestEnvThatDisablesRDMA(t *testing.T) {
 	c.Nodes[1].Env = map[string]string{"NCCL_IB_DISABLE": "1"}
 	_, err := Choose(c, probes, fullMatrix(c, probes, nil))
 	var pe *Error
-	if !errors.As(err, &pe) || pe.Type != ErrDataPlaneDegraded || !strings.Contains(pe.Msg, "spark-b's env sets NCCL_IB_DISABLE=1") {
+	if !errors.As(err, &pe) || pe.Type != failure.DataPlaneDegraded || !strings.Contains(pe.Msg, "spark-b's env sets NCCL_IB_DISABLE=1") {
 		t.Fatalf("err %v", err)
 	}
 	c.DataPlane = spec.DataPlaneWarn

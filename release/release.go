@@ -3,6 +3,8 @@ package release
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // Executors as the spec names them.
@@ -66,15 +68,6 @@ var (
 // EnvRayV2 is vLLM's switch between the two Ray executors, read in the driver's process.
 const EnvRayV2 = "VLLM_USE_RAY_V2_EXECUTOR_BACKEND"
 
-// Failure types this package decides (the deploy's error types).
-const (
-	ErrImageLacksRay       = "ImageLacksRay"
-	ErrImageLacksNnodes    = "ImageLacksNnodes"
-	ErrExecutorUnavailable = "ExecutorUnavailable"
-	ErrImageMismatch       = "ImageMismatch"
-	ErrImageUnreadable     = "ImageUnreadable"
-)
-
 // Error is a decision that refuses the deploy; Type is what callers branch on.
 type Error struct {
 	Type string
@@ -120,7 +113,7 @@ type Layout struct {
 func Decide(l Layout, head Image) (Model, error) {
 	v, ok := ParseVersion(head.VLLM)
 	if !ok {
-		return Model{}, &Error{ErrImageUnreadable, fmt.Sprintf("%s: image %s: cannot read vLLM's version %q", head.Node, head.Ref, head.VLLM)}
+		return Model{}, &Error{failure.ImageUnreadable, fmt.Sprintf("%s: image %s: cannot read vLLM's version %q", head.Node, head.Ref, head.VLLM)}
 	}
 	nnodes := v.AtLeast(NnodesSince)
 	mpFits := l.Nodes <= 1 || (l.World%l.Nodes == 0)
@@ -133,7 +126,7 @@ func Decide(l Layout, head Image) (Model, error) {
 		m.Executor, m.Why = ExecutorRay, "executor: ray in the spec"
 	case ExecutorMP:
 		if !nnodes {
-			return Model{}, &Error{ErrImageLacksNnodes, fmt.Sprintf(
+			return Model{}, &Error{failure.ImageLacksNnodes, fmt.Sprintf(
 				"%s: image %s holds vLLM %s, which has no --nnodes (vLLM's own multi-node mode is in %s and later); ways out: executor: ray (the image has Ray %s), or an image with vLLM %s or later",
 				head.Node, head.Ref, head.VLLM, NnodesSince, orNone(head.Ray), NnodesSince)}
 		}
@@ -145,16 +138,16 @@ func Decide(l Layout, head Image) (Model, error) {
 		case nnodes && mpFits:
 			m.Executor, m.Why = ExecutorMP, fmt.Sprintf("auto: the image has no Ray and vLLM %s has --nnodes (%d GPUs over %d nodes)", head.VLLM, l.World, l.Nodes)
 		case nnodes:
-			return Model{}, &Error{ErrExecutorUnavailable, fmt.Sprintf(
+			return Model{}, &Error{failure.ExecutorUnavailable, fmt.Sprintf(
 				"%s: image %s has no Ray, and vLLM's own multi-node mode needs the %d GPUs (tensor x pipeline) to divide evenly over the %d nodes; ways out: a layout that divides, or an image with Ray added",
 				head.Node, head.Ref, l.World, l.Nodes)}
 		default:
-			return Model{}, &Error{ErrExecutorUnavailable, fmt.Sprintf(
+			return Model{}, &Error{failure.ExecutorUnavailable, fmt.Sprintf(
 				"%s: image %s has neither Ray nor --nnodes (vLLM %s); ways out: an image with Ray added, or vLLM %s or later with executor: mp",
 				head.Node, head.Ref, head.VLLM, NnodesSince)}
 		}
 	default:
-		return Model{}, &Error{ErrExecutorUnavailable, fmt.Sprintf("unknown executor %q", l.Executor)}
+		return Model{}, &Error{failure.ExecutorUnavailable, fmt.Sprintf("unknown executor %q", l.Executor)}
 	}
 	if m.Executor == ExecutorMP {
 		m.EnvCopy, m.Rendezvous = EnvCopyNone, RendezvousMasterAddr
@@ -192,7 +185,7 @@ func lacksRay(head Image, v Version, nnodes bool) error {
 	if head.Ray != "" && !head.RayBin {
 		why = "ray " + head.Ray + " is installed but no `ray` executable is on PATH"
 	}
-	return &Error{ErrImageLacksRay, fmt.Sprintf("%s: image %s (vLLM %s) has no Ray: %s; stock vLLM images have none since v0.18.0. Ways out: %s",
+	return &Error{failure.ImageLacksRay, fmt.Sprintf("%s: image %s (vLLM %s) has no Ray: %s; stock vLLM images have none since v0.18.0. Ways out: %s",
 		head.Node, head.Ref, head.VLLM, why, strings.Join(outs, "; "))}
 }
 
@@ -223,7 +216,7 @@ func Compare(images []Image, head string, mismatch string) (warnings []string, e
 	if mismatch == "warn" {
 		return []string{msg}, nil
 	}
-	return nil, &Error{ErrImageMismatch, msg + " (set image_mismatch: warn to proceed anyway)"}
+	return nil, &Error{failure.ImageMismatch, msg + " (set image_mismatch: warn to proceed anyway)"}
 }
 
 func differences(a, b Image) []string {
@@ -250,23 +243,15 @@ func shortID(id string) string {
 	return id
 }
 
-// Diagnoses that only some executors' code can print (logscan's types).
-const (
-	diagPlacementPending = "PlacementGroupPending"
-	diagDuplicateAddress = "DuplicateAddress"
-	diagGCSUnreachable   = "GCSUnreachable"
-	diagRayDriverAttach  = "RayDriverAttach"
-)
-
 // CanPrint says whether this release and executor have code that prints the failure
 // logscan classifies as typ. A finding the model rules out is a misreading (a line quoted
 // in a model's output, say) and is not acted on.
 func (m Model) CanPrint(typ string) bool {
 	switch typ {
-	case diagDuplicateAddress:
+	case failure.DuplicateAddress:
 		// "Every node should have a unique IP address" is _init_workers_ray's, legacy only.
 		return m.Executor == ExecutorRay && m.ChecksUniqueIPs
-	case diagPlacementPending, diagGCSUnreachable, diagRayDriverAttach:
+	case failure.PlacementGroupPending, failure.GCSUnreachable, failure.RayDriverAttach:
 		return m.Executor == ExecutorRay
 	}
 	return true

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
 // stockRead is what ReadScript prints on an image laid out as vLLM's stock images are
@@ -189,15 +191,15 @@ func TestDecideRefusals(t *testing.T) {
 		typ                       string
 		says                      []string
 	}{
-		{"ray on a stock image without Ray", "ray", "0.22.1", "", 2, 2, ErrImageLacksRay,
+		{"ray on a stock image without Ray", "ray", "0.22.1", "", 2, 2, failure.ImageLacksRay,
 			[]string{"node-a", "vllm/vllm-openai:test", "0.22.1", "executor: mp", "pip install ray", "0.17.1 or earlier"}},
-		{"ray on a release without --nnodes or Ray", "ray", "0.10.2", "", 2, 2, ErrImageLacksRay,
+		{"ray on a release without --nnodes or Ray", "ray", "0.10.2", "", 2, 2, failure.ImageLacksRay,
 			[]string{"node-a", "0.10.2", "pip install ray"}},
-		{"mp before --nnodes", "mp", "0.11.0", "2.49.0", 2, 2, ErrImageLacksNnodes,
+		{"mp before --nnodes", "mp", "0.11.0", "2.49.0", 2, 2, failure.ImageLacksNnodes,
 			[]string{"node-a", "0.11.0", "0.11.1", "executor: ray"}},
-		{"auto without Ray, layout does not divide", "auto", "0.22.1", "", 3, 2, ErrExecutorUnavailable,
+		{"auto without Ray, layout does not divide", "auto", "0.22.1", "", 3, 2, failure.ExecutorUnavailable,
 			[]string{"3 GPUs", "2 nodes", "Ray added"}},
-		{"auto with neither", "auto", "0.10.0", "", 2, 2, ErrExecutorUnavailable,
+		{"auto with neither", "auto", "0.10.0", "", 2, 2, failure.ExecutorUnavailable,
 			[]string{"neither Ray nor --nnodes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -255,7 +257,7 @@ func TestCompareNamesNodesAndVersions(t *testing.T) {
 	a, b := img("node-a", "0.17.1", "2.53.0"), img("node-b", "0.17.1", "2.54.0")
 	_, err := Compare([]Image{a, b}, "node-a", "fail")
 	e, ok := err.(*Error)
-	if !ok || e.Type != ErrImageMismatch {
+	if !ok || e.Type != failure.ImageMismatch {
 		t.Fatalf("got %v", err)
 	}
 	for _, s := range []string{"node-a", "node-b", "ray 2.53.0 on node-a, 2.54.0 on node-b", "image_mismatch: warn"} {

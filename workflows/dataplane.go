@@ -13,9 +13,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// PhaseDataPlane proves NCCL's data path before vLLM starts.
-const PhaseDataPlane = "proving the data plane"
-
 // dataPlaneTimeout is the proof program's own deadline: torch's import, NCCL's init and a
 // few collectives take seconds; a rank that never joins must not hold the deploy longer.
 const dataPlaneTimeout = 90 * time.Second

@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/dataplane"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -71,7 +72,7 @@ func TestDataPlaneDegradedCompensatesOrWarns(t *testing.T) {
 				return
 			}
 			var app *temporal.ApplicationError
-			if !errors.As(err, &app) || app.Type() != dataplane.ErrDegraded || !strings.Contains(app.Message(), "node-b") {
+			if !errors.As(err, &app) || app.Type() != contract.ErrDataPlaneDegraded || !strings.Contains(app.Message(), "node-b") {
 				t.Fatalf("want DataPlaneDegraded naming node-b, got %v", err)
 			}
 			if got := fakeagents.Calls(f, "LaunchVLLM"); len(got) != 0 {

@@ -72,26 +72,6 @@ type StepTiming struct {
 	Error    string        `json:"error,omitempty"`
 }
 
-// Phases, in order. The values are what operators see: the state query, the UI's
-// current details and the DeployPhase search attribute (the UI's and scripts' filters).
-// PhaseServed is the deploy that reached serving; PhaseWaitingUntilServing the watch
-// before it.
-const (
-	PhaseValidating          = "validating"
-	PhaseProbing             = "probing"
-	PhaseReachability        = "testing reachability"
-	PhasePlanning            = "planning"
-	PhasePreflight           = "preflight"
-	PhaseRayHead             = "starting ray head"
-	PhaseRayWorkers          = "joining ray workers"
-	PhasePlacement           = "checking placement"
-	PhaseLaunch              = "launching vllm"
-	PhaseWaitingUntilServing = "waiting until serving"
-	PhaseServed              = "serving"
-	PhaseCompensating        = "compensating"
-	PhaseFailed              = "failed"
-)
-
 // State is everything the deploy knows, exposed by the "state" query.
 type State struct {
 	Phase         string                   `json:"phase"`
@@ -172,7 +152,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 	}
 	var se *stepError
 	if !errors.As(err, &se) {
-		se = &stepError{Step: d.state.Phase, Type: "Internal", Msg: err.Error()}
+		se = &stepError{Step: d.state.Phase, Type: contract.ErrInternal, Msg: err.Error()}
 	}
 	se = d.nodeDownCause(se)
 	d.setPhase(ctx, PhaseCompensating, fmt.Sprintf("%s failed (%s); compensating", se.Step, se.Type))

@@ -9,26 +9,17 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/failure"
 )
 
-// nonRetryable are the error types no retry can fix; activities raise them as
-// non-retryable, and the retry policies list them too so a type cannot slip through.
-var nonRetryable = []string{
-	contract.ErrWrongNode, contract.ErrBadRequest, contract.ErrNotImplemented,
-	contract.ErrImageMissing, contract.ErrImageMismatch, contract.ErrNoViableSubnet,
-	contract.ErrInsufficientGPUs, contract.ErrPlacementMismatch, contract.ErrDuplicateAddress,
-	contract.ErrNodeNotRegistered, contract.ErrPlacementPending, contract.ErrC10dUnreachable,
-	contract.ErrNCCLNoInterface, contract.ErrNCCL, contract.ErrGlooLoopback,
-	contract.ErrCUDAOutOfMemory, contract.ErrEngineDead, contract.ErrContainerExited,
-	contract.ErrVLLMExited, contract.ErrRayNodeDead, contract.ErrGCSUnreachable,
-	contract.ErrModelUnsupported, contract.ErrModelUnavailable, contract.ErrKVCacheTooSmall,
-	contract.ErrParallelLayout, contract.ErrGlooNoInterface, contract.ErrResourcesBusy,
-	contract.ErrRayDriverAttach, contract.ErrPolicyDenied, contract.ErrSpecInvalid,
-	contract.ErrModelIncomplete, contract.ErrModelServerGone, contract.ErrDataPlaneDegraded,
-	contract.ErrDataPlaneFailed,
-}
+// nonRetryable are the error types no retry can fix (failure.All says which): activities
+// raise them as non-retryable, and the retry policies list them too so a type cannot slip
+// through.
+var nonRetryable = failure.NonRetryable()
 
-// stepError is a failed step, with the node it failed on and the classified type.
+// stepError is a failed step, with the node it failed on and the classified type. It
+// wraps the activity's error it was classified from, if any, so errors.As and errors.Is
+// see the SDK's error beneath it.
 type stepError struct {
 	Step string
 	Node string
@@ -36,7 +27,10 @@ type stepError struct {
 	Msg  string
 	// joined errors carry their nodes' prefixes in Msg already.
 	joined bool
+	err    error
 }
+
+func (e *stepError) Unwrap() error { return e.err }
 
 func (e *stepError) Error() string {
 	if e.joined {
@@ -51,7 +45,7 @@ func (e *stepError) Error() string {
 // classify turns an activity failure into a stepError. A task that no agent picked up in
 // time means the node's agent is down; that is said in plain words with the node's name.
 func classify(step, node string, err error) *stepError {
-	se := &stepError{Step: step, Node: node, Type: contract.ErrStepTimeout, Msg: message(err)}
+	se := &stepError{Step: step, Node: node, Type: contract.ErrStepTimeout, Msg: message(err), err: err}
 	var timeout *temporal.TimeoutError
 	var app *temporal.ApplicationError
 	switch {
@@ -95,10 +89,11 @@ func joinStepErrors(errs []*stepError) *stepError {
 		return errs[0]
 	}
 	msgs := make([]string, len(errs))
+	each := make([]error, len(errs))
 	for i, e := range errs {
-		msgs[i] = e.Error()
+		msgs[i], each[i] = e.Error(), e
 	}
-	return &stepError{Step: errs[0].Step, Type: errs[0].Type, Msg: strings.Join(msgs, "; "), joined: true}
+	return &stepError{Step: errs[0].Step, Type: errs[0].Type, Msg: strings.Join(msgs, "; "), joined: true, err: errors.Join(each...)}
 }
 
 // toFailure makes the workflow's error: a non-retryable application error whose type is the

@@ -14,15 +14,12 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// PhaseImages is the first step: what the image holds on every node decides the
-// executor, so it is read before any network is probed. It fails in seconds on an image
-// that cannot run the spec (ray on an image without Ray), before any container starts.
-const PhaseImages = "reading images"
-
 // readImages reads the spec's image on every node, refuses nodes whose images differ,
 // and lets the image's vLLM release decide the executor and how it behaves (package
-// release). The executor decided replaces the spec's auto for the rest of the run; the
-// spec's identity (its hash) stays the operator's.
+// release). It is the first step: the executor decides what is probed and started, and
+// an image that cannot run the spec (ray on an image without Ray) fails in seconds,
+// before any container starts. The executor decided replaces the spec's auto for the
+// rest of the run; the spec's identity (its hash) stays the operator's.
 func (d *deployment) readImages(ctx workflow.Context) error {
 	return d.step(ctx, PhaseImages, fmt.Sprintf("reading image %s on %d nodes", d.spec.Image, len(d.spec.Nodes)), func() error {
 		o := deployStep(d.spec.Timeouts.Preflight.D(), stepAttempts)

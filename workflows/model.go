@@ -15,12 +15,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
-// Phases of the model check and copy.
-const (
-	PhaseModel     = "checking the model"
-	PhaseModelCopy = "copying the model"
-)
-
 // ModelCopy is what one node received from the head.
 type ModelCopy struct {
 	Node    string  `json:"node"`
@@ -111,7 +105,7 @@ func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manife
 	return d.step(ctx, PhaseModelCopy, fmt.Sprintf("copying the model from %s: %s", head, strings.Join(what, ", ")), func() error {
 		hp, ok := d.plannedNode(head)
 		if !ok {
-			return &stepError{Step: "copy model", Type: "Internal", Msg: "no plan for the head"}
+			return &stepError{Step: "copy model", Type: contract.ErrInternal, Msg: "no plan for the head"}
 		}
 		root := func(node string) (string, string, string) {
 			if m.HostDir != "" {
@@ -232,7 +226,7 @@ func (d *deployment) copyOnce(ctx workflow.Context, head string, addr netip.Addr
 	for _, n := range nodes {
 		np, ok := d.plannedNode(n)
 		if !ok {
-			return &stepError{Step: "copy model", Node: n, Type: "Internal", Msg: "no plan for " + n}
+			return &stepError{Step: "copy model", Node: n, Type: contract.ErrInternal, Msg: "no plan for " + n}
 		}
 		peers[n] = np.Address
 	}

@@ -11,13 +11,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
-// Phases of vLLM's own multi-node mode (executor mp).
-const (
-	PhaseMaster   = "checking the master address"
-	PhaseRanks    = "starting headless ranks"
-	PhaseLaunchMP = "launching rank 0"
-)
-
 // mpSteps are the steps after the preflight and the model check in vLLM's own multi-node
 // mode: no Ray. The master port is proven before any rank starts: ranks already waiting
 // for the store would dial the test listener and take it for the store. Preparing it

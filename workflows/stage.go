@@ -26,9 +26,6 @@ import (
 // What needs the GPUs — the data-plane proof, the engine — runs after the swap: on real
 // nodes the serving vLLM holds them.
 
-// PhaseSwap is the moment a staged deploy starts to replace the serving deployment.
-const PhaseSwap = "replacing the serving deployment"
-
 // Staging is what a staged deploy records of the deployment it was staged beside.
 type Staging struct {
 	// Serving is the deployment that served when the deploy began.

@@ -1,0 +1,61 @@
+package workflows
+
+// The phases of a deploy. The values are what operators see: the state query, the UI's
+// current details, `starter status` and the DeployPhase search attribute (the UI's and
+// scripts' filters), so a released value never changes. Each is declared here once; its
+// meaning is in DeployPhases.
+const (
+	PhaseValidating          = "validating"
+	PhaseImages              = "reading images"
+	PhaseProbing             = "probing"
+	PhaseReachability        = "testing reachability"
+	PhasePlanning            = "planning"
+	PhasePreflight           = "preflight"
+	PhaseModel               = "checking the model"
+	PhaseModelCopy           = "copying the model"
+	PhaseSwap                = "replacing the serving deployment"
+	PhaseRayHead             = "starting ray head"
+	PhaseRayWorkers          = "joining ray workers"
+	PhasePlacement           = "checking placement"
+	PhaseMaster              = "checking the master address"
+	PhaseDataPlane           = "proving the data plane"
+	PhaseRanks               = "starting headless ranks"
+	PhaseLaunch              = "launching vllm"
+	PhaseLaunchMP            = "launching rank 0"
+	PhaseWaitingUntilServing = "waiting until serving"
+	PhaseServed              = "serving"
+	PhaseCompensating        = "compensating"
+	PhaseFailed              = "failed"
+)
+
+// DeployPhase is one phase of a deploy and what it means to an operator.
+type DeployPhase struct {
+	Name    string
+	Meaning string
+}
+
+// DeployPhases is every phase, in the order a deploy passes them (an executor's own
+// phases in its order), as docs/operations.md lists them.
+var DeployPhases = []DeployPhase{
+	{PhaseValidating, "the spec (and the signed intent, if any) is checked; nothing is asked of a node yet"},
+	{PhaseImages, "what the spec's image holds is read on every node; its vLLM release decides the executor, so an image that cannot run the spec fails here, before any container starts"},
+	{PhaseProbing, "every node's agent describes its interfaces, GPUs and boot ID"},
+	{PhaseReachability, "every pair of nodes dials each other on every candidate subnet, both ways"},
+	{PhasePlanning, "one subnet is chosen and every layer's setting derived from it"},
+	{PhasePreflight, "each node checks that the image is there, the plan's ports are free and its operator policy allows every container the plan will start"},
+	{PhaseModel, "the model's files on every node are compared with the head's"},
+	{PhaseModelCopy, "`model.sync: from-head`: the files a node lacks are copied from the head"},
+	{PhaseSwap, "a staged deploy stops the deployment that served while it was checked, and takes its place"},
+	{PhaseRayHead, "executor ray: the Ray head starts on the head node"},
+	{PhaseRayWorkers, "executor ray: the other nodes join Ray as workers"},
+	{PhasePlacement, "executor ray: Ray's node table is read from the GCS and must match the plan before vLLM starts"},
+	{PhaseMaster, "executor mp: every node must reach the head's master address and port"},
+	{PhaseDataPlane, "one NCCL all_reduce across the nodes proves the data path the plan expects (RDMA or sockets)"},
+	{PhaseRanks, "executor mp: the headless ranks start on the nodes other than the head"},
+	{PhaseLaunch, "executor ray: `vllm serve` starts in the Ray head's container"},
+	{PhaseLaunchMP, "executor mp: `vllm serve` rank 0 starts on the head"},
+	{PhaseWaitingUntilServing, "vLLM's output is followed (placement, rendezvous, weight loading) until the endpoint answers"},
+	{PhaseServed, "the deploy reached serving; the cluster's supervisor watches it from here"},
+	{PhaseCompensating, "a step failed (or a node rebooted): what the deploy made is being removed, last first"},
+	{PhaseFailed, "the deploy failed; the state's error is the failure type and its message"},
+}
