@@ -9,6 +9,8 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
+
+	"github.com/tpdeploy/tpdeploy/contract"
 )
 
 // registerAgent registers every activity of a on env behind a's gate, as the worker does
@@ -23,6 +25,22 @@ func registerAgent(env interface{ RegisterActivity(any) }, a *Agent) {
 	for _, concern := range a.Activities() {
 		env.RegisterActivity(concern)
 	}
+}
+
+// actingActivities are a's activities whose request is contract.Signed.
+func actingActivities(a *Agent) []string {
+	signed := reflect.TypeFor[contract.Signed]()
+	var out []string
+	for _, concern := range a.Activities() {
+		typ := reflect.TypeOf(concern)
+		for i := range typ.NumMethod() {
+			if m := typ.Method(i); m.Type.NumIn() > 2 && m.Type.In(2).Implements(signed) {
+				out = append(out, m.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // gated is o with a's gate among its interceptors.
