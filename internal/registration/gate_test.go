@@ -146,7 +146,7 @@ func TestGateRefusesEveryUnsignedActingRequest(t *testing.T) {
 			continue
 		}
 		if !wire.reached[name] || app == nil || app.Type() != "Reached" {
-			t.Errorf("%s (contract.Unsigned) unsigned: %v; want it past the gate", name, err)
+			t.Errorf("%s (not contract.Signed) unsigned: %v; want it past the gate, as one of contract.Unsigned", name, err)
 		}
 	}
 	if acting == 0 {
