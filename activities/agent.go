@@ -29,9 +29,12 @@ type Config struct {
 	// DefaultContainerOptions (a real GPU node).
 	Containers ContainerOptions
 	// Policy is the node operator's limit on what a workflow may make this agent do:
-	// images, host paths mounted, Docker engines, ports. The agent always sets one (the
-	// defaults are safe); nil, for tests that build an agent by hand, allows everything.
+	// images, host paths mounted, Docker engines, ports, the keys it trusts. Nil is
+	// policy.Default().
 	Policy *policy.Policy
+	// unrestricted, for this package's tests alone, is no policy at all: any image, path,
+	// engine, port or address (loopback copies, the lab's images), and no signature.
+	unrestricted bool
 }
 
 // Agent is the activities a node agent runs on its own node, one struct per concern, each
@@ -58,11 +61,19 @@ type Agent struct {
 	DataPlane *DataPlane
 	// Weights describes, serves, copies and cleans up the model's files.
 	Weights *Weights
+
+	// base is what they share, for the gate.
+	base *nodeBase
 }
 
 // New builds the agent of one node.
 func New(c Config) *Agent {
-	base := &nodeBase{name: c.Name, log: c.Log, policy: c.Policy}
+	pol := c.Policy
+	if pol == nil && !c.unrestricted {
+		d := policy.Default()
+		pol = &d
+	}
+	base := &nodeBase{name: c.Name, log: c.Log, policy: pol}
 	if base.log == nil {
 		base.log = zap.NewNop()
 	}
@@ -85,6 +96,7 @@ func New(c Config) *Agent {
 		VLLM:         vllm,
 		DataPlane:    &DataPlane{nodeBase: base, net: net, docker: dock},
 		Weights:      newWeights(base, net, mnt),
+		base:         base,
 	}
 }
 
@@ -98,8 +110,9 @@ func (a *Agent) Activities() []any {
 // its operator's policy. It has no exported method: it is embedded in every activity
 // struct, and anything exported would become an activity of each.
 type nodeBase struct {
-	name   string
-	log    *zap.Logger
+	name string
+	log  *zap.Logger
+	// policy is nil only for tests' unrestricted agents (Config.unrestricted).
 	policy *policy.Policy
 }
 

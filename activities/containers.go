@@ -317,16 +317,14 @@ func (cs *Containers) PreflightNode(ctx context.Context, req contract.PreflightR
 	if err := cs.checkNode(req.Node); err != nil {
 		return contract.PreflightResult{}, err
 	}
-	var signed *spec.Cluster
-	if cs.enforced() {
+	signed, err := cs.signedSpec(ctx)
+	if err != nil {
+		return contract.PreflightResult{}, err
+	}
+	if c := signed; c != nil {
 		if req.Spec == nil {
 			return contract.PreflightResult{}, cs.deny("signed intent: a preflight without the spec")
 		}
-		c, err := cs.signedSpec(req.Intent, *req.Spec)
-		if err != nil {
-			return contract.PreflightResult{}, err
-		}
-		signed = c
 		if req.Image != c.Image {
 			return contract.PreflightResult{}, cs.deny("signed intent: image %s is not the signed spec's %s", req.Image, c.Image)
 		}
@@ -369,12 +367,9 @@ func (cs *Containers) RemoveContainers(ctx context.Context, req contract.RemoveR
 	if err := cs.checkNode(req.Node); err != nil {
 		return res, err
 	}
-	if c, err := cs.signedRemoval(req.Intent); err != nil {
+	if c, err := cs.signedSpec(ctx); err != nil {
 		return res, err
 	} else if c != nil {
-		if req.Cluster != c.Name {
-			return res, cs.deny("signed intent: a removal of cluster %s with the signed spec of cluster %s", req.Cluster, c.Name)
-		}
 		if err := cs.signedDockerHost(c, req.DockerHost); err != nil {
 			return res, err
 		}

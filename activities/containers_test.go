@@ -116,7 +116,7 @@ func containersOf(t *testing.T, eng *client.Client, cluster string) []string {
 
 // testConfig is an agent whose containers have no network; testNode is its agent.
 func testConfig(name string) Config {
-	return Config{Name: name, Containers: ContainerOptions{Network: "none", StopTimeout: 2 * time.Second}}
+	return Config{Name: name, Containers: ContainerOptions{Network: "none", StopTimeout: 2 * time.Second}, unrestricted: true}
 }
 
 func testNode(name string) *Agent { return New(testConfig(name)) }

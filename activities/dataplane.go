@@ -136,7 +136,7 @@ const proofLauncher = `f=$1; p=$2; shift 2; mkdir -p "$(dirname "$f")" && printf
 func (dp *DataPlane) proveInFreshContainer(ctx context.Context, req contract.ProofRequest, rank dataplane.Node) (contract.ProofResult, error) {
 	fr := *req.Fresh
 	n, _ := fr.Spec.Node(req.Node)
-	c, err := dp.signedDeployment(fr.Intent, fr.Spec, fr.Deployment)
+	c, err := dp.signedSpec(ctx)
 	if err == nil {
 		err = dp.net.signedProof(c, req)
 	}

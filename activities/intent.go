@@ -1,125 +1,32 @@
 package activities
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
 
-// Signed intent (package intent): with trusted_keys in the node's policy, every request
-// that makes the agent act — a container started, vLLM launched or watched, model files
-// served, written or removed, containers removed — must carry a spec signed by a trusted
-// key, and the agent acts only as that spec says: the request's spec must be the signed
-// one (the executor auto may have become ray or mp), its deployment the signed spec's
-// cluster and hash, the directories the model's own, the address the node's own. What is
-// measured (the plan's addresses, interfaces and env) cannot be signed in advance; the
-// rest of the policy bounds it as it does without trusted_keys. Reads and probes
-// (ProbeNode, the reachability listeners and dials, ReadImage, ModelManifest, placement
-// and Ray checks, boot IDs) need no signature.
+// Signed intent (package intent): with trusted_keys in the node's policy, the agent acts
+// only on requests carrying a spec signed by a trusted key, and only as that spec says.
+// Which requests those are is package contract's (contract.Signed, contract.Unsigned);
+// the gate (gate.go) verifies the signature, its times and the request's spec and
+// deployment before any activity runs. What is left here are the checks of what a request
+// says beside its spec, against the spec the gate verified (signedSpec): the engine, the
+// directories the model's own, the addresses the node's own and the head's as pinned. What
+// is measured (the plan's addresses, interfaces and env) cannot be signed in advance; the
+// rest of the policy bounds it as it does without trusted_keys.
 
 // LabelIntent marks a container started for a verified signed spec: its value is the
 // signed spec's hash. With trusted_keys, the agent execs in, reads and adopts only
 // containers that carry it (a container from before trusted_keys is replaced).
 const LabelIntent = "tpdeploy.intent"
-
-// enforced says whether this node acts only on signed specs.
-func (b *nodeBase) enforced() bool { return b.policy != nil && b.policy.Enforced() }
-
-// signed verifies a request's intent with the node's trusted keys, refuses it when it has
-// expired or was signed before the policy's intents_not_before, and returns the spec it
-// signs; nil and no error when the node does not require signatures.
-func (b *nodeBase) signed(in *contract.Intent) (*spec.Cluster, error) {
-	c, err := b.verified(in)
-	if c == nil || err != nil {
-		return c, err
-	}
-	if err := intent.Current(in, time.Now(), b.policy.NotBefore); err != nil {
-		fix := "sign the spec again (starter deploy --sign-key-file FILE, with --sign-valid-for for a new expiry)"
-		var te *intent.TimeError
-		if errors.As(err, &te) && !te.Expired {
-			fix += fmt.Sprintf("; this node's %s is %s (%s, %s)", policy.SettingNotBefore, b.policy.NotBefore.Format(time.RFC3339), b.policy.File, policy.FlagNotBefore)
-		}
-		return nil, b.deny("signed intent: %v: %s", err, fix)
-	}
-	return c, nil
-}
-
-// signedRemoval is signed for a request that starts nothing: a removal of what the
-// cluster made (its containers, a copy's partial files) and the supervisor's checks of
-// what serves (EndpointKey). An expired or revoked signature of the cluster's spec still
-// does these, so a deploy whose signature expires midway cleans up after itself, an old
-// cluster is torn down without a new signature, and a cluster that serves is still seen
-// to serve once its signature expired. The key must still be trusted.
-func (b *nodeBase) signedRemoval(in *contract.Intent) (*spec.Cluster, error) { return b.verified(in) }
-
-// checkedSpec is signedSpec for what starts nothing (signedRemoval): the times are not
-// checked.
-func (b *nodeBase) checkedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
-	c, err := b.verified(in)
-	if c == nil || err != nil {
-		return c, err
-	}
-	if err := intent.Matches(*c, sent); err != nil {
-		return nil, b.deny("signed intent: %v", err)
-	}
-	return c, nil
-}
-
-// verified checks the intent's signature with the node's trusted keys, not its times.
-func (b *nodeBase) verified(in *contract.Intent) (*spec.Cluster, error) {
-	if !b.enforced() {
-		return nil, nil
-	}
-	trusted := fmt.Sprintf("%s: %s in %s, or %s", policy.SettingTrustedKeys, strings.Join(b.policy.TrustedKeyNames(), ", "), b.policy.File, policy.FlagTrustKey)
-	if in == nil {
-		return nil, b.deny("the request is unsigned, and this node acts only on specs signed by a key it trusts (%s); deploy with starter --sign-key-file", trusted)
-	}
-	k, ok := b.policy.TrustedKey(in.KeyID)
-	if !ok {
-		return nil, b.deny("the request's spec is signed by %s, a key this node does not trust (%s)", in.KeyID, trusted)
-	}
-	c, err := intent.Verify(in, k.Key)
-	if err != nil {
-		return nil, b.deny("signed intent: %v", err)
-	}
-	return &c, nil
-}
-
-// signedSpec is signed, and the request's spec must be the signed one.
-func (b *nodeBase) signedSpec(in *contract.Intent, sent spec.Cluster) (*spec.Cluster, error) {
-	c, err := b.signed(in)
-	if c == nil || err != nil {
-		return c, err
-	}
-	if err := intent.Matches(*c, sent); err != nil {
-		return nil, b.deny("signed intent: %v", err)
-	}
-	return c, nil
-}
-
-// signedDeployment is signedSpec, and the containers' deployment must be the signed
-// spec's cluster and hash.
-func (b *nodeBase) signedDeployment(in *contract.Intent, sent spec.Cluster, d contract.Deployment) (*spec.Cluster, error) {
-	c, err := b.signedSpec(in, sent)
-	if c == nil || err != nil {
-		return c, err
-	}
-	if d.Cluster != c.Name || d.SpecHash != c.Hash() {
-		return nil, b.deny("signed intent: the deployment is of cluster %s spec %s, the signed spec is cluster %s spec %s", d.Cluster, d.SpecHash, c.Name, c.Hash())
-	}
-	return c, nil
-}
 
 // signedNode is the signed spec's entry for this node.
 func (b *nodeBase) signedNode(c *spec.Cluster) (spec.Node, error) {
@@ -229,11 +136,10 @@ func (b *nodeBase) signedJoin(d spec.Cluster, join string, port int, what string
 }
 
 // signedSource checks the address of the head's model server a copy is told to fetch from
-// against the signed spec's pins (the head's nodes[].address, network.subnet).
-func (b *nodeBase) signedSource(in *contract.Intent, from netip.AddrPort) error {
-	c, err := b.signed(in)
-	if c == nil || err != nil {
-		return err
+// against the verified spec c's pins (the head's nodes[].address, network.subnet).
+func (b *nodeBase) signedSource(c *spec.Cluster, from netip.AddrPort) error {
+	if c == nil {
+		return nil
 	}
 	d := c.WithDefaults()
 	hi, head, _ := nodeIndex(d, d.Head().Name)
@@ -241,11 +147,10 @@ func (b *nodeBase) signedSource(in *contract.Intent, from netip.AddrPort) error 
 }
 
 // signedOwnAddress checks an address of this node a request gives (the model server's)
-// against the signed spec's pins.
-func (b *nodeBase) signedOwnAddress(in *contract.Intent, addr netip.Addr) error {
-	c, err := b.signed(in)
-	if c == nil || err != nil {
-		return err
+// against the verified spec c's pins.
+func (b *nodeBase) signedOwnAddress(c *spec.Cluster, addr netip.Addr) error {
+	if c == nil {
+		return nil
 	}
 	d := c.WithDefaults()
 	i, n, ok := nodeIndex(d, b.name)
@@ -256,13 +161,12 @@ func (b *nodeBase) signedOwnAddress(in *contract.Intent, addr netip.Addr) error 
 }
 
 // signedPeers checks the addresses a model server is told to serve (the copying nodes'
-// planned addresses) against the signed spec's pins: each inside network.subnet when it
-// is pinned, and, when every other node pins its nodes[].address, one of those. A plan
+// planned addresses) against the verified spec c's pins: each inside network.subnet when
+// it is pinned, and, when every other node pins its nodes[].address, one of those. A plan
 // cannot open the model to an address the operator did not sign.
-func (b *nodeBase) signedPeers(in *contract.Intent, peers []netip.Addr) error {
-	c, err := b.signed(in)
-	if c == nil || err != nil {
-		return err
+func (b *nodeBase) signedPeers(c *spec.Cluster, peers []netip.Addr) error {
+	if c == nil {
+		return nil
 	}
 	d := c.WithDefaults()
 	pinned := map[netip.Addr]bool{}
@@ -319,28 +223,12 @@ func sortedEnvNames(env map[string]string) []string {
 	return names
 }
 
-// signedModelRoot refuses a model directory that is not the signed spec's: model.host_dir,
-// or a snapshot of model.path in its hf_cache.
-func (b *nodeBase) signedModelRoot(in *contract.Intent, root string) error {
-	c, err := b.signed(in)
-	if c == nil || err != nil {
-		return err
+// signedModelRoot refuses a model directory that is not the verified spec c's:
+// model.host_dir, or a snapshot of model.path in its hf_cache.
+func (b *nodeBase) signedModelRoot(c *spec.Cluster, root string) error {
+	if c == nil {
+		return nil
 	}
-	return b.modelRootOf(c, root)
-}
-
-// signedRemovalModelRoot is signedModelRoot for the removal of a copy's partial files,
-// which an expired or revoked signature still does (signedRemoval).
-func (b *nodeBase) signedRemovalModelRoot(in *contract.Intent, root string) error {
-	c, err := b.signedRemoval(in)
-	if c == nil || err != nil {
-		return err
-	}
-	return b.modelRootOf(c, root)
-}
-
-// modelRootOf refuses a model directory that is not the verified spec c's.
-func (b *nodeBase) modelRootOf(c *spec.Cluster, root string) error {
 	d := c.WithDefaults()
 	clean := filepath.Clean(root)
 	if d.Model.HostDir != "" && clean == filepath.Clean(d.Model.HostDir) {

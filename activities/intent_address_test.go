@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/intent"
@@ -151,8 +152,15 @@ func TestPinnedAddressesBindThePlan(t *testing.T) {
 	}
 
 	// The operator's plan, as the pins say, passes: the worker starts (and joins nothing
-	// here, no head runs at the pinned address).
-	ref, err := b.Ray.StartRayWorker(t.Context(), worker(ownPlan, at(head, 6379)))
+	// here, no head runs at the pinned address), past the gate as the worker runs it.
+	var suite testsuite.WorkflowTestSuite
+	aenv := suite.NewTestActivityEnvironment()
+	registerAgent(aenv, b)
+	var ref contract.ContainerRef
+	v, err := aenv.ExecuteActivity(contract.ActivityStartRayWorker, worker(ownPlan, at(head, 6379)))
+	if err == nil {
+		err = v.Get(&ref)
+	}
 	if err != nil {
 		t.Fatalf("the plan the pins allow: %v", err)
 	}

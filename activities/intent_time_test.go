@@ -70,8 +70,29 @@ func timedRequests(c spec.Cluster, in *contract.Intent, own netip.Prefix) map[st
 	}
 }
 
-// startsNothing are the requests an expired or revoked signature still makes the agent do.
-var startsNothing = map[string]bool{"container removal": true, "partial file removal": true}
+// startsNothing says whether package contract makes req a removal, which an expired or
+// revoked signature still makes the agent do.
+func startsNothing(req any) bool {
+	s, ok := req.(contract.Signed)
+	return ok && s.Signature().Removal
+}
+
+// timedRequests holds a request of every activity package contract makes Signed.
+func TestTimedRequestsCoverEveryActingActivity(t *testing.T) {
+	covered := map[string]bool{}
+	for _, r := range timedRequests(spec.Cluster{}, nil, netip.Prefix{}) {
+		covered[r.activity] = true
+	}
+	acting := actingActivities(New(Config{Name: "node-a"}))
+	if len(acting) == 0 {
+		t.Fatal("no acting activity")
+	}
+	for _, name := range acting {
+		if !covered[name] {
+			t.Errorf("timedRequests has no request of %s, which contract makes Signed", name)
+		}
+	}
+}
 
 // A signature past its not_after, or signed before the node's intents_not_before, makes the
 // agent start nothing: every acting request is PolicyDenied naming the expiry (or the
@@ -85,8 +106,8 @@ func TestExpiredOrRevokedIntentStartsNothing(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				got := runForeign(t, a, r.activity, r.req)
 				refused := strings.HasPrefix(got, contract.ErrPolicyDenied+": node-a: signed intent: the signature expired at "+in.NotAfter.Format(time.RFC3339))
-				if refused == startsNothing[name] {
-					t.Fatalf("%s answered %q (refused for the expiry: %v, want %v)", r.activity, got, refused, !startsNothing[name])
+				if refused == startsNothing(r.req) {
+					t.Fatalf("%s answered %q (refused for the expiry: %v, want %v)", r.activity, got, refused, !startsNothing(r.req))
 				}
 				if refused && !strings.Contains(got, "--sign-valid-for") {
 					t.Errorf("the refusal %q does not say how to sign again", got)
@@ -106,8 +127,8 @@ func TestExpiredOrRevokedIntentStartsNothing(t *testing.T) {
 				got := runForeign(t, a, r.activity, r.req)
 				refused := strings.HasPrefix(got, contract.ErrPolicyDenied+": node-a: signed intent: the spec was signed at "+old.SignedAt.Format(time.RFC3339)) &&
 					strings.Contains(got, "intents_not_before is "+a.Containers.policy.NotBefore.Format(time.RFC3339)+" (/etc/tpdeploy/policy.yaml, --intents-not-before)")
-				if refused == startsNothing[name] {
-					t.Fatalf("%s answered %q (refused for intents_not_before: %v, want %v)", r.activity, got, refused, !startsNothing[name])
+				if refused == startsNothing(r.req) {
+					t.Fatalf("%s answered %q (refused for intents_not_before: %v, want %v)", r.activity, got, refused, !startsNothing(r.req))
 				}
 			})
 		}

@@ -77,7 +77,7 @@ func (v *VLLM) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
-	c, err := v.signedDeployment(req.Intent, req.Spec, req.Deployment)
+	c, err := v.signedSpec(ctx)
 	if err == nil {
 		err = v.net.signedRank(c, req)
 	}
@@ -128,7 +128,7 @@ func (v *VLLM) PrepareMaster(ctx context.Context, req contract.RankRequest) (con
 	if err := v.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.MasterPort()) }); err != nil {
 		return contract.MasterCheck{}, err
 	}
-	if c, err := v.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
+	if c, err := v.signedSpec(ctx); err != nil {
 		return contract.MasterCheck{}, err
 	} else if err := v.net.signedRank(c, req); err != nil {
 		return contract.MasterCheck{}, err

@@ -40,7 +40,7 @@ func seedLab(t testing.TB, n int) (*labnet.Topology, []*Agent) {
 	})
 	agents := make([]*Agent, n)
 	for i, node := range topo.Nodes {
-		agents[i] = New(Config{Name: node.Name, NetNS: node.NetNS})
+		agents[i] = New(Config{Name: node.Name, NetNS: node.NetNS, unrestricted: true})
 	}
 	return topo, agents
 }
@@ -271,7 +271,7 @@ func TestCutNodeIsRejectedWithReason(t *testing.T) {
 }
 
 func TestTaskForAnotherNodeIsRefused(t *testing.T) {
-	a := New(Config{Name: "node-a"})
+	a := New(Config{Name: "node-a", unrestricted: true})
 	_, err := a.Probe.ProbeNode(context.Background(), contract.ProbeRequest{Node: "node-b"})
 	if err == nil || !strings.Contains(err.Error(), `task for node "node-b" reached the agent of node "node-a"`) {
 		t.Errorf("err = %v", err)

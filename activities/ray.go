@@ -29,7 +29,7 @@ func (r *Ray) StartRayHead(ctx context.Context, req contract.StartRayRequest) (c
 	if err := r.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	c, err := r.signedRay(req)
+	c, err := r.signedRay(ctx, req)
 	if err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -45,7 +45,7 @@ func (r *Ray) StartRayWorker(ctx context.Context, req contract.StartRayRequest) 
 	if err := r.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	c, err := r.signedRay(req)
+	c, err := r.signedRay(ctx, req)
 	if err != nil {
 		return contract.ContainerRef{}, err
 	}
@@ -58,10 +58,10 @@ func (r *Ray) StartRayWorker(ctx context.Context, req contract.StartRayRequest) 
 	return r.docker.ensureContainer(ctx, n.DockerHost, labelled(r.docker.withRDMA(rayWorkerSpec(req, r.docker.opts), req.Plan), c), req.Replace)
 }
 
-// signedRay checks a Ray start against the signed spec: the spec and deployment signed,
-// the planned address the node's own and as pinned, the head to join as pinned.
-func (r *Ray) signedRay(req contract.StartRayRequest) (*spec.Cluster, error) {
-	c, err := r.signedDeployment(req.Intent, req.Spec, req.Deployment)
+// signedRay checks a Ray start against the verified spec: the planned address the node's
+// own and as pinned, the head to join as pinned.
+func (r *Ray) signedRay(ctx context.Context, req contract.StartRayRequest) (*spec.Cluster, error) {
+	c, err := r.signedSpec(ctx)
 	if c == nil || err != nil {
 		return c, err
 	}

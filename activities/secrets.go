@@ -69,8 +69,10 @@ func (v *VLLM) endpointKey(c spec.Cluster, endpoint string) (string, error) {
 // activity.
 func EndpointKey(v *VLLM) func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
 	return func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error) {
-		if _, err := v.checkedSpec(in, c); err != nil {
-			return "", err
+		if v.enforced() {
+			if _, err := v.verify(contract.Signature{Intent: in, Removal: true, Spec: &c}); err != nil {
+				return "", err
+			}
 		}
 		return v.endpointKey(c, endpoint)
 	}

@@ -43,9 +43,6 @@ func (v *VLLM) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 	if err := v.checkNode(req.Node); err != nil {
 		return contract.ServingProgress{}, err
 	}
-	if _, err := v.signedSpec(req.Intent, req.Spec); err != nil {
-		return contract.ServingProgress{}, err
-	}
 	p := req.Cursor
 	if activity.HasHeartbeatDetails(ctx) {
 		var hb contract.ServingProgress

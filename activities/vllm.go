@@ -35,9 +35,6 @@ func (v *VLLM) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (cont
 	if err := v.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	if _, err := v.signedDeployment(req.Intent, req.Spec, req.Deployment); err != nil {
-		return contract.ContainerRef{}, err
-	}
 	secrets, err := v.secretEnv(req.Spec.Secrets, true)
 	if err != nil {
 		return contract.ContainerRef{}, err

@@ -124,7 +124,9 @@ func (w *Weights) PrepareModelCopy(ctx context.Context, req contract.PrepareMode
 	if err := w.checkNode(req.Node); err != nil {
 		return contract.ModelCopyKey{}, err
 	}
-	if err := w.signedModelRoot(req.Intent, req.Root); err != nil {
+	if c, err := w.signedSpec(ctx); err != nil {
+		return contract.ModelCopyKey{}, err
+	} else if err := w.signedModelRoot(c, req.Root); err != nil {
 		return contract.ModelCopyKey{}, err
 	}
 	key, err := w.keys.New(req.TTL)
@@ -145,10 +147,14 @@ func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelSer
 	if !req.Addr.IsValid() {
 		return contract.ModelServer{}, temporal.NewNonRetryableApplicationError("a model server needs the node's address", contract.ErrBadRequest, nil)
 	}
-	if err := w.signedModelRoot(req.Intent, req.Root); err != nil {
+	signed, err := w.signedSpec(ctx)
+	if err != nil {
 		return contract.ModelServer{}, err
 	}
-	if err := w.signedOwnAddress(req.Intent, req.Addr); err != nil {
+	if err := w.signedModelRoot(signed, req.Root); err != nil {
+		return contract.ModelServer{}, err
+	}
+	if err := w.signedOwnAddress(signed, req.Addr); err != nil {
 		return contract.ModelServer{}, err
 	}
 	for _, f := range req.Files {
@@ -167,7 +173,7 @@ func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelSer
 			return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("key %q is not a hex SHA-256", k), contract.ErrBadRequest, nil)
 		}
 	}
-	if err := w.signedPeers(req.Intent, req.Peers); err != nil {
+	if err := w.signedPeers(signed, req.Peers); err != nil {
 		return contract.ModelServer{}, err
 	}
 	if err := w.net.checkPeers(req.Peers); err != nil {
@@ -238,15 +244,19 @@ func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) 
 	if err := checkSyncRequest(req); err != nil {
 		return res, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
 	}
-	if err := w.signedModelRoot(req.Intent, req.Root); err != nil {
+	signed, err := w.signedSpec(ctx)
+	if err != nil {
+		return res, err
+	}
+	if err := w.signedModelRoot(signed, req.Root); err != nil {
 		return res, err
 	}
 	// The server to fetch from must be the head's, and the address to dial from this
 	// node's, as the signed spec pins them.
-	if err := w.signedSource(req.Intent, req.From); err != nil {
+	if err := w.signedSource(signed, req.From); err != nil {
 		return res, err
 	}
-	if err := w.signedOwnAddress(req.Intent, req.Addr); err != nil {
+	if err := w.signedOwnAddress(signed, req.Addr); err != nil {
 		return res, err
 	}
 	if len(req.Files) > maxSyncFiles {
@@ -370,7 +380,9 @@ func (w *Weights) RemovePartialModel(ctx context.Context, req contract.RemovePar
 	if req.Root == "" {
 		return res, temporal.NewNonRetryableApplicationError("no directory to clean", contract.ErrBadRequest, nil)
 	}
-	if err := w.signedRemovalModelRoot(req.Intent, req.Root); err != nil {
+	if c, err := w.signedSpec(ctx); err != nil {
+		return res, err
+	} else if err := w.signedModelRoot(c, req.Root); err != nil {
 		return res, err
 	}
 	dir, root, err := w.mounts.beneath(req.Root, "model directory")

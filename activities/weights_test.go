@@ -132,7 +132,7 @@ type agent struct {
 
 func newAgent(t *testing.T, name string, bg context.Context) *agent {
 	t.Helper()
-	return newAgentWith(t, Config{Name: name}, bg)
+	return newAgentWith(t, Config{Name: name, unrestricted: true}, bg)
 }
 
 // newAgentWith is newAgent of an agent configured as c.
@@ -142,7 +142,7 @@ func newAgentWith(t *testing.T, c Config, bg context.Context) *agent {
 	g := &agent{node: New(c), env: suite.NewTestActivityEnvironment()}
 	registerAgent(g.env, g.node)
 	if bg != nil {
-		g.env.SetWorkerOptions(worker.Options{BackgroundActivityContext: bg})
+		g.env.SetWorkerOptions(gated(g.node, worker.Options{BackgroundActivityContext: bg}))
 	}
 	g.env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
 		var p contract.SyncProgress

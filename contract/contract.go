@@ -529,6 +529,9 @@ type ProofRequest struct {
 	// in a one-shot container made as this node's vLLM rank's container would be: the
 	// same image, env, network, GPUs and RDMA devices. Container is then unused.
 	Fresh *RankRequest `json:"fresh,omitempty"`
+	// Intent is the operator's signed spec (see Intent); a Fresh rank's own is used
+	// when it is unset (a proof of an older deploy).
+	Intent *Intent `json:"intent,omitempty"`
 }
 
 // ProofResult is one rank's proof: parsed, with what the agent knows of its container,

@@ -183,8 +183,8 @@ func run(ctx context.Context, args []string) error {
 	workerOpts.Interceptors = append(workerOpts.Interceptors, labHooks(z)...)
 	wf := worker.New(c, contract.WorkflowQueue, workerOpts)
 	workflows.RegisterAll(wf)
-	nodeWorker := worker.New(c, contract.NodeQueue(*node), workerOpts)
 	agent := activities.New(activities.Config{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, SysRoot: *sysRoot, Containers: ctr, Policy: &nodePolicy})
+	nodeWorker := worker.New(c, contract.NodeQueue(*node), registration.NodeOptions(workerOpts, agent))
 	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter},
 		APIKey: activities.EndpointKey(agent.VLLM)})
 

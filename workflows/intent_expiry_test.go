@@ -18,7 +18,7 @@ import (
 // preflight, nothing started) and the cluster goes degraded with the expiry as its cause;
 // the operator's deploy of the spec signed again hands the supervisor the new signature,
 // and the next recovery serves. (The agents' refusal is package intent's check, as
-// activities/intent.go makes it.)
+// the agent's gate, activities/gate.go, makes it.)
 func TestSupervisorWithAnExpiredSignature(t *testing.T) {
 	pub, priv, _ := intent.GenerateKey()
 	s := fakeagents.SeedSpec()

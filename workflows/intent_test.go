@@ -1,13 +1,19 @@
 package workflows
 
 import (
+	"context"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/intent"
@@ -37,6 +43,59 @@ func carriesIntent(t *testing.T, f *fakeagents.Agents, in *contract.Intent, want
 	}
 }
 
+// signedRequests records the intent of every activity request package contract makes
+// Signed, as an agent's gate would see it, whatever the fake agents record by hand.
+type signedRequests struct {
+	interceptor.WorkerInterceptorBase
+	mu      sync.Mutex
+	intents map[string][]*contract.Intent
+}
+
+// recordSigned installs a signedRequests on env's worker.
+func recordSigned(env *testsuite.TestWorkflowEnvironment) *signedRequests {
+	r := &signedRequests{intents: map[string][]*contract.Intent{}}
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{r}})
+	return r
+}
+
+func (r *signedRequests) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	return &signedInbound{ActivityInboundInterceptorBase: interceptor.ActivityInboundInterceptorBase{Next: next}, r: r}
+}
+
+type signedInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	r *signedRequests
+}
+
+func (i *signedInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
+	if len(in.Args) > 0 {
+		if s, ok := in.Args[0].(contract.Signed); ok {
+			i.r.mu.Lock()
+			name := activity.GetInfo(ctx).ActivityType.Name
+			i.r.intents[name] = append(i.r.intents[name], s.Signature().Intent)
+			i.r.mu.Unlock()
+		}
+	}
+	return i.Next.ExecuteActivity(ctx, in)
+}
+
+// everySignedCarries checks that every request contract makes Signed carried exactly in.
+func everySignedCarries(t *testing.T, r *signedRequests, in *contract.Intent) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.intents) == 0 {
+		t.Fatal("no signed request was made")
+	}
+	for name, list := range r.intents {
+		for i, x := range list {
+			if !intent.Same(x, in) {
+				t.Errorf("%s call %d carried %v, not the deploy's intent", name, i+1, x)
+			}
+		}
+	}
+}
+
 // Every request that makes an agent act carries the deploy's signed intent unchanged, over
 // Ray, in vLLM's own multi-node mode, through model.sync's copy and the compensations.
 func TestEveryActingRequestCarriesTheIntent(t *testing.T) {
@@ -46,11 +105,13 @@ func TestEveryActingRequestCarriesTheIntent(t *testing.T) {
 		s := fakeagents.SeedSpec()
 		in := intent.Sign(priv, s)
 		env := newEnv(t, f)
+		signed := recordSigned(env)
 		executeDeploy(env, DeployRequest{Spec: s, Intent: in})
 		if err := env.GetWorkflowError(); err != nil {
 			t.Fatal(err)
 		}
 		carriesIntent(t, f, in, "PreflightNode node-a", "PreflightNode node-b", "StartRayHead node-a", "StartRayWorker node-b", "LaunchVLLM node-a", "WatchServing node-a")
+		everySignedCarries(t, signed, in)
 	})
 	t.Run("mp", func(t *testing.T) {
 		f := fakeagents.New()
@@ -62,11 +123,13 @@ func TestEveryActingRequestCarriesTheIntent(t *testing.T) {
 		s := fakeagents.SeedSpec()
 		in := intent.Sign(priv, s)
 		env := newEnv(t, f)
+		signed := recordSigned(env)
 		executeDeploy(env, DeployRequest{Spec: s, Intent: in})
 		if err := env.GetWorkflowError(); err != nil {
 			t.Fatal(err)
 		}
 		carriesIntent(t, f, in, "PrepareMaster node-a", "StartVLLMRank node-a", "StartVLLMRank node-b", "WatchServing node-a", "WatchServing node-b")
+		everySignedCarries(t, signed, in)
 	})
 	t.Run("model copy and compensations", func(t *testing.T) {
 		f := fakeagents.New()
@@ -79,23 +142,27 @@ func TestEveryActingRequestCarriesTheIntent(t *testing.T) {
 		s.Model.Sync = spec.SyncFromHead
 		in := intent.Sign(priv, s)
 		env := newEnv(t, f)
+		signed := recordSigned(env)
 		executeDeploy(env, DeployRequest{Spec: s, Intent: in})
 		if err := env.GetWorkflowError(); err == nil {
 			t.Fatal("the deploy served with a failing launch")
 		}
 		carriesIntent(t, f, in, "PrepareModelCopy node-b", "OpenModelServer node-a", "SyncModel node-b", "RemovePartialModel node-b", "RemoveContainers node-a", "RemoveContainers node-b")
+		everySignedCarries(t, signed, in)
 	})
 	t.Run("teardown", func(t *testing.T) {
 		f := fakeagents.New()
 		s := fakeagents.SeedSpec()
 		in := intent.Sign(priv, s)
 		env := newEnv(t, f)
+		signed := recordSigned(env)
 		env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: contract.TeardownWorkflowID(s.Name)})
 		env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: s, Intent: in})
 		if err := env.GetWorkflowError(); err != nil {
 			t.Fatal(err)
 		}
 		carriesIntent(t, f, in, "RemoveContainers node-a", "RemoveContainers node-b")
+		everySignedCarries(t, signed, in)
 	})
 }
 

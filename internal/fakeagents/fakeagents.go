@@ -311,6 +311,9 @@ func (f *Agents) ProveDataPlane(ctx context.Context, req contract.ProofRequest) 
 	if err := f.record(ctx, "ProveDataPlane", req.Node, req.Master); err != nil {
 		return contract.ProofResult{}, err
 	}
+	if err := f.signed("ProveDataPlane", req.Node, req.Intent); err != nil {
+		return contract.ProofResult{}, err
+	}
 	f.mu.Lock()
 	f.ProofRequests = append(f.ProofRequests, req)
 	f.mu.Unlock()
