@@ -149,10 +149,10 @@ type Status struct {
 	// Refused is the latest deploy when it was staged beside this one, which still
 	// serves, and failed before it stopped anything.
 	Refused *Status
-	// TornDown is the cluster's teardown when one began after the latest deploy: the
+	// Teardown is the cluster's teardown when one began after the latest deploy: the
 	// deploy's record (its result, its containers) and the supervisor's last state then
 	// describe what was there before it, not what is there now.
-	TornDown *TeardownStatus
+	Teardown *TeardownStatus
 }
 
 // TeardownStatus is a teardown run of the cluster, as Temporal records it.
@@ -172,7 +172,7 @@ type TeardownStatus struct {
 
 // Status reports the latest deploy of cluster: its state (a query), result, spec, and the
 // supervisor's incidents; or, when a teardown began since that deploy, the teardown
-// (TornDown), without the supervisor's state, which the teardown stopped.
+// (Teardown), without the supervisor's state, which the teardown stopped.
 func (c Controller) Status(ctx context.Context, cluster string) (Status, error) {
 	st, err := c.latest(ctx, cluster)
 	if err != nil {
@@ -185,7 +185,7 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 	if st.Refused != nil {
 		since = st.Refused.Started
 	}
-	if st.TornDown, err = c.teardownSince(ctx, cluster, since); err != nil || st.TornDown != nil {
+	if st.Teardown, err = c.teardownSince(ctx, cluster, since); err != nil || st.Teardown != nil {
 		return st, err
 	}
 	if q, err := c.Client.QueryWorkflow(ctx, contract.SuperviseWorkflowID(cluster), "", contract.QuerySupervision); err == nil {

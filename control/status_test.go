@@ -30,8 +30,8 @@ func TestStatusAfterTeardownIsTheTeardown(t *testing.T) {
 			t.Fatalf("deploy: %v", Reason(err))
 		}
 		st, err := ctl.Status(ctx, s.Name)
-		if err != nil || st.TornDown != nil || st.Result == nil {
-			t.Fatalf("status after the deploy: torn down %+v, result %v, %v", st.TornDown, st.Result, err)
+		if err != nil || st.Teardown != nil || st.Result == nil {
+			t.Fatalf("status after the deploy: torn down %+v, result %v, %v", st.Teardown, st.Result, err)
 		}
 	}
 	deploy()
@@ -44,7 +44,7 @@ func TestStatusAfterTeardownIsTheTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if td := st.TornDown; td == nil || td.Closed != "Failed" || td.Err == nil || td.Ended.IsZero() {
+	if td := st.Teardown; td == nil || td.Closed != "Failed" || td.Err == nil || td.Ended.IsZero() {
 		t.Fatalf("status after a failed teardown: %+v, want the failure", td)
 	}
 
@@ -57,7 +57,7 @@ func TestStatusAfterTeardownIsTheTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	td := st.TornDown
+	td := st.Teardown
 	if td == nil || td.Running || td.Closed != "Completed" || td.Err != nil || td.WorkflowID != contract.TeardownWorkflowID(s.Name) || td.RunID == "" {
 		t.Fatalf("status after the teardown: %+v, want the completed teardown", td)
 	}

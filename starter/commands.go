@@ -95,7 +95,7 @@ func watchDeploy(ctx context.Context, ctl control.Controller, cluster string, st
 			if tty {
 				fmt.Fprintln(stdout)
 			}
-			if st.TornDown != nil {
+			if st.Teardown != nil {
 				return printTornDown(stdout, cluster, st)
 			}
 			return printOutcome(stdout, st)
@@ -258,7 +258,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *asJSON {
-		if st.TornDown != nil {
+		if st.Teardown != nil {
 			return printTornDown(io.Discard, cluster, st)
 		}
 		return writeJSON(stdout, st.State)
@@ -268,7 +268,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // printStatus shows the cluster's latest deploy, or the teardown that came after it.
 func printStatus(stdout io.Writer, cluster string, st control.Status) error {
-	if st.TornDown != nil {
+	if st.Teardown != nil {
 		return printTornDown(stdout, cluster, st)
 	}
 	state := "running"
@@ -333,7 +333,7 @@ func printStatus(stdout io.Writer, cluster string, st control.Status) error {
 // the reason to exit non-zero: nothing that deploy started is there to report (or, while
 // the teardown runs or after it failed, what is there is being or was not removed).
 func printTornDown(w io.Writer, cluster string, st control.Status) error {
-	td := st.TornDown
+	td := st.Teardown
 	run := fmt.Sprintf("teardown workflow %s run %s", td.WorkflowID, td.RunID)
 	var err error
 	switch {

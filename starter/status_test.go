@@ -43,7 +43,7 @@ func TestStatusAfterATeardownSaysTornDown(t *testing.T) {
 			st := servedLab()
 			td := tt.td
 			td.WorkflowID, td.RunID = contract.TeardownWorkflowID("lab"), "teardown-run"
-			st.TornDown = &td
+			st.Teardown = &td
 			var out bytes.Buffer
 			err := printStatus(&out, "lab", st)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
