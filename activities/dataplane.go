@@ -156,21 +156,16 @@ func (dp *DataPlane) proveInFreshContainer(ctx context.Context, req contract.Pro
 	for _, d := range dp.docker.rdmaMapping(np).Mapped {
 		rank.Mapped = append(rank.Mapped, path.Base(d))
 	}
-	ref, err := dp.docker.ensureContainer(ctx, n.DockerHost, labelled(s, c), true)
-	if err != nil {
-		return contract.ProofResult{}, err
-	}
 	eng, addr, err := dp.docker.engine(n.DockerHost)
 	if err != nil {
 		return contract.ProofResult{}, err
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if _, err := eng.ContainerRemove(rctx, ref.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			dp.logger().Warn("remove the proof's container", zap.String("container", ref.Name), zap.Error(err))
-		}
-	}()
+	// Removed on every way out (shortlived.go), a create or start that failed too.
+	defer dp.removeProof(ctx, eng, s.Name, fr.Spec.Name)
+	ref, err := dp.docker.ensureContainer(ctx, n.DockerHost, labelled(s, c), true)
+	if err != nil {
+		return contract.ProofResult{}, err
+	}
 	wctx, cancel := context.WithTimeout(ctx, req.Timeout+30*time.Second)
 	defer cancel()
 	code := -1
@@ -194,6 +189,27 @@ func (dp *DataPlane) proveInFreshContainer(ctx context.Context, req contract.Pro
 		return contract.ProofResult{}, engineError(addr, "read the proof's output in "+ref.Name, err)
 	}
 	return proofResult(rank, req, out.String()+errOut.String(), code), nil
+}
+
+// removeProof removes the proof's container named name, if it is there and is this node's
+// proof of cluster: a container of that name that ensureContainer refused to replace
+// (another cluster's, or not tpdeploy's) is not the proof's to remove.
+func (dp *DataPlane) removeProof(ctx context.Context, eng containerEngine, name, cluster string) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeShortLivedTimeout)
+	defer cancel()
+	info, err := eng.ContainerInspect(ictx, name, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return
+	}
+	if err == nil && (info.Container.Config == nil || !shortLived(info.Container.Config.Labels, dp.name) || info.Container.Config.Labels[LabelCluster] != cluster) {
+		return
+	}
+	if err == nil {
+		err = removeNow(ctx, eng, info.Container.ID)
+	}
+	if err != nil {
+		dp.logger().Warn("remove the proof's container", zap.String("container", name), zap.Error(err))
+	}
 }
 
 func hcaList(req contract.ProofRequest) []string {

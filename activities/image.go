@@ -3,6 +3,7 @@ package activities
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/policy"
@@ -27,8 +29,8 @@ type Images struct {
 	cache  imageCache
 }
 
-// LabelImageRead marks the short-lived containers that read an image, so a leftover (an
-// agent killed mid-read) can be found and removed.
+// LabelImageRead marks the short-lived containers that read an image (shortlived.go), so a
+// leftover (an agent killed mid-read) can be found and removed; LabelNode says whose.
 const LabelImageRead = "tpdeploy.image-read"
 
 // imageReadTimeout bounds one read: the script only globs a few directories.
@@ -71,7 +73,7 @@ func (im *Images) ReadImage(ctx context.Context, req contract.ImageRequest) (rel
 		img.Node, img.Ref, img.Cached = im.name, req.Image, true
 		return img, nil
 	}
-	out, err := runImageRead(ctx, eng, run, id)
+	out, err := im.runImageRead(ctx, eng, run, id)
 	if err != nil {
 		return release.Image{}, fmt.Errorf("%s: read image %s: %w", im.name, req.Image, err)
 	}
@@ -87,13 +89,23 @@ func (im *Images) ReadImage(ctx context.Context, req contract.ImageRequest) (rel
 }
 
 // runImageRead runs the read script in a fresh container of image and returns its output.
-func runImageRead(ctx context.Context, eng imageReader, image, id string) (string, error) {
+// The container is removed on every way out, a failed create too: a create whose answer
+// was lost (the deadline passed while the engine made it) leaves a container all the same,
+// which its name, chosen here, finds.
+func (im *Images) runImageRead(ctx context.Context, eng imageReader, image, id string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, imageReadTimeout)
 	defer cancel()
+	name := "tpdeploy-image-read-" + strings.ToLower(rand.Text()[:16])
+	defer func() {
+		if err := removeNow(ctx, eng, name); err != nil {
+			im.logger().Warn("remove the image-read container", zap.String("container", name), zap.Error(err))
+		}
+	}()
 	created, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: name,
 		Config: &container.Config{
 			Image: image, Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{release.ReadScript},
-			Labels: map[string]string{LabelImageRead: id}, NetworkDisabled: true,
+			Labels: map[string]string{LabelImageRead: id, LabelNode: im.name}, NetworkDisabled: true,
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode: "none", ReadonlyRootfs: true, CapDrop: []string{"ALL"},
@@ -103,11 +115,6 @@ func runImageRead(ctx context.Context, eng imageReader, image, id string) (strin
 	if err != nil {
 		return "", fmt.Errorf("create: %w", err)
 	}
-	defer func() {
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer rcancel()
-		_, _ = eng.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true})
-	}()
 	wait := eng.ContainerWait(ctx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		// An image without a shell fails here, with the engine's own words.

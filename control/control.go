@@ -132,6 +132,8 @@ type Status struct {
 	WorkflowID string
 	RunID      string
 	Running    bool
+	// Started is when the deploy run began (the Temporal server's clock).
+	Started time.Time
 	// Closed is Temporal's status for a finished deploy: Completed, Failed, Canceled, ...
 	Closed string
 	State  workflows.State
@@ -147,10 +149,30 @@ type Status struct {
 	// Refused is the latest deploy when it was staged beside this one, which still
 	// serves, and failed before it stopped anything.
 	Refused *Status
+	// Teardown is the cluster's teardown when one began after the latest deploy: the
+	// deploy's record (its result, its containers) and the supervisor's last state then
+	// describe what was there before it, not what is there now.
+	Teardown *TeardownStatus
+}
+
+// TeardownStatus is a teardown run of the cluster, as Temporal records it.
+type TeardownStatus struct {
+	WorkflowID string
+	RunID      string
+	Running    bool
+	// Closed is Temporal's status for a finished teardown: Completed, Failed, ...
+	Closed string
+	// Started and Ended are when it began and closed (zero while it runs).
+	Started, Ended time.Time
+	// Removed counts the containers it removed, when it completed.
+	Removed int
+	// Err is why it did not complete.
+	Err error
 }
 
 // Status reports the latest deploy of cluster: its state (a query), result, spec, and the
-// supervisor's incidents.
+// supervisor's incidents; or, when a teardown began since that deploy, the teardown
+// (Teardown), without the supervisor's state, which the teardown stopped.
 func (c Controller) Status(ctx context.Context, cluster string) (Status, error) {
 	st, err := c.latest(ctx, cluster)
 	if err != nil {
@@ -158,6 +180,13 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 	}
 	if q, err := c.Client.QueryWorkflow(ctx, st.WorkflowID, st.RunID, contract.QueryState); err == nil {
 		_ = q.Get(&st.State)
+	}
+	since := st.Started
+	if st.Refused != nil {
+		since = st.Refused.Started
+	}
+	if st.Teardown, err = c.teardownSince(ctx, cluster, since); err != nil || st.Teardown != nil {
+		return st, err
 	}
 	if q, err := c.Client.QueryWorkflow(ctx, contract.SuperviseWorkflowID(cluster), "", contract.QuerySupervision); err == nil {
 		var sv workflows.Supervision
@@ -167,6 +196,42 @@ func (c Controller) Status(ctx context.Context, cluster string) (Status, error) 
 		}
 	}
 	return st, nil
+}
+
+// teardownSince is the cluster's latest teardown when it began after since (the latest
+// deploy's start), or nil. A teardown cancels a running deploy before it removes
+// anything, and a deploy cannot start while one runs, so one that began later than the
+// latest deploy is the last word on the cluster.
+func (c Controller) teardownSince(ctx context.Context, cluster string, since time.Time) (*TeardownStatus, error) {
+	id := contract.TeardownWorkflowID(cluster)
+	//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", id, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	td := &TeardownStatus{WorkflowID: id, RunID: info.GetExecution().GetRunId(), Started: info.GetStartTime().AsTime(),
+		Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
+	if !td.Started.After(since) {
+		return nil, nil
+	}
+	if td.Running {
+		return td, nil
+	}
+	td.Closed, td.Ended = closedName(info.GetStatus()), info.GetCloseTime().AsTime()
+	var res workflows.TeardownResult
+	if err := c.Client.GetWorkflow(ctx, id, td.RunID).Get(ctx, &res); err != nil {
+		td.Err = Reason(err)
+		return td, nil
+	}
+	for _, r := range res.Removed {
+		td.Removed += len(r.Removed)
+	}
+	return td, nil
 }
 
 // freshHealth fills the supervisor's health from its running watch's latest heartbeat:
@@ -270,7 +335,7 @@ func (c Controller) run(ctx context.Context, cluster, runID string) (Status, err
 		return Status{}, fmt.Errorf("describe %s: %w", id, err)
 	}
 	info := desc.GetWorkflowExecutionInfo()
-	st := Status{WorkflowID: id, RunID: info.GetExecution().GetRunId()}
+	st := Status{WorkflowID: id, RunID: info.GetExecution().GetRunId(), Started: info.GetStartTime().AsTime()}
 	st.Running = info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	dc := c.DataConverter
 	if dc == nil {

@@ -104,7 +104,8 @@ func labSpec(t *testing.T, name string) spec.Cluster {
 		t.Fatal(err)
 	}
 	s.Name = name
-	t.Cleanup(func() { finishCluster(t, name) })
+	since := time.Now()
+	t.Cleanup(func() { finishCluster(t, name, since) })
 	return s
 }
 
@@ -153,12 +154,51 @@ func containersOf(t *testing.T, cluster string) []string {
 	return names
 }
 
-// finishCluster ends whatever a test left of its cluster. A test that passed must have left
-// no container. Whatever still runs for the cluster (a deploy, or its supervisor, which
-// would bring removed containers back) is stopped by a teardown, so nothing of one test
-// outlives it to hold the ports of the next (the lab's nodes are shared).
-func finishCluster(t *testing.T, cluster string) {
+// strays are the containers tpdeploy labelled (any tpdeploy. label) and no cluster label
+// finds, made since since: an image read, or whatever else outlived its activity. The
+// lab's own containers are not strays. A leak check counts them beside its cluster's
+// containers, which a short-lived container need not carry. A read in flight (another
+// run's, on the same engine) is a stray for a moment, so only those that outlive the
+// longest read are returned.
+func strays(t *testing.T, since time.Time) []string {
 	t.Helper()
+	for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(time.Second) {
+		list, err := eng.ContainerList(context.Background(), client.ContainerListOptions{All: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, c := range list.Items {
+			if time.Unix(c.Created, 0).Before(since.Add(-time.Second)) || c.Labels[lab.LabelLab] != "" || c.Labels[activities.LabelCluster] != "" {
+				continue
+			}
+			for k := range c.Labels {
+				if strings.HasPrefix(k, "tpdeploy.") {
+					names = append(names, fmt.Sprintf("%s (%s, node %s)", strings.TrimPrefix(c.Names[0], "/"), c.State, c.Labels[activities.LabelNode]))
+					break
+				}
+			}
+		}
+		if len(names) == 0 || time.Now().After(deadline) {
+			return names
+		}
+	}
+}
+
+// finishCluster ends whatever a test left of its cluster. A test that passed must have left
+// no container: none of its cluster's, and none of tpdeploy's short-lived ones (strays)
+// made since it began. Whatever still runs for the cluster (a deploy, or its supervisor,
+// which would bring removed containers back) is stopped by a teardown, so nothing of one
+// test outlives it to hold the ports of the next (the lab's nodes are shared).
+func finishCluster(t *testing.T, cluster string, since time.Time) {
+	t.Helper()
+	if s := strays(t, since); len(s) > 0 {
+		if t.Failed() {
+			t.Logf("containers of no cluster left after the failure: %v", s)
+		} else {
+			t.Errorf("containers of no cluster left: %v", s)
+		}
+	}
 	left := containersOf(t, cluster)
 	switch {
 	case len(left) > 0 && !t.Failed():
@@ -217,11 +257,22 @@ func TestDeployServesOnTheSharedFastSubnet(t *testing.T) {
 	if err != nil || len(models.Data) != 1 || models.Data[0].ID != s.Model.ServedName {
 		t.Fatalf("/v1/models: %+v %v", models, err)
 	}
-	if got := containersOf(t, s.Name); len(got) != 2 {
+	got := containersOf(t, s.Name)
+	if len(got) != 2 {
 		t.Errorf("containers %v, want the ray head (vllm runs in it) and the ray worker", got)
 	}
 	if out, code := runStarter(t, "teardown", s.Name); code != 0 {
 		t.Fatalf("teardown exit %d:\n%s", code, out)
+	}
+	// The status is then the teardown's: not the deploy's record of what served.
+	out, code = runStarter(t, "status", s.Name)
+	if code == 0 || !strings.Contains(out, "torn down at ") || !strings.Contains(out, "teardown workflow "+contract.TeardownWorkflowID(s.Name)+" run ") {
+		t.Errorf("status after the teardown (exit %d) does not say torn down, when and by which run:\n%s", code, out)
+	}
+	for _, stale := range append([]string{"phase:", "supervisor", "serving"}, got...) {
+		if strings.Contains(out, stale) {
+			t.Errorf("status after the teardown says %q:\n%s", stale, out)
+		}
 	}
 }
 

@@ -336,6 +336,10 @@ func runCell(t *testing.T, name string, st faultStep, f fault) (r cellResult) {
 	if left := containersOf(t, c.spec.Name); len(left) > 0 {
 		c.problem("containers left after teardown: %v", left)
 	}
+	if left := strays(t, c.created); len(left) > 0 {
+		c.res.Left += len(left)
+		c.problem("containers of no cluster left after teardown: %v", left)
+	}
 	return
 }
 
@@ -497,20 +501,25 @@ func (c *cell) nodeBack(t *testing.T) {
 }
 
 // expectContainers waits (for an agent's reconcile) until the cluster has want
-// containers; more is a leak.
+// containers; more is a leak, and so is any container of no cluster that tpdeploy made
+// since the cell began (strays: an image read the fault interrupted, say).
 func (c *cell) expectContainers(t *testing.T, want int) {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		got := containersOf(t, c.spec.Name)
 		if len(got) == want {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			c.res.Left = len(got) - want
 			c.problem("%d containers once the nodes were back, want %d: %v", len(got), want, got)
-			return
+			break
 		}
 		time.Sleep(time.Second)
+	}
+	if left := strays(t, c.created); len(left) > 0 {
+		c.res.Left += len(left)
+		c.problem("containers of no cluster once the nodes were back: %v", left)
 	}
 }
 

@@ -95,6 +95,9 @@ func watchDeploy(ctx context.Context, ctl control.Controller, cluster string, st
 			if tty {
 				fmt.Fprintln(stdout)
 			}
+			if st.Teardown != nil {
+				return printTornDown(stdout, cluster, st)
+			}
 			return printOutcome(stdout, st)
 		}
 		select {
@@ -251,7 +254,18 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *asJSON {
+		if st.Teardown != nil {
+			return printTornDown(io.Discard, cluster, st)
+		}
 		return writeJSON(stdout, st.State)
+	}
+	return printStatus(stdout, cluster, st)
+}
+
+// printStatus shows the cluster's latest deploy, or the teardown that came after it.
+func printStatus(stdout io.Writer, cluster string, st control.Status) error {
+	if st.Teardown != nil {
+		return printTornDown(stdout, cluster, st)
 	}
 	state := "running"
 	if !st.Running {
@@ -289,8 +303,12 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if st.Running || st.Result == nil {
 		printEngine(stdout, "  ", st.State.Images, st.State.Engine) // printOutcome shows a result's
 	}
-	for _, ctr := range st.State.Containers {
-		fmt.Fprintf(stdout, "  container %s on %s (%s)\n", ctr.Name, ctr.Node, ctr.Role)
+	if len(st.State.Containers) > 0 {
+		// The deploy's own record: the agents are not asked here.
+		fmt.Fprintf(stdout, "  containers the deploy run started:\n")
+		for _, ctr := range st.State.Containers {
+			fmt.Fprintf(stdout, "    %s on %s (%s)\n", ctr.Name, ctr.Node, ctr.Role)
+		}
 	}
 	for _, p := range st.Copies {
 		fmt.Fprintf(stdout, "  %s\n", copyLine(p))
@@ -305,6 +323,37 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	return printOutcome(stdout, st)
+}
+
+// printTornDown says that a teardown came after the cluster's latest deploy, and returns
+// the reason to exit non-zero: nothing that deploy started is there to report (or, while
+// the teardown runs or after it failed, what is there is being or was not removed).
+func printTornDown(w io.Writer, cluster string, st control.Status) error {
+	td := st.Teardown
+	run := fmt.Sprintf("teardown workflow %s run %s", td.WorkflowID, td.RunID)
+	var err error
+	switch {
+	case td.Running:
+		fmt.Fprintf(w, "cluster %s: being torn down (%s, started %s)\n", cluster, run, clockOrDash(td.Started))
+		err = fmt.Errorf("cluster %s is being torn down", cluster)
+	case td.Err != nil || td.Closed != "Completed":
+		why := td.Err
+		if why == nil {
+			why = errors.New(strings.ToLower(td.Closed))
+		}
+		fmt.Fprintf(w, "cluster %s: its teardown did not complete (%s, ended %s): %v\n  what it did not remove may remain: run `starter teardown %s` again\n",
+			cluster, run, clockOrDash(td.Ended), why, cluster)
+		err = fmt.Errorf("cluster %s: teardown %s: %w", cluster, strings.ToLower(td.Closed), why)
+	default:
+		fmt.Fprintf(w, "cluster %s: torn down at %s (%s; %d containers removed)\n", cluster, clockOrDash(td.Ended), run, td.Removed)
+		err = fmt.Errorf("cluster %s was torn down at %s", cluster, clockOrDash(td.Ended))
+	}
+	state := "running"
+	if !st.Running {
+		state = strings.ToLower(st.Closed)
+	}
+	fmt.Fprintf(w, "  the deploy before it: workflow %s run %s (%s)\n", st.WorkflowID, st.RunID, state)
+	return err
 }
 
 func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -192,6 +192,8 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("start workflow worker: %w", err)
 	}
 	defer wf.Stop()
+	// Before the node's queue is served: nothing this removes can be an activity's now.
+	sweepShortLived(ctx, agent.Containers, z)
 	if err := nodeWorker.Start(); err != nil {
 		return fmt.Errorf("start node worker on %s: %w", contract.NodeQueue(*node), err)
 	}
@@ -277,6 +279,24 @@ func informWorkflows(ctx context.Context, c client.Client, node string, probe *a
 		}
 	}
 }
+
+// sweepShortLived removes the image reads and one-shot proofs an earlier run of this agent
+// left on its node (killed while it ran them). An engine that does not answer delays the
+// agent's start by at most shortLivedSweepTimeout; the leftovers then wait for the next start.
+func sweepShortLived(ctx context.Context, containers *activities.Containers, z *zap.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, shortLivedSweepTimeout)
+	defer cancel()
+	removed, err := activities.SweepShortLived(ctx, containers, "")
+	if err != nil {
+		z.Warn("sweep this node's short-lived containers", zap.Strings("removed", removed), zap.Error(err))
+		return
+	}
+	if len(removed) > 0 {
+		z.Info("swept this node's short-lived containers", zap.Strings("removed", removed))
+	}
+}
+
+const shortLivedSweepTimeout = 20 * time.Second
 
 // reconcile removes this node's containers that no current deployment holds — what a
 // deploy had to leave while this node was down — once at start-up.

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/workflows"
+)
+
+// servedLab is the status of a deploy that served, as Temporal keeps it after a teardown:
+// the deploy's record still names its containers, the supervisor's last check was healthy.
+func servedLab() control.Status {
+	return control.Status{
+		WorkflowID: contract.DeployWorkflowID("lab"), RunID: "deploy-run", Closed: "Completed",
+		State: workflows.State{Phase: workflows.PhaseServed, Containers: []contract.ContainerRef{
+			{Node: "node-a", Role: contract.RoleRayHead, Name: "tpdeploy-lab-node-a-ray-head"},
+		}},
+		Result:      &workflows.DeployResult{Endpoint: "http://10.0.0.1:8000"},
+		Supervision: &workflows.Supervision{Cluster: "lab", Healthy: true, LastCheck: time.Now()},
+	}
+}
+
+func TestStatusAfterATeardownSaysTornDown(t *testing.T) {
+	ended := time.Date(2026, 12, 1, 19, 40, 2, 0, time.UTC)
+	for _, tt := range []struct {
+		name    string
+		td      control.TeardownStatus
+		want    []string
+		wantErr string
+	}{
+		{"completed", control.TeardownStatus{Closed: "Completed", Ended: ended, Removed: 3},
+			[]string{"torn down at " + clockOrDash(ended), "3 containers removed"}, "was torn down at " + clockOrDash(ended)},
+		{"running", control.TeardownStatus{Running: true, Started: ended},
+			[]string{"being torn down", "started " + clockOrDash(ended)}, "is being torn down"},
+		{"failed", control.TeardownStatus{Closed: "Failed", Ended: ended, Err: &control.Failure{Type: contract.ErrDocker, Message: "node-b: remove: engine gone"}},
+			[]string{"did not complete", "engine gone", "starter teardown lab` again"}, "teardown failed: DockerError"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := servedLab()
+			td := tt.td
+			td.WorkflowID, td.RunID = contract.TeardownWorkflowID("lab"), "teardown-run"
+			st.Teardown = &td
+			var out bytes.Buffer
+			err := printStatus(&out, "lab", st)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %v, want one with %q (the exit status is not 0)", err, tt.wantErr)
+			}
+			got := out.String()
+			for _, w := range append(tt.want, "teardown workflow "+td.WorkflowID+" run teardown-run", "deploy-run (completed)") {
+				if !strings.Contains(got, w) {
+					t.Errorf("output lacks %q:\n%s", w, got)
+				}
+			}
+			for _, stale := range []string{"tpdeploy-lab-node-a-ray-head", "supervisor", "serving", "phase"} {
+				if strings.Contains(got, stale) {
+					t.Errorf("output says %q, which the deploy recorded before the teardown:\n%s", stale, got)
+				}
+			}
+		})
+	}
+}
+
+func TestStatusLabelsTheDeploysContainersAsItsRecord(t *testing.T) {
+	var out bytes.Buffer
+	if err := printStatus(&out, "lab", servedLab()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "containers the deploy run started:\n    tpdeploy-lab-node-a-ray-head on node-a (ray-head)\n") {
+		t.Errorf("containers not shown as the deploy's record:\n%s", out.String())
+	}
+}
