@@ -1,3 +1,5 @@
+//go:build integration
+
 package activities
 
 import (
@@ -7,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
-
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/intent"
 	"github.com/tpdeploy/tpdeploy/lab"
@@ -18,21 +17,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
-
-// runForeign runs foreignWorkflow against a, calling activity with req once.
-func runForeign(t *testing.T, a *Agent, activity string, req any) string {
-	t.Helper()
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
-	registerAgent(env, a)
-	env.RegisterWorkflowWithOptions(foreignWorkflow, workflow.RegisterOptions{Name: "NotTpdeploys"})
-	env.ExecuteWorkflow("NotTpdeploys", activity, req)
-	var got string
-	if err := env.GetWorkflowResult(&got); err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
 
 // Signed intent: an agent whose policy sets trusted_keys refuses every acting request that
 // is unsigned, signed by a key it does not trust, or whose spec (or what it derives from
