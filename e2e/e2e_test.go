@@ -1,5 +1,5 @@
-// Package e2e runs tpdeploy end to end: the real Temporal dev server, the lab's node
-// containers running the real worker binary, the Ray/vLLM simulator, and the real starter.
+//go:build integration
+
 package e2e
 
 import (
