@@ -31,19 +31,6 @@ func restartNode(t *testing.T, node string) {
 	t.Fatalf("no lab node %s", node)
 }
 
-func deployResult(t *testing.T, run interface {
-	Get(context.Context, any) error
-}, within time.Duration) workflows.DeployResult {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var res workflows.DeployResult
-	if err := run.Get(ctx, &res); err != nil {
-		t.Fatalf("deploy: %v", control.Reason(err))
-	}
-	return res
-}
-
 // node-b reboots while the weights load: the deploy hears node-b's new boot ID, removes
 // what it started, starts over from probing and serves, with exactly one head and one
 // worker.
