@@ -24,7 +24,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/internal/images"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/logscan"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -45,7 +45,7 @@ func engineForTest(t *testing.T) *client.Client {
 	t.Cleanup(func() { eng.Close() })
 	buildOnce.Do(func() {
 		ctx := context.Background()
-		buildErr = lab.BuildImages(ctx, eng, "")
+		buildErr = labtest.BuildImages(ctx, eng)
 		if buildErr != nil {
 			return
 		}
@@ -76,7 +76,7 @@ func testCluster(t *testing.T) spec.Cluster {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	c := spec.Cluster{
-		Name: "tpdtest-" + hex.EncodeToString(b), Image: lab.SimImage,
+		Name: "tpdtest-" + hex.EncodeToString(b), Image: labtest.SimImage,
 		Model:    spec.Model{Path: "/models/m", ServedName: "m"},
 		Parallel: spec.Parallel{Tensor: 2},
 		Nodes:    []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: 1}, {Name: "node-b", Role: spec.RoleWorker, GPUs: 1}},
@@ -264,7 +264,7 @@ func TestPreflightImage(t *testing.T) {
 	engineForTest(t)
 	ctx := context.Background()
 	b := testNode("node-b")
-	res, err := b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: lab.SimImage})
+	res, err := b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", Image: labtest.SimImage})
 	if err != nil || !strings.HasPrefix(res.ImageID, "sha256:") {
 		t.Fatalf("present image = %+v, %v", res, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -25,7 +25,7 @@ func TestUnreachableEngineIsRetryableAndNamed(t *testing.T) {
 	ctx := context.Background()
 	b := testNode("node-b")
 	for _, host := range []string{"unix://" + filepath.Join(t.TempDir(), "docker.sock"), "tcp://127.0.0.1:1"} {
-		_, err := b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", DockerHost: host, Image: lab.SimImage})
+		_, err := b.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-b", DockerHost: host, Image: labtest.SimImage})
 		app := appError(t, err)
 		if app.Type() != contract.ErrDockerUnreachable || app.NonRetryable() || !strings.Contains(app.Message(), host) {
 			t.Errorf("%s: type %s non-retryable %v: %s", host, app.Type(), app.NonRetryable(), app.Message())

@@ -10,7 +10,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/policy"
 )
 
@@ -22,7 +22,7 @@ import (
 func TestPinnedImageByImageID(t *testing.T) {
 	eng := engineForTest(t)
 	ctx := context.Background()
-	sim, err := eng.ImageInspect(ctx, lab.SimImage)
+	sim, err := eng.ImageInspect(ctx, labtest.SimImage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestPinnedImageByImageID(t *testing.T) {
 	a := New(cfg)
 
 	pinned := c
-	pinned.Image = lab.SimImage + "@" + sim.ID
+	pinned.Image = labtest.SimImage + "@" + sim.ID
 	pre, err := a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: pinned.Image, Spec: &pinned})
 	if err != nil || pre.ImageID != sim.ID {
 		t.Fatalf("preflight of the pinned image: %+v, %v", pre, err)
@@ -62,7 +62,7 @@ func TestPinnedImageByImageID(t *testing.T) {
 	}
 
 	byTag := c
-	byTag.Image = lab.SimImage
+	byTag.Image = labtest.SimImage
 	for name, call := range map[string]func() error{
 		"preflight": func() error {
 			_, err := a.Containers.PreflightNode(ctx, contract.PreflightRequest{Node: "node-a", Image: byTag.Image, Spec: &byTag})
@@ -82,8 +82,8 @@ func TestPinnedImageByImageID(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ image, want string }{
-		{lab.SimImage + "@sha256:" + strings.Repeat("0", 64), "no image on this node has the content sha256:" + strings.Repeat("0", 64)},
-		{lab.SimImage + "@" + chatter.ID, "the image " + chatter.ID + " is not named tpdeploy/sim on this node"},
+		{labtest.SimImage + "@sha256:" + strings.Repeat("0", 64), "no image on this node has the content sha256:" + strings.Repeat("0", 64)},
+		{labtest.SimImage + "@" + chatter.ID, "the image " + chatter.ID + " is not named tpdeploy/sim on this node"},
 		{chatterImage + "@" + sim.ID, "the image " + sim.ID + " is not named tpdeploy/chatter on this node"},
 	} {
 		s := c

@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -81,7 +81,7 @@ func TestForeignWorkflowGetsPolicyDeniedForEveryPrimitive(t *testing.T) {
 	}
 	a := guardedNode(t, cache)
 	own := ownIPv4(t)
-	c := spec.Cluster{Name: "tpdtest-foreign", Image: lab.SimImage, Model: spec.Model{Path: "/models/m"}, Parallel: spec.Parallel{Tensor: 1},
+	c := spec.Cluster{Name: "tpdtest-foreign", Image: labtest.SimImage, Model: spec.Model{Path: "/models/m"}, Parallel: spec.Parallel{Tensor: 1},
 		Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, HFCache: cache}.WithDefaults()
 	withEnv := func(env map[string]string) spec.Cluster {
 		s := c
