@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/hfcachetest"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -107,7 +108,7 @@ func TestListenerSetsAreBounded(t *testing.T) {
 func TestModelServersAreBoundedAndOnlyAKeyKeepsThemOpen(t *testing.T) {
 	own := ownIPv4(t).Addr()
 	dir := t.TempDir()
-	writeModelFile(t, filepath.Join(dir, "m", "config.json"), []byte("{}"))
+	hfcachetest.WriteFile(t, filepath.Join(dir, "m", "config.json"), []byte("{}"))
 	g := guardedAgent(t, "node-a", dir)
 	serve := func(edit func(*contract.OpenModelServerRequest)) contract.OpenModelServerRequest {
 		r := contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: filepath.Join(dir, "m"), Files: []string{"config.json"},
