@@ -5,7 +5,6 @@ GO ?= go
 TEMPORAL_VERSION := v1.5.1
 STATICCHECK_VERSION := v0.8.2
 WORKFLOWCHECK_VERSION := v0.6.0
-MODULE := github.com/tpdeploy/tpdeploy
 BIN := $(CURDIR)/bin
 DATA := $(CURDIR)/.tpdeploy-data
 
@@ -37,33 +36,33 @@ $(STATICCHECK):
 $(WORKFLOWCHECK):
 	GOBIN=$(dir $@) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
-# Packages whose tests need the Docker engine, network namespaces (root) or the Temporal
-# dev server. `make check` runs every other package's tests, so a new package is checked
-# unless it is added here.
-SERVICE_PKGS := activities connect control e2e internal/liveness lab lab/faultproxy worker
-SERVICE_PKG_PATHS := $(addprefix $(MODULE)/,$(SERVICE_PKGS))
+# Tests that need the Docker engine, network namespaces (root) or the Temporal dev server
+# carry build tag integration; these are the packages that have such tests. Every other
+# test runs in `make check`, so a new test is in the fast loop unless it says otherwise.
+INTEGRATION_PKGS = $(sort $(patsubst %/,%,$(dir $(shell grep -rl --include='*_test.go' -e '^//go:build integration' .))))
 
 lint: $(STATICCHECK) $(WORKFLOWCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
 	$(GO) vet -tags lab ./worker
 	$(STATICCHECK) ./...
 	$(WORKFLOWCHECK) -config workflowcheck.yaml ./workflows/...
 
-# Fast and without Docker or a Temporal server: the linters, then with -race the tests of
-# every package not in SERVICE_PKGS (pure packages, the workflows' testsuite and replay
-# tests, the dependency and registration checks).
+# Fast and without Docker, root or a Temporal server: the linters, then with -race every
+# package's untagged tests (the agent's activities against fakes and temporary
+# directories, the workflows' testsuite and replay tests, the pure packages).
 check: lint
-	$(GO) test -count=1 -race -timeout 10m $$($(GO) list ./... | grep -v -x -F $(addprefix -e ,$(SERVICE_PKG_PATHS)))
+	$(GO) test -count=1 -race -timeout 10m ./...
 
-# Everything: check, then the tests that need Docker, namespaces and the dev server.
+# Everything: check, then the integration-tagged tests (Docker, namespaces, the dev server).
 test: deps check $(BIN)/temporal
-	$(GO) test -count=1 -timeout 45m $(SERVICE_PKG_PATHS)
+	$(GO) test -count=1 -tags integration -timeout 45m $(INTEGRATION_PKGS)
 
 # The whole fault matrix (every step × every fault, about an hour here); it rewrites the
 # table in docs/faults.md. `make test` runs one cell per fault.
 faults: deps $(BIN)/temporal
-	TPDEPLOY_FAULTS=all TPDEPLOY_FAULTS_WRITE=1 $(GO) test -count=1 -timeout 150m -run TestFaultMatrix -v ./e2e
+	TPDEPLOY_FAULTS=all TPDEPLOY_FAULTS_WRITE=1 $(GO) test -count=1 -timeout 150m -tags integration -run TestFaultMatrix -v ./e2e
 
 # Short fuzz runs of the parsers that read outside input.
 fuzz:
@@ -84,8 +83,8 @@ lab-down: build
 # Figures, not assertions: the 16-node plan, then (on a lab) the deploy workflow against the
 # hand-written script interleaved, the seed's failure 1, and history events per deploy.
 bench: deps $(BIN)/temporal
-	$(GO) test -run '^$$' -bench . -benchtime 5x ./activities ./dataplane
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./e2e
+	$(GO) test -tags integration -run '^$$' -bench . -benchtime 5x ./activities ./dataplane
+	$(GO) test -tags integration -run '^$$' -bench . -benchtime 1x ./e2e
 
 dev: $(BIN)/temporal
 	@mkdir -p $(DATA)

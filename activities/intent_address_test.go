@@ -1,3 +1,5 @@
+//go:build integration
+
 package activities
 
 import (
@@ -13,7 +15,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/intent"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -56,7 +58,7 @@ func TestPinnedAddressesBindThePlan(t *testing.T) {
 	b := New(Config{Name: "node-b", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	c := spec.Cluster{Name: "tpdtest-pins-" + hex.EncodeToString(suffix), Image: lab.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
+	c := spec.Cluster{Name: "tpdtest-pins-" + hex.EncodeToString(suffix), Image: labtest.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
 		Parallel: spec.Parallel{Tensor: 2},
 		Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: 1, Address: head.String()},
 			{Name: "node-b", Role: spec.RoleWorker, GPUs: 1, Address: own.Addr().String(), Env: map[string]string{"NCCL_DEBUG": "WARN"}}},

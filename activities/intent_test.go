@@ -1,3 +1,5 @@
+//go:build integration
+
 package activities
 
 import (
@@ -7,32 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
-
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/intent"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
 )
-
-// runForeign runs foreignWorkflow against a, calling activity with req once.
-func runForeign(t *testing.T, a *Agent, activity string, req any) string {
-	t.Helper()
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
-	registerAgent(env, a)
-	env.RegisterWorkflowWithOptions(foreignWorkflow, workflow.RegisterOptions{Name: "NotTpdeploys"})
-	env.ExecuteWorkflow("NotTpdeploys", activity, req)
-	var got string
-	if err := env.GetWorkflowResult(&got); err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
 
 // Signed intent: an agent whose policy sets trusted_keys refuses every acting request that
 // is unsigned, signed by a key it does not trust, or whose spec (or what it derives from
@@ -50,7 +34,7 @@ func TestForeignWorkflowGetsPolicyDeniedWithoutTheSignedSpec(t *testing.T) {
 	}
 	a := New(Config{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
 	own := ownIPv4(t)
-	c := spec.Cluster{Name: "tpdtest-signed", Image: lab.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
+	c := spec.Cluster{Name: "tpdtest-signed", Image: labtest.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
 		Parallel: spec.Parallel{Tensor: 1}, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, HFCache: cache}.WithDefaults()
 	// What an attacker would rather run: another image the policy allows, another cluster,
 	// env of their choosing, the cache's parent.

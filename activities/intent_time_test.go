@@ -9,7 +9,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/intent"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -28,7 +28,7 @@ func signedAgent(t *testing.T, extra string) (*Agent, ed25519.PrivateKey, spec.C
 		t.Fatal(err)
 	}
 	a := New(Config{Name: "node-a", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
-	c := spec.Cluster{Name: "tpdtest-times", Image: lab.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
+	c := spec.Cluster{Name: "tpdtest-times", Image: labtest.SimImage, Model: spec.Model{Path: "Org/model", Sync: spec.SyncFromHead},
 		Parallel: spec.Parallel{Tensor: 1}, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, HFCache: cache}.WithDefaults()
 	return a, operator, c
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/hfcachetest"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/weights"
 	"github.com/tpdeploy/tpdeploy/weights/transfer"
@@ -54,7 +55,7 @@ func TestModelServerRefusesPlantedLinks(t *testing.T) {
 	}
 	const secret = "a copy's secret"
 	srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: snap,
-		Files: []string{"config.json", "tokenizer.json", files[2].name}, Keys: []string{transfer.KeyHash(secret)}, Peers: []netip.Addr{own}})
+		Files: []string{"config.json", "tokenizer.json", files[2].Name}, Keys: []string{transfer.KeyHash(secret)}, Peers: []netip.Addr{own}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestModelServerRefusesPlantedLinks(t *testing.T) {
 		}
 	}
 	// The snapshot's own links into ../../blobs still serve.
-	if code, body := get(files[2].name); code != http.StatusOK || !bytes.Equal(body, files[2].data) {
+	if code, body := get(files[2].Name); code != http.StatusOK || !bytes.Equal(body, files[2].Data) {
 		t.Errorf("a shard (a link to its blob) = %d, %d bytes", code, len(body))
 	}
 }
@@ -87,7 +88,7 @@ func TestSyncModelRefusesPlantedLinks(t *testing.T) {
 			if err := os.MkdirAll(snap, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Symlink(filepath.Join(outside, "authorized_keys"), filepath.Join(snap, files[2].name+weights.PartialSuffix)); err != nil {
+			if err := os.Symlink(filepath.Join(outside, "authorized_keys"), filepath.Join(snap, files[2].Name+weights.PartialSuffix)); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -146,9 +147,9 @@ func TestSyncModelRefusesPlantedLinks(t *testing.T) {
 func TestRemovePartialModelRemovesALinkNotItsTarget(t *testing.T) {
 	cache, outside := t.TempDir(), t.TempDir()
 	victim := filepath.Join(outside, "precious")
-	writeModelFile(t, victim, []byte("keep"))
+	hfcachetest.WriteFile(t, victim, []byte("keep"))
 	snap := weights.HFSnapshotDir(cache, modelRepo, modelCommit)
-	writeModelFile(t, filepath.Join(snap, "config.json"), []byte("{}"))
+	hfcachetest.WriteFile(t, filepath.Join(snap, "config.json"), []byte("{}"))
 	if err := os.Symlink(victim, filepath.Join(snap, "x"+weights.PartialSuffix)); err != nil {
 		t.Fatal(err)
 	}
@@ -184,16 +185,16 @@ func TestModelScanRefusesPlantedLinks(t *testing.T) {
 			relink(t, filepath.Join(snap, "tokenizer.json"), strings.Repeat("../", 8)+strings.TrimPrefix(filepath.Join(outside, "shadow"), "/"))
 		}},
 		{"a snapshot directory on the way that links out", true, func(t *testing.T, snap, outside string) {
-			writeModelFile(t, filepath.Join(outside, "sub", files[2].name), secret)
+			hfcachetest.WriteFile(t, filepath.Join(outside, "sub", files[2].Name), secret)
 			if err := os.Symlink(filepath.Join(outside, "sub"), filepath.Join(snap, "sub")); err != nil {
 				t.Fatal(err)
 			}
-			relinkData(t, filepath.Join(snap, "model.safetensors.index.json"), []byte(`{"weight_map":{"a":"sub/`+files[2].name+`"}}`))
+			relinkData(t, filepath.Join(snap, "model.safetensors.index.json"), []byte(`{"weight_map":{"a":"sub/`+files[2].Name+`"}}`))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache, outside := t.TempDir(), t.TempDir()
-			writeModelFile(t, filepath.Join(outside, "shadow"), secret)
+			hfcachetest.WriteFile(t, filepath.Join(outside, "shadow"), secret)
 			g := guardedAgent(t, "node-a", cache)
 			req := contract.ModelManifestRequest{Node: "node-a", Checksums: true}
 			model := filepath.Join(cache, "model")
@@ -243,5 +244,5 @@ func relinkData(t *testing.T, p string, data []byte) {
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
-	writeModelFile(t, p, data)
+	hfcachetest.WriteFile(t, p, data)
 }

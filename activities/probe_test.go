@@ -2,10 +2,14 @@ package activities
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/contract"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -75,25 +79,17 @@ func TestBootIDFileOverridesKernel(t *testing.T) {
 	}
 }
 
-// TestEngineInfoFromTheRealEngine asks this machine's Docker engine, which CI has.
-func TestEngineInfoFromTheRealEngine(t *testing.T) {
-	var e engines
-	info := e.engineInfo(context.Background(), "unix:///var/run/docker.sock")
-	if !info.Reachable || info.Version == "" || info.APIVersion == "" {
-		t.Fatalf("engine info = %+v (CI runs a Docker engine on the default socket)", info)
+func TestTaskForAnotherNodeIsRefused(t *testing.T) {
+	a := New(Config{Name: "node-a"})
+	_, err := a.Probe.ProbeNode(context.Background(), contract.ProbeRequest{Node: "node-b"})
+	if err == nil || !strings.Contains(err.Error(), `task for node "node-b" reached the agent of node "node-a"`) {
+		t.Errorf("err = %v", err)
 	}
-	gone := e.engineInfo(context.Background(), "unix://"+filepath.Join(t.TempDir(), "docker.sock"))
-	if gone.Reachable || !strings.Contains(gone.Error, "docker engine at unix://") {
-		t.Errorf("missing socket = %+v", gone)
-	}
-	if v := info.APIVersion; v < "1.41" {
-		t.Errorf("negotiated API %s, want >= 1.41", v)
-	}
-	// ssh:// builds docker/cli's connection helper; nothing is dialled until first use.
-	if _, err := engineOptions("ssh://root@spark-2"); err != nil {
-		t.Errorf("ssh host: %v", err)
-	}
-	if _, err := engineOptions("npipe:////./pipe/docker_engine"); err == nil || !strings.Contains(err.Error(), "unsupported scheme") {
-		t.Errorf("npipe: %v", err)
+}
+
+func TestDialErrorIsShort(t *testing.T) {
+	_, err := net.DialTimeout("tcp", "127.0.0.1:1", time.Second)
+	if got := dialError(err); got != "connection refused" {
+		t.Errorf("dialError = %q", got)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package activities
 
 import (
@@ -14,7 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
@@ -26,8 +28,7 @@ func TestMPRankSecretsOnlyInTheExec(t *testing.T) {
 	eng := engineForTest(t)
 	ctx := context.Background()
 	c := testCluster(t)
-	rel, _ := lab.ReleaseNamed("vllm-0.22.1")
-	c.Image, c.Executor = rel.Image(), spec.ExecutorMP
+	c.Image, c.Executor = labtest.ReleaseImage("vllm-0.22.1"), spec.ExecutorMP
 	c.Parallel.Tensor = 1
 	c.Nodes = c.Nodes[:1]
 	c.Ports.VLLM, c.Ports.Master = freePort(t), freePort(t)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/netplan"
 	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/spec"
@@ -26,7 +26,7 @@ func TestPreflightChecksEveryContainerTheNodeWillStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := New(Config{Name: "node-b", Policy: &pol, Containers: ContainerOptions{Network: "none", StopTimeout: time.Second}})
-	c := spec.Cluster{Name: "tpdtest-stage", Image: lab.SimImage, Model: spec.Model{Path: "/models/m", ServedName: "m"},
+	c := spec.Cluster{Name: "tpdtest-stage", Image: labtest.SimImage, Model: spec.Model{Path: "/models/m", ServedName: "m"},
 		Parallel: spec.Parallel{Tensor: 2}, HFCache: cache,
 		Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: 1}, {Name: "node-b", Role: spec.RoleWorker, GPUs: 1, Env: map[string]string{"MY_TUNING": "1"}}},
 	}.WithDefaults()

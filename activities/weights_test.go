@@ -3,7 +3,6 @@ package activities
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -32,6 +31,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/hfcachetest"
 	"github.com/tpdeploy/tpdeploy/weights"
 	"github.com/tpdeploy/tpdeploy/weights/transfer"
 )
@@ -43,25 +43,20 @@ const (
 
 var loopback = netip.MustParseAddr("127.0.0.1")
 
-type modelFile struct {
-	name string
-	data []byte
-}
-
 // tinyModelFiles is a model of n shards of size bytes each, random content (a corrupted
 // copy must not hash the same), plus its config, tokenizer and index.
-func tinyModelFiles(n, size int) []modelFile {
-	files := []modelFile{
-		{"config.json", []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`)},
-		{"tokenizer.json", []byte(strings.Repeat("tok ", 300))},
+func tinyModelFiles(n, size int) []hfcachetest.File {
+	files := []hfcachetest.File{
+		{Name: "config.json", Data: []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`)},
+		{Name: "tokenizer.json", Data: []byte(strings.Repeat("tok ", 300))},
 	}
 	var wm []string
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i, n)
 		wm = append(wm, fmt.Sprintf(`"layers.%d.w":%q`, i, name))
-		files = append(files, modelFile{name, randomBytes(uint64(i), size)})
+		files = append(files, hfcachetest.File{Name: name, Data: randomBytes(uint64(i), size)})
 	}
-	files = append(files, modelFile{"model.safetensors.index.json", []byte(`{"weight_map":{` + strings.Join(wm, ",") + `}}`)})
+	files = append(files, hfcachetest.File{Name: "model.safetensors.index.json", Data: []byte(`{"weight_map":{` + strings.Join(wm, ",") + `}}`)})
 	return files
 }
 
@@ -72,53 +67,22 @@ func randomBytes(seed uint64, n int) []byte {
 	return b
 }
 
-func hfBlob(f modelFile) string {
-	if strings.HasSuffix(f.name, ".safetensors") {
-		s := sha256.Sum256(f.data)
-		return hex.EncodeToString(s[:])
-	}
-	h := sha1.New()
-	fmt.Fprintf(h, "blob %d\x00", len(f.data))
-	h.Write(f.data)
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// writeHFCache lays files out as huggingface_hub does (blobs, snapshot links, refs/main).
-func writeHFCache(t *testing.T, cache string, files []modelFile) {
+// writeHFCache lays files out as huggingface_hub does, as modelRepo at modelCommit
+// (refs/main).
+func writeHFCache(t *testing.T, cache string, files []hfcachetest.File) {
 	t.Helper()
-	dir := weights.HFRepoDir(cache, modelRepo)
-	for _, f := range files {
-		writeModelFile(t, filepath.Join(dir, "blobs", hfBlob(f)), f.data)
-		link := filepath.Join(dir, "snapshots", modelCommit, f.name)
-		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink("../../blobs/"+hfBlob(f), link); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeModelFile(t, filepath.Join(dir, "refs", "main"), []byte(modelCommit))
+	hfcachetest.WriteSnapshot(t, cache, modelRepo, "main", modelCommit, files)
 }
 
-func writeModelDir(t *testing.T, dir string, files []modelFile) {
+func writeModelDir(t *testing.T, dir string, files []hfcachetest.File) {
 	t.Helper()
 	for _, f := range files {
-		writeModelFile(t, filepath.Join(dir, f.name), f.data)
+		hfcachetest.WriteFile(t, filepath.Join(dir, f.Name), f.Data)
 	}
 }
 
-func writeModelFile(t *testing.T, p string, data []byte) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func withoutFiles(files []modelFile, names ...string) []modelFile {
-	return slices.DeleteFunc(slices.Clone(files), func(f modelFile) bool { return slices.Contains(names, f.name) })
+func withoutFiles(files []hfcachetest.File, names ...string) []hfcachetest.File {
+	return slices.DeleteFunc(slices.Clone(files), func(f hfcachetest.File) bool { return slices.Contains(names, f.Name) })
 }
 
 // agent is one node agent under test: its activities run in a test activity environment,
@@ -246,8 +210,8 @@ func TestModelManifestActivity(t *testing.T) {
 	if app := modelAppError(t, err); app.Type() != contract.ErrWrongNode {
 		t.Errorf("task for another node: %v", err)
 	}
-	writeModelFile(t, filepath.Join(cache, "bad", "config.json"), []byte("{}"))
-	writeModelFile(t, filepath.Join(cache, "bad", "model.safetensors.index.json"), []byte("{"))
+	hfcachetest.WriteFile(t, filepath.Join(cache, "bad", "config.json"), []byte("{}"))
+	hfcachetest.WriteFile(t, filepath.Join(cache, "bad", "model.safetensors.index.json"), []byte("{"))
 	_, err = run[weights.Manifest](a, a.node.Weights.ModelManifest, contract.ModelManifestRequest{Node: "node-a", Dir: filepath.Join(cache, "bad")})
 	if app := modelAppError(t, err); app.Type() != contract.ErrModelCorrupt || !app.NonRetryable() {
 		t.Errorf("unreadable index: %v", err)
@@ -292,7 +256,7 @@ func TestSyncModelNothingMissingCopiesNothing(t *testing.T) {
 func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 	headCache, bCache, cCache := t.TempDir(), t.TempDir(), t.TempDir()
 	files := tinyModelFiles(4, 300_000)
-	shard2, shard4 := files[3].name, files[5].name
+	shard2, shard4 := files[3].Name, files[5].Name
 	writeHFCache(t, headCache, files)
 	writeHFCache(t, bCache, withoutFiles(files, shard2, shard4))
 	a, b, c := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil), newAgent(t, "node-c", nil)
@@ -325,7 +289,7 @@ func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 		t.Fatalf("node-b after the copy: %v %v", weights.Compare(head, "node-b", after), weights.Check("node-b", after))
 	}
 	link := filepath.Join(weights.HFSnapshotDir(bCache, modelRepo, modelCommit), shard2)
-	if target, err := os.Readlink(link); err != nil || target != "../../blobs/"+hfBlob(files[3]) {
+	if target, err := os.Readlink(link); err != nil || target != "../../blobs/"+hfcachetest.BlobName(files[3]) {
 		t.Errorf("%s links to %q (%v), want ../../blobs/<sha256> as huggingface_hub writes it", shard2, target, err)
 	}
 	// Heartbeats reach the server throttled; the first is sent at once.
@@ -360,7 +324,7 @@ func TestSyncModelCopiesWhatANodeLacks(t *testing.T) {
 func TestSyncModelResumesAnInterruptedCopy(t *testing.T) {
 	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
 	const size, cut = 32 << 20, 10 << 20
-	files := []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"model.safetensors", randomBytes(7, size)}}
+	files := []hfcachetest.File{{Name: "config.json", Data: []byte(`{"model_type":"llama"}`)}, {Name: "model.safetensors", Data: randomBytes(7, size)}}
 	writeModelDir(t, headDir, files)
 	a := newAgent(t, "node-a", nil)
 	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir, Checksums: true})
@@ -455,9 +419,9 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 				writeModelDir(t, filepath.Join(headRoot, "model"), files)
 				head = a.manifest(t, contract.ModelManifestRequest{Dir: filepath.Join(headRoot, "model"), Checksums: true})
 			}
-			shard := files[2].name
+			shard := files[2].Name
 			f, _ := head.File(shard)
-			writeModelFile(t, filepath.Join(head.Dir, shard), randomBytes(99, 200_000)) // through the link: the blob itself
+			hfcachetest.WriteFile(t, filepath.Join(head.Dir, shard), randomBytes(99, 200_000)) // through the link: the blob itself
 			req.Key = b.copyKey(t)
 			srv := a.open(t, head.Dir, weights.Names(head.Files), time.Minute, req.Key)
 			req.From, req.Files = srv.Addr, []weights.File{f}
@@ -471,10 +435,10 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 					t.Errorf("%s is there after a corrupt copy (%v)", p, err)
 				}
 			}
-			if err := os.Remove(filepath.Join(head.Dir, files[3].name)); err != nil {
+			if err := os.Remove(filepath.Join(head.Dir, files[3].Name)); err != nil {
 				t.Fatal(err)
 			}
-			lost, _ := head.File(files[3].name)
+			lost, _ := head.File(files[3].Name)
 			req.Files = []weights.File{lost}
 			_, err = b.sync(req)
 			if app := modelAppError(t, err); app.Type() != contract.ErrModelIncomplete || !app.NonRetryable() || !strings.Contains(app.Message(), "the source lacks "+lost.Name) {
@@ -491,12 +455,12 @@ func TestSyncModelRefusesACorruptSource(t *testing.T) {
 func TestHostDirCopyIsNeverVerifiedBySizeAlone(t *testing.T) {
 	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
 	shardData := randomBytes(3, 1<<20)
-	writeModelDir(t, headDir, []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"model.safetensors", shardData}})
+	writeModelDir(t, headDir, []hfcachetest.File{{Name: "config.json", Data: []byte(`{"model_type":"llama"}`)}, {Name: "model.safetensors", Data: shardData}})
 	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
 	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir}) // no checksums: the default
 	shard, _ := head.File("model.safetensors")
 	partial := filepath.Join(nodeDir, shard.Name+weights.PartialSuffix)
-	writeModelFile(t, partial, randomBytes(99, 1<<19)) // half the shard, other bytes
+	hfcachetest.WriteFile(t, partial, randomBytes(99, 1<<19)) // half the shard, other bytes
 	key := b.copyKey(t)
 	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute, key)
 	_, err := b.sync(contract.SyncModelRequest{From: srv.Addr, Key: key, Root: nodeDir, Files: []weights.File{shard}})
@@ -517,14 +481,14 @@ func TestHostDirCopyIsNeverVerifiedBySizeAlone(t *testing.T) {
 // ModelCorrupt and is removed, the second is copied again.
 func TestHostDirCopyVerifiesWhatTheHeadHashed(t *testing.T) {
 	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
-	files := []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"tokenizer.json", []byte(strings.Repeat("tok ", 300))},
-		{"model.safetensors", randomBytes(3, 1<<20)}}
+	files := []hfcachetest.File{{Name: "config.json", Data: []byte(`{"model_type":"llama"}`)}, {Name: "tokenizer.json", Data: []byte(strings.Repeat("tok ", 300))},
+		{Name: "model.safetensors", Data: randomBytes(3, 1<<20)}}
 	writeModelDir(t, headDir, files)
 	a, b := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil)
 	sized := a.manifest(t, contract.ModelManifestRequest{Dir: headDir})
 	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir, Hash: []string{"model.safetensors", "tokenizer.json"}})
 	for _, f := range head.Files {
-		sum := sha256.Sum256(files[slices.IndexFunc(files, func(m modelFile) bool { return m.name == f.Name })].data)
+		sum := sha256.Sum256(files[slices.IndexFunc(files, func(m hfcachetest.File) bool { return m.Name == f.Name })].Data)
 		want := map[bool]string{true: hex.EncodeToString(sum[:])}[f.Name != "config.json"]
 		if f.SHA256 != want {
 			t.Errorf("%s: sha256 %q, want %q (only the files asked for are hashed)", f.Name, f.SHA256, want)
@@ -536,8 +500,8 @@ func TestHostDirCopyVerifiesWhatTheHeadHashed(t *testing.T) {
 	shard, _ := head.File("model.safetensors")
 	tok, _ := head.File("tokenizer.json")
 	partial := filepath.Join(nodeDir, shard.Name+weights.PartialSuffix)
-	writeModelFile(t, partial, randomBytes(99, 1<<19))
-	writeModelFile(t, filepath.Join(nodeDir, tok.Name), []byte(strings.Repeat("TOK ", 300))) // the right size, other bytes
+	hfcachetest.WriteFile(t, partial, randomBytes(99, 1<<19))
+	hfcachetest.WriteFile(t, filepath.Join(nodeDir, tok.Name), []byte(strings.Repeat("TOK ", 300))) // the right size, other bytes
 	key := b.copyKey(t)
 	srv := a.open(t, headDir, weights.Names(head.Files), time.Minute, key)
 	req := contract.SyncModelRequest{From: srv.Addr, Key: key, Root: nodeDir, Files: []weights.File{tok, shard}, Parallel: 1}
@@ -552,8 +516,8 @@ func TestHostDirCopyVerifiesWhatTheHeadHashed(t *testing.T) {
 		t.Fatalf("the copy again: %v", err)
 	}
 	for _, f := range files[1:] {
-		if got, err := os.ReadFile(filepath.Join(nodeDir, f.name)); err != nil || !bytes.Equal(got, f.data) {
-			t.Errorf("%s on node-b is not the head's (%d bytes, %v)", f.name, len(got), err)
+		if got, err := os.ReadFile(filepath.Join(nodeDir, f.Name)); err != nil || !bytes.Equal(got, f.Data) {
+			t.Errorf("%s on node-b is not the head's (%d bytes, %v)", f.Name, len(got), err)
 		}
 	}
 }
@@ -562,7 +526,7 @@ func TestHostDirCopyVerifiesWhatTheHeadHashed(t *testing.T) {
 // was given, refuses any other file and strangers, and closes by itself after its TTL.
 func TestModelServerServesOnlyItsListAndExpires(t *testing.T) {
 	dir := t.TempDir()
-	writeModelDir(t, dir, []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"secret.safetensors", []byte("not listed")}})
+	writeModelDir(t, dir, []hfcachetest.File{{Name: "config.json", Data: []byte(`{"model_type":"llama"}`)}, {Name: "secret.safetensors", Data: []byte("not listed")}})
 	a := newAgent(t, "node-a", nil)
 	const secret = "a copy's secret"
 	srv := a.open(t, dir, []string{"config.json"}, 500*time.Millisecond, transfer.KeyHash(secret))
@@ -669,7 +633,7 @@ func getModelFile(t *testing.T, local net.Addr, srv contract.ModelServer, name, 
 // peer's address; and once the copy is done the key opens nothing more.
 func TestWhatHistoryHoldsOfACopyFetchesNothing(t *testing.T) {
 	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
-	files := []modelFile{{"config.json", []byte(`{"model_type":"llama"}`)}, {"model.safetensors", randomBytes(5, 100_000)}}
+	files := []hfcachetest.File{{Name: "config.json", Data: []byte(`{"model_type":"llama"}`)}, {Name: "model.safetensors", Data: randomBytes(5, 100_000)}}
 	writeModelDir(t, headDir, files)
 	a, b, stranger := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil), newAgent(t, "node-b", nil)
 	head := a.manifest(t, contract.ModelManifestRequest{Dir: headDir, Checksums: true})
@@ -706,7 +670,7 @@ func TestWhatHistoryHoldsOfACopyFetchesNothing(t *testing.T) {
 	if res, err := b.sync(req); err != nil || len(res.Copied) != len(files) {
 		t.Fatalf("node-b's copy with its own key: %+v, %v", res, err)
 	}
-	if got, err := os.ReadFile(filepath.Join(nodeDir, "model.safetensors")); err != nil || !bytes.Equal(got, files[1].data) {
+	if got, err := os.ReadFile(filepath.Join(nodeDir, "model.safetensors")); err != nil || !bytes.Equal(got, files[1].Data) {
 		t.Errorf("the copied shard is not the head's (%v)", err)
 	}
 	if _, err := b.sync(req); err == nil || modelAppError(t, err).Type() != contract.ErrModelServerGone {
@@ -721,7 +685,7 @@ func TestWhatHistoryHoldsOfACopyFetchesNothing(t *testing.T) {
 func TestRemovePartialModel(t *testing.T) {
 	root := t.TempDir()
 	for _, n := range []string{"model.safetensors", "model-00001.safetensors" + weights.PartialSuffix, "sub/x.json" + weights.PartialSuffix, "config.json" + transfer.LinkSuffix} {
-		writeModelFile(t, filepath.Join(root, n), []byte("x"))
+		hfcachetest.WriteFile(t, filepath.Join(root, n), []byte("x"))
 	}
 	a := newAgent(t, "node-b", nil)
 	res, err := run[contract.RemovePartialModelResult](a, a.node.Weights.RemovePartialModel, contract.RemovePartialModelRequest{Node: "node-b", Root: root})
@@ -745,7 +709,7 @@ func TestSyncModelThroughputOnLoopback(t *testing.T) {
 	}
 	headDir, nodeDir := filepath.Join(t.TempDir(), "model"), filepath.Join(t.TempDir(), "model")
 	data := randomBytes(200, 200_000_000)
-	writeModelDir(t, headDir, []modelFile{{"config.json", []byte("{}")}, {"model.safetensors", data}})
+	writeModelDir(t, headDir, []hfcachetest.File{{Name: "config.json", Data: []byte("{}")}, {Name: "model.safetensors", Data: data}})
 	sum := sha256.Sum256(data)
 	data = nil
 	f := weights.File{Name: "model.safetensors", Size: 200_000_000, SHA256: hex.EncodeToString(sum[:])}

@@ -1,3 +1,5 @@
+//go:build integration
+
 package control
 
 import (
@@ -15,7 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/tpdeploy/tpdeploy/internal/labnet"
-	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/spec"
 )
 
@@ -44,10 +46,10 @@ func TestPlanWithRealAgentsInNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	if err := lab.BuildImages(context.Background(), eng, ""); err != nil {
+	if err := labtest.BuildImages(context.Background(), eng); err != nil {
 		t.Fatal(err)
 	}
-	s := spec.Cluster{Name: "it-real", Image: lab.SimImage, Model: spec.Model{Path: "/m"}, Parallel: spec.Parallel{Tensor: 2}}
+	s := spec.Cluster{Name: "it-real", Image: labtest.SimImage, Model: spec.Model{Path: "/m"}, Parallel: spec.Parallel{Tensor: 2}}
 	for i, n := range topo.Nodes {
 		role := spec.RoleWorker
 		if i == 0 {
@@ -56,7 +58,7 @@ func TestPlanWithRealAgentsInNamespaces(t *testing.T) {
 		// Unique node names keep these agents' queues apart from other tests'.
 		name := "real-" + n.Name
 		s.Nodes = append(s.Nodes, spec.Node{Name: name, Role: role, GPUs: 1})
-		cmd := exec.Command(bin, "--node", name, "--netns", n.NetNS, "--address", serverAddress, "--log-level", "warn", "--allow-image", lab.SimImage)
+		cmd := exec.Command(bin, "--node", name, "--netns", n.NetNS, "--address", serverAddress, "--log-level", "warn", "--allow-image", labtest.SimImage)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {

@@ -1,5 +1,5 @@
-// Package e2e runs tpdeploy end to end: the real Temporal dev server, the lab's node
-// containers running the real worker binary, the Ray/vLLM simulator, and the real starter.
+//go:build integration
+
 package e2e
 
 import (
@@ -30,7 +30,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/release"
 	"github.com/tpdeploy/tpdeploy/spec"
-	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
 var (
@@ -291,31 +290,6 @@ func TestExternalOnlySubnetRefusedAtPlanning(t *testing.T) {
 	}
 }
 
-func deployFor(t *testing.T, s spec.Cluster) tclient.WorkflowRun {
-	t.Helper()
-	run, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.StartDeploy(context.Background(), workflows.DeployRequest{Spec: s, Trigger: "test", ReportEvery: spec.Duration(time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return run
-}
-
-func failure(t *testing.T, run tclient.WorkflowRun) (*control.Failure, time.Duration) {
-	t.Helper()
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	err := run.Get(ctx, nil)
-	if err == nil {
-		t.Fatal("deploy succeeded")
-	}
-	var f *control.Failure
-	if !errors.As(control.Reason(err), &f) {
-		t.Fatalf("deploy error %v is not a classified failure", err)
-	}
-	return f, time.Since(start)
-}
-
 // (c) A Ray image that ignores --node-ip-address registers the head under its default
 // route's address: CheckPlacement names the mismatch before vLLM starts.
 func TestWrongRayRegistrationFailsAtPlacement(t *testing.T) {
@@ -331,55 +305,31 @@ func TestWrongRayRegistrationFailsAtPlacement(t *testing.T) {
 	t.Logf("classified %s %.1fs after start (vLLM alone would wait ~42 minutes)", f.Type, time.Since(start).Seconds())
 }
 
-func waitPhase(t *testing.T, run tclient.WorkflowRun, phase string) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	var last contract.ServingProgress
-	for time.Now().Before(deadline) {
-		v, err := tc.QueryWorkflow(context.Background(), run.GetID(), run.GetRunID(), contract.QueryProgress)
-		if err == nil {
-			var p contract.ServingProgress
-			if v.Get(&p) == nil {
-				if p.Phase == phase && p.ShardsLoaded > 0 {
-					return
-				}
-				last = p
-			}
-		}
-		// A deploy that ended (served before it was seen loading, or failed) says so now,
-		// with its reason, rather than after the whole wait.
-		//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
-		if d, err := tc.DescribeWorkflowExecution(context.Background(), run.GetID(), run.GetRunID()); err == nil &&
-			d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			err := run.Get(context.Background(), nil)
-			t.Fatalf("deploy never reached %s: it ended %s (%v); last progress %+v", phase, d.GetWorkflowExecutionInfo().GetStatus(), control.Reason(err), last)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
-	st, _ := control.Controller{Client: tc, SignKey: theLab.SignKey}.Status(context.Background(), strings.TrimPrefix(run.GetID(), contract.DeployWorkflowID("")))
-	t.Fatalf("deploy never reached %s within 2 min: last progress %+v; state %s: %s", phase, last, st.State.Phase, st.State.Details)
-}
-
-func slowLoading(s *spec.Cluster) {
-	s.Nodes[0].Env = map[string]string{"TPDEPLOY_SIM_SHARDS": "30", "TPDEPLOY_SIM_SHARD_SECONDS": "0.5"}
-}
-
-// (f) A cancel during shard loading tears everything down.
+// (f) A cancel during shard loading tears everything down: Ray's head and worker, or
+// under executor mp every rank.
 func TestCancelDuringLoadingTearsDown(t *testing.T) {
-	s := labSpec(t, "e2e-cancel")
-	slowLoading(&s)
-	run := deployFor(t, s)
-	waitPhase(t, run, "loading")
-	if err := tc.CancelWorkflow(context.Background(), run.GetID(), run.GetRunID()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := run.Get(ctx, nil); err == nil {
-		t.Fatal("canceled deploy succeeded")
-	}
-	if left := containersOf(t, s.Name); len(left) != 0 {
-		t.Fatalf("containers left after cancel: %v", left)
+	for _, c := range []struct{ name, cluster, executor string }{
+		{"ray", "e2e-cancel", ""}, // the lab spec's own executor: Ray
+		{"mp", "e2e-mp-cancel", spec.ExecutorMP},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := labSpec(t, c.cluster)
+			if c.executor != "" {
+				s.Executor = c.executor
+			}
+			slowLoading(&s)
+			run := deployFor(t, s)
+			waitPhase(t, run, "loading")
+			if err := tc.CancelWorkflow(context.Background(), run.GetID(), run.GetRunID()); err != nil {
+				t.Fatal(err)
+			}
+			if err := result(run, 2*time.Minute, nil); err == nil {
+				t.Fatal("canceled deploy succeeded")
+			}
+			if left := containersOf(t, s.Name); len(left) != 0 {
+				t.Fatalf("containers left after cancel: %v", left)
+			}
+		})
 	}
 }
 
@@ -427,12 +377,9 @@ func TestAgentRestartDuringLoading(t *testing.T) {
 	run := deployFor(t, s)
 	waitPhase(t, run, "loading")
 	killWorker(t, theLab.Nodes[0].Container)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var res workflows.DeployResult
-	if err := run.Get(ctx, &res); err != nil {
+	if err := result(run, 90*time.Second, nil); err != nil {
 		st, _ := control.Controller{Client: tc, SignKey: theLab.SignKey}.Status(context.Background(), s.Name)
-		t.Fatalf("deploy after agent restart: %v (state: %+v)", control.Reason(err), st.State)
+		t.Fatalf("deploy after agent restart: %v (state: %+v)", err, st.State)
 	}
 	if got := containersOf(t, s.Name); len(got) != 2 {
 		t.Errorf("containers %v, want exactly the ray head and worker", got)

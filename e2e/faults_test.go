@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 import (
@@ -21,7 +23,6 @@ import (
 	"github.com/moby/moby/client"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/tpdeploy/tpdeploy/contract"
 	"github.com/tpdeploy/tpdeploy/control"
@@ -358,7 +359,7 @@ func (c *cell) inject(t *testing.T) {
 // have reconciled.
 func (c *cell) deployOutcome(t *testing.T) {
 	var res workflows.DeployResult
-	err := getResult(c.run, 8*time.Minute, &res)
+	err := result(c.run, 8*time.Minute, &res)
 	c.res.Took = time.Since(c.start)
 	var f *control.Failure
 	switch {
@@ -369,7 +370,7 @@ func (c *cell) deployOutcome(t *testing.T) {
 			t.Logf("%s × %s restarted: %s", c.step.Name, c.fault.Name, strings.Join(res.Restarts, " | "))
 		}
 		t.Logf("%s × %s planned on %s", c.step.Name, c.fault.Name, res.Plan.Subnet)
-	case errors.As(control.Reason(err), &f):
+	case errors.As(err, &f):
 		c.res.Outcome = "failed " + f.Type
 		t.Logf("%s × %s failed: %s", c.step.Name, c.fault.Name, clip(f.Message, 1500))
 	default:
@@ -598,25 +599,6 @@ func runStarterNoFatal(path string) (string, error) {
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+theLab.Temporal)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-// getResult waits for a workflow's result through a Temporal restart: an error that is
-// not the workflow's own (the server unavailable) is retried.
-func getResult(run tclient.WorkflowRun, within time.Duration, v any) error {
-	deadline := time.Now().Add(within)
-	for {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		err := tc.GetWorkflow(ctx, run.GetID(), run.GetRunID()).Get(ctx, v)
-		cancel()
-		var app *temporal.ApplicationError
-		var canceled *temporal.CanceledError
-		var term *temporal.TerminatedError
-		var timeout *temporal.TimeoutError
-		if err == nil || errors.As(err, &app) || errors.As(err, &canceled) || errors.As(err, &term) || errors.As(err, &timeout) || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(time.Second)
-	}
 }
 
 // ensureNodesUp starts a lab node a cell left stopped.

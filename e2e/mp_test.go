@@ -1,7 +1,8 @@
+//go:build integration
+
 package e2e
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -48,26 +49,6 @@ func TestMPExternalOnlySubnetRefusedAtPlanning(t *testing.T) {
 	f, _ := failure(t, deployFor(t, s))
 	if f.Type != "NoViableSubnet" || !strings.Contains(f.Message, theLab.Ext.String()+" rejected: node-b has no address in it") {
 		t.Fatalf("failure %s: %s", f.Type, f.Message)
-	}
-}
-
-// A cancel during loading removes every rank.
-func TestMPCancelDuringLoading(t *testing.T) {
-	s := labSpec(t, "e2e-mp-cancel")
-	s.Executor = spec.ExecutorMP
-	slowLoading(&s)
-	run := deployFor(t, s)
-	waitPhase(t, run, "loading")
-	if err := tc.CancelWorkflow(context.Background(), run.GetID(), run.GetRunID()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := run.Get(ctx, nil); err == nil {
-		t.Fatal("canceled deploy succeeded")
-	}
-	if left := containersOf(t, s.Name); len(left) != 0 {
-		t.Fatalf("containers left after cancel: %v", left)
 	}
 }
 

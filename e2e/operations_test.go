@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 import (
@@ -21,17 +23,6 @@ import (
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
-// deployServing deploys s and waits until it serves.
-func deployServing(t *testing.T, s spec.Cluster) {
-	t.Helper()
-	run := deployFor(t, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := run.Get(ctx, nil); err != nil {
-		t.Fatalf("deploy: %v", control.Reason(err))
-	}
-}
-
 func teardown(t *testing.T, cluster string) {
 	t.Helper()
 	if _, err := (control.Controller{Client: tc, SignKey: theLab.SignKey}).Teardown(context.Background(), cluster, nil); err != nil {
@@ -46,17 +37,6 @@ func supervision(t *testing.T, cluster string) (workflows.Supervision, bool) {
 	}
 	var sv workflows.Supervision
 	return sv, v.Get(&sv) == nil
-}
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 func endpointServes(t *testing.T, s spec.Cluster) error {

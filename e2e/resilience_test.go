@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 import (
@@ -27,19 +29,6 @@ func restartNode(t *testing.T, node string) {
 		}
 	}
 	t.Fatalf("no lab node %s", node)
-}
-
-func deployResult(t *testing.T, run interface {
-	Get(context.Context, any) error
-}, within time.Duration) workflows.DeployResult {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var res workflows.DeployResult
-	if err := run.Get(ctx, &res); err != nil {
-		t.Fatalf("deploy: %v", control.Reason(err))
-	}
-	return res
 }
 
 // node-b reboots while the weights load: the deploy hears node-b's new boot ID, removes

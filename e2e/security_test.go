@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 import (
@@ -112,7 +114,7 @@ func TestUnsignedDeployIsRefusedByTheLabsAgents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = control.Reason(run.Get(context.Background(), nil))
+			err = result(run, 3*time.Minute, nil)
 			var f *control.Failure
 			if !errors.As(err, &f) || f.Type != contract.ErrPolicyDenied || !strings.Contains(f.Message, c.want) || !strings.Contains(f.Message, "trusted_keys") {
 				t.Fatalf("deploy: %v, want PolicyDenied: ...%s", err, c.want)

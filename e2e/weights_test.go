@@ -1,3 +1,5 @@
+//go:build integration
+
 package e2e
 
 import (
@@ -12,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/spec"
 	"github.com/tpdeploy/tpdeploy/weights"
@@ -40,14 +41,6 @@ func makeModel(t *testing.T, node string, s spec.Cluster, shards int, size int64
 	if err := lab.MakeModel(dir, shards, size, 7, skip...); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func deployErr(run interface {
-	Get(context.Context, any) error
-}) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return control.Reason(run.Get(ctx, nil))
 }
 
 func sha(t *testing.T, path string) string {
@@ -134,7 +127,7 @@ func TestModelSyncResumesAfterAgentKill(t *testing.T) {
 		}
 		//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
 		if st, err := tc.DescribeWorkflowExecution(context.Background(), run.GetID(), run.GetRunID()); err == nil && st.GetWorkflowExecutionInfo().GetCloseTime() != nil {
-			t.Fatalf("deploy ended before the copy: %v", deployErr(run))
+			t.Fatalf("deploy ended before the copy: %v", result(run, 10*time.Second, nil))
 		}
 		arrived = 0
 		entries, _ := os.ReadDir(dir)

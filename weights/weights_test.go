@@ -3,7 +3,6 @@ package weights
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"testing/fstest"
 
 	"github.com/tpdeploy/tpdeploy/confined"
+	"github.com/tpdeploy/tpdeploy/internal/hfcachetest"
 )
 
 const (
@@ -26,85 +26,36 @@ const (
 	commitB = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
 )
 
-type tfile struct {
-	name string
-	data []byte
-}
-
 func shardName(i, n int) string { return fmt.Sprintf("model-%05d-of-%05d.safetensors", i, n) }
 
 // tinyModel is a four-shard model: sizes matter here, not content, but the content differs
 // per shard so that blob names (content hashes) differ as they do on the Hub.
-func tinyModel() []tfile {
-	files := []tfile{
-		{"config.json", []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`)},
-		{"generation_config.json", []byte(`{"do_sample":true}`)},
-		{"tokenizer.json", bytes.Repeat([]byte("tok "), 300)},
-		{"tokenizer_config.json", []byte(`{"model_max_length":4096}`)},
-		{"model.safetensors.index.json", []byte(`{"metadata":{"total_size":8600},"weight_map":{` +
+func tinyModel() []hfcachetest.File {
+	files := []hfcachetest.File{
+		{Name: "config.json", Data: []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`)},
+		{Name: "generation_config.json", Data: []byte(`{"do_sample":true}`)},
+		{Name: "tokenizer.json", Data: bytes.Repeat([]byte("tok "), 300)},
+		{Name: "tokenizer_config.json", Data: []byte(`{"model_max_length":4096}`)},
+		{Name: "model.safetensors.index.json", Data: []byte(`{"metadata":{"total_size":8600},"weight_map":{` +
 			`"embed.weight":"model-00001-of-00004.safetensors","layers.0.w":"model-00001-of-00004.safetensors",` +
 			`"layers.1.w":"model-00002-of-00004.safetensors","layers.2.w":"model-00003-of-00004.safetensors",` +
 			`"layers.3.w":"model-00004-of-00004.safetensors","lm_head.weight":"model-00004-of-00004.safetensors"}}`)},
 	}
 	for i := 1; i <= 4; i++ {
-		files = append(files, tfile{shardName(i, 4), bytes.Repeat([]byte{byte('a' + i)}, 1900+100*i)})
+		files = append(files, hfcachetest.File{Name: shardName(i, 4), Data: bytes.Repeat([]byte{byte('a' + i)}, 1900+100*i)})
 	}
 	return files
 }
 
-// blobName is what Hugging Face names a file's blob: the sha256 for LFS files (weights),
-// the git blob sha1 for the rest.
-func blobName(f tfile) string {
-	if strings.HasSuffix(f.name, ".safetensors") {
-		s := sha256.Sum256(f.data)
-		return hex.EncodeToString(s[:])
-	}
-	h := sha1.New()
-	fmt.Fprintf(h, "blob %d\x00", len(f.data))
-	h.Write(f.data)
-	return hex.EncodeToString(h.Sum(nil))
+func without(files []hfcachetest.File, names ...string) []hfcachetest.File {
+	return slices.DeleteFunc(slices.Clone(files), func(f hfcachetest.File) bool { return slices.Contains(names, f.Name) })
 }
 
-func mustWrite(t *testing.T, p string, data []byte) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// writeSnapshot lays files out as huggingface_hub does: blobs named by hash, snapshot
-// entries linking to them (../../blobs/<hash>), and refs/<ref> holding the commit.
-func writeSnapshot(t *testing.T, cache, ref, commit string, files []tfile) {
-	t.Helper()
-	dir := HFRepoDir(cache, repo)
-	for _, f := range files {
-		blob := filepath.Join(dir, "blobs", blobName(f))
-		mustWrite(t, blob, f.data)
-		link := filepath.Join(dir, "snapshots", commit, f.name)
-		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink("../../blobs/"+blobName(f), link); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if ref != "" {
-		mustWrite(t, filepath.Join(dir, "refs", ref), []byte(commit))
-	}
-}
-
-func without(files []tfile, names ...string) []tfile {
-	return slices.DeleteFunc(slices.Clone(files), func(f tfile) bool { return slices.Contains(names, f.name) })
-}
-
-func replaced(files []tfile, name string, data []byte) []tfile {
+func replaced(files []hfcachetest.File, name string, data []byte) []hfcachetest.File {
 	out := slices.Clone(files)
 	for i := range out {
-		if out[i].name == name {
-			out[i].data = data
+		if out[i].Name == name {
+			out[i].Data = data
 		}
 	}
 	return out
@@ -121,8 +72,8 @@ func messages(ps []Problem) []string {
 func TestScanHFAndCompare(t *testing.T) {
 	model := tinyModel()
 	shard2, shard4 := shardName(2, 4), shardName(4, 4)
-	snapshot := func(files []tfile) func(*testing.T, string) {
-		return func(t *testing.T, cache string) { writeSnapshot(t, cache, "main", commitA, files) }
+	snapshot := func(files []hfcachetest.File) func(*testing.T, string) {
+		return func(t *testing.T, cache string) { hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, files) }
 	}
 	for _, tc := range []struct {
 		name      string
@@ -149,9 +100,9 @@ func TestScanHFAndCompare(t *testing.T) {
 			// entry only once the blob is complete.
 			name: "half-finished download",
 			node: func(t *testing.T, cache string) {
-				writeSnapshot(t, cache, "main", commitA, without(model, shard4))
+				hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, without(model, shard4))
 				f := model[len(model)-1]
-				mustWrite(t, filepath.Join(HFRepoDir(cache, repo), "blobs", blobName(f)+".incomplete"), f.data[:700])
+				hfcachetest.WriteFile(t, filepath.Join(HFRepoDir(cache, repo), "blobs", hfcachetest.BlobName(f)+".incomplete"), f.Data[:700])
 			},
 			missing:  []string{shard4},
 			problems: []string{"node-b lacks model-00004-of-00004.safetensors (head has 2.3 kB)"},
@@ -161,8 +112,8 @@ func TestScanHFAndCompare(t *testing.T) {
 		{
 			name: "a link whose blob is gone",
 			node: func(t *testing.T, cache string) {
-				writeSnapshot(t, cache, "main", commitA, model)
-				if err := os.Remove(filepath.Join(HFRepoDir(cache, repo), "blobs", blobName(model[len(model)-1]))); err != nil {
+				hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, model)
+				if err := os.Remove(filepath.Join(HFRepoDir(cache, repo), "blobs", hfcachetest.BlobName(model[len(model)-1]))); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -182,38 +133,38 @@ func TestScanHFAndCompare(t *testing.T) {
 			// difference shows without reading a byte.
 			name:     "a shard of other content, same size",
 			node:     snapshot(replaced(model, shard2, bytes.Repeat([]byte{'x'}, 2100))),
-			problems: []string{"node-b has model-00002-of-00004.safetensors with sha256 " + blobName(tfile{shard2, bytes.Repeat([]byte{'x'}, 2100)})[:12] + ", head has " + blobName(model[6])[:12]},
+			problems: []string{"node-b has model-00002-of-00004.safetensors with sha256 " + hfcachetest.BlobName(hfcachetest.File{Name: shard2, Data: bytes.Repeat([]byte{'x'}, 2100)})[:12] + ", head has " + hfcachetest.BlobName(model[6])[:12]},
 			lacking:  []string{shard2},
 		},
 		{
 			name: "a blob corrupted in place, not read",
 			node: func(t *testing.T, cache string) {
-				writeSnapshot(t, cache, "main", commitA, model)
-				mustWrite(t, filepath.Join(HFRepoDir(cache, repo), "blobs", blobName(model[6])), bytes.Repeat([]byte{'x'}, 2100))
+				hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, model)
+				hfcachetest.WriteFile(t, filepath.Join(HFRepoDir(cache, repo), "blobs", hfcachetest.BlobName(model[6])), bytes.Repeat([]byte{'x'}, 2100))
 			},
 		},
 		{
 			name: "a blob corrupted in place, read",
 			node: func(t *testing.T, cache string) {
-				writeSnapshot(t, cache, "main", commitA, model)
-				mustWrite(t, filepath.Join(HFRepoDir(cache, repo), "blobs", blobName(model[6])), bytes.Repeat([]byte{'x'}, 2100))
+				hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, model)
+				hfcachetest.WriteFile(t, filepath.Join(HFRepoDir(cache, repo), "blobs", hfcachetest.BlobName(model[6])), bytes.Repeat([]byte{'x'}, 2100))
 			},
 			checksums: true,
-			problems:  []string{"node-b has model-00002-of-00004.safetensors with sha256 " + blobName(tfile{shard2, bytes.Repeat([]byte{'x'}, 2100)})[:12] + ", head has " + blobName(model[6])[:12]},
-			check:     []string{"node-b has model-00002-of-00004.safetensors with sha256 " + blobName(tfile{shard2, bytes.Repeat([]byte{'x'}, 2100)})[:12] + ", but its blob is named " + blobName(model[6])[:12]},
+			problems:  []string{"node-b has model-00002-of-00004.safetensors with sha256 " + hfcachetest.BlobName(hfcachetest.File{Name: shard2, Data: bytes.Repeat([]byte{'x'}, 2100)})[:12] + ", head has " + hfcachetest.BlobName(model[6])[:12]},
+			check:     []string{"node-b has model-00002-of-00004.safetensors with sha256 " + hfcachetest.BlobName(hfcachetest.File{Name: shard2, Data: bytes.Repeat([]byte{'x'}, 2100)})[:12] + ", but its blob is named " + hfcachetest.BlobName(model[6])[:12]},
 			lacking:   []string{shard2},
 		},
 		{
 			name:     "another revision",
-			node:     func(t *testing.T, cache string) { writeSnapshot(t, cache, "main", commitB, model) },
+			node:     func(t *testing.T, cache string) { hfcachetest.WriteSnapshot(t, cache, repo, "main", commitB, model) },
 			problems: []string{"node-b holds revision " + commitB + ", head holds " + commitA},
 			lacking:  Names(mustScan(t, model).Files),
 		},
 		{
 			name: "the pinned revision, whatever main says",
 			node: func(t *testing.T, cache string) {
-				writeSnapshot(t, cache, "", commitA, model)
-				writeSnapshot(t, cache, "main", commitB, without(model, shard2))
+				hfcachetest.WriteSnapshot(t, cache, repo, "", commitA, model)
+				hfcachetest.WriteSnapshot(t, cache, repo, "main", commitB, without(model, shard2))
 			},
 			revision: commitA,
 		},
@@ -237,9 +188,9 @@ func TestScanHFAndCompare(t *testing.T) {
 			headCache, nodeCache := t.TempDir(), t.TempDir()
 			rev := tc.revision
 			if rev == "" {
-				writeSnapshot(t, headCache, "main", commitA, model)
+				hfcachetest.WriteSnapshot(t, headCache, repo, "main", commitA, model)
 			} else {
-				writeSnapshot(t, headCache, "", rev, model)
+				hfcachetest.WriteSnapshot(t, headCache, repo, "", rev, model)
 			}
 			tc.node(t, nodeCache)
 			head, err := scanHFAt(t, headCache, repo, rev, tc.checksums)
@@ -292,10 +243,10 @@ func openFS(t *testing.T, root string) *confined.Dir {
 	return d
 }
 
-func mustScan(t *testing.T, files []tfile) Manifest {
+func mustScan(t *testing.T, files []hfcachetest.File) Manifest {
 	t.Helper()
 	cache := t.TempDir()
-	writeSnapshot(t, cache, "main", commitA, files)
+	hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, files)
 	m, err := scanHFAt(t, cache, repo, "", false)
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +256,7 @@ func mustScan(t *testing.T, files []tfile) Manifest {
 
 func TestScanHFDescribesEachFile(t *testing.T) {
 	model := tinyModel()
-	m := mustScan(t, append(model, tfile{"README.md", []byte("# Tiny")}, tfile{"consolidated.safetensors", []byte("unused")}))
+	m := mustScan(t, append(model, hfcachetest.File{Name: "README.md", Data: []byte("# Tiny")}, hfcachetest.File{Name: "consolidated.safetensors", Data: []byte("unused")}))
 	want := []string{"config.json", "generation_config.json", "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
 		"model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"}
 	if got := Names(m.Files); !slices.Equal(got, want) {
@@ -315,14 +266,14 @@ func TestScanHFDescribesEachFile(t *testing.T) {
 		t.Errorf("manifest = %+v", m)
 	}
 	for _, f := range m.Files {
-		var src tfile
+		var src hfcachetest.File
 		for _, s := range model {
-			if s.name == f.Name {
+			if s.Name == f.Name {
 				src = s
 			}
 		}
-		if f.Size != int64(len(src.data)) || f.Blob != blobName(src) {
-			t.Errorf("%s: size %d blob %s, want %d %s", f.Name, f.Size, f.Blob, len(src.data), blobName(src))
+		if f.Size != int64(len(src.Data)) || f.Blob != hfcachetest.BlobName(src) {
+			t.Errorf("%s: size %d blob %s, want %d %s", f.Name, f.Size, f.Blob, len(src.Data), hfcachetest.BlobName(src))
 		}
 		// LFS files carry the sha256 their blob is named after; small files' blobs are git
 		// sha1s, so their hash is unknown until read.
@@ -333,8 +284,8 @@ func TestScanHFDescribesEachFile(t *testing.T) {
 	summed := mustScanChecksums(t, model)
 	for _, f := range summed.Files {
 		for _, s := range model {
-			if s.name == f.Name {
-				if sum := sha256.Sum256(s.data); f.SHA256 != hex.EncodeToString(sum[:]) {
+			if s.Name == f.Name {
+				if sum := sha256.Sum256(s.Data); f.SHA256 != hex.EncodeToString(sum[:]) {
 					t.Errorf("%s: checksum %s", f.Name, f.SHA256)
 				}
 			}
@@ -342,10 +293,10 @@ func TestScanHFDescribesEachFile(t *testing.T) {
 	}
 }
 
-func mustScanChecksums(t *testing.T, files []tfile) Manifest {
+func mustScanChecksums(t *testing.T, files []hfcachetest.File) Manifest {
 	t.Helper()
 	cache := t.TempDir()
-	writeSnapshot(t, cache, "main", commitA, files)
+	hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, files)
 	m, err := scanHFAt(t, cache, repo, "main", true)
 	if err != nil {
 		t.Fatal(err)
@@ -354,16 +305,16 @@ func mustScanChecksums(t *testing.T, files []tfile) Manifest {
 }
 
 func TestScanDir(t *testing.T) {
-	writeDir := func(t *testing.T, dir string, files []tfile) {
+	writeDir := func(t *testing.T, dir string, files []hfcachetest.File) {
 		for _, f := range files {
-			mustWrite(t, filepath.Join(dir, f.name), f.data)
+			hfcachetest.WriteFile(t, filepath.Join(dir, f.Name), f.Data)
 		}
 	}
-	single := []tfile{{"config.json", []byte("{}")}, {"model.safetensors", make([]byte, 3000)}, {"tokenizer.model", make([]byte, 500)},
-		{"notes.md", []byte("not a model file")}, {"model.safetensors.tpdeploy-partial", make([]byte, 100)}}
+	single := []hfcachetest.File{{Name: "config.json", Data: []byte("{}")}, {Name: "model.safetensors", Data: make([]byte, 3000)}, {Name: "tokenizer.model", Data: make([]byte, 500)},
+		{Name: "notes.md", Data: []byte("not a model file")}, {Name: "model.safetensors.tpdeploy-partial", Data: make([]byte, 100)}}
 	for _, tc := range []struct {
 		name    string
-		files   []tfile
+		files   []hfcachetest.File
 		absent  bool
 		names   []string
 		missing []string
@@ -411,14 +362,14 @@ func TestScanRefusesWhatIsNotAModel(t *testing.T) {
 		wantErr string
 	}{
 		{name: "index is not JSON", setup: func(t *testing.T, cache string) {
-			writeSnapshot(t, cache, "main", commitA, replaced(tinyModel(), "model.safetensors.index.json", []byte(`{"weight_map":`)))
+			hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, replaced(tinyModel(), "model.safetensors.index.json", []byte(`{"weight_map":`)))
 		}, wantErr: "model.safetensors.index.json: invalid model: unexpected end of JSON input"},
 		{name: "index leaves the directory", setup: func(t *testing.T, cache string) {
-			writeSnapshot(t, cache, "main", commitA, replaced(tinyModel(), "model.safetensors.index.json", []byte(`{"weight_map":{"a":"../../../etc/passwd"}}`)))
+			hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, replaced(tinyModel(), "model.safetensors.index.json", []byte(`{"weight_map":{"a":"../../../etc/passwd"}}`)))
 		}, wantErr: `weight_map lists "../../../etc/passwd", not a file in the model's directory`},
 		{name: "ref holds no commit", setup: func(t *testing.T, cache string) {
-			writeSnapshot(t, cache, "main", commitA, tinyModel())
-			mustWrite(t, filepath.Join(HFRepoDir(cache, repo), "refs", "main"), []byte("garbage"))
+			hfcachetest.WriteSnapshot(t, cache, repo, "main", commitA, tinyModel())
+			hfcachetest.WriteFile(t, filepath.Join(HFRepoDir(cache, repo), "refs", "main"), []byte("garbage"))
 		}, wantErr: `hub/models--Org--Tiny/refs/main holds "garbage", not a commit`},
 		{name: "not Org/Name", setup: func(*testing.T, string) {}, repo: "../x", wantErr: `repository "../x" is not Org/Name`},
 	} {

@@ -81,7 +81,10 @@ type server struct {
 	ttl      time.Duration
 	deadline time.Time
 	srv      *http.Server
-	log      *zap.Logger
+	// ln is the listener srv serves; Close closes it itself, as srv.Close does not when
+	// Serve has not started on it yet.
+	ln  net.Listener
+	log *zap.Logger
 	// served counts the bytes of file content written to clients.
 	served atomic.Int64
 
@@ -126,7 +129,7 @@ func (ss *Servers) Open(s Serve) (string, error) {
 		peers[i] = p.Unmap()
 	}
 	srv := &server{owner: ss, node: s.Node, id: id, keys: keys, peers: peers, dir: s.Dir, rel: s.Rel, files: files, ttl: ttl, last: now,
-		deadline: now.Add(MaxLifetime), log: log}
+		deadline: now.Add(MaxLifetime), ln: s.Listener, log: log}
 	srv.srv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	ss.mu.Lock()
 	if len(ss.m) >= MaxServers {
@@ -179,7 +182,12 @@ func parseKeys(hashes []string, peers []netip.Addr) ([][sha256.Size]byte, error)
 func (ss *Servers) Close(id string) bool {
 	ss.mu.Lock()
 	s, ok := ss.m[id]
-	delete(ss.m, id)
+	if ok {
+		// The port refuses before Stats stops reporting the server, and whether or not
+		// Serve has started on it: no connection waits in a closed server's backlog.
+		delete(ss.m, id)
+		_ = s.ln.Close()
+	}
 	ss.mu.Unlock()
 	if !ok {
 		return false

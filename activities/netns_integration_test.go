@@ -1,9 +1,10 @@
+//go:build integration
+
 package activities
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -267,20 +268,5 @@ func TestCutNodeIsRejectedWithReason(t *testing.T) {
 	_, err := netplan.Choose(c, probes, reach(t, agents, netplan.ListenAddrs(c, probes)))
 	if err == nil || !strings.Contains(err.Error(), "192.168.77.0/24 rejected: node-b: 192.168.77.13 on ibp1 is down") {
 		t.Errorf("plan with node-b cut: %v", err)
-	}
-}
-
-func TestTaskForAnotherNodeIsRefused(t *testing.T) {
-	a := New(Config{Name: "node-a", unrestricted: true})
-	_, err := a.Probe.ProbeNode(context.Background(), contract.ProbeRequest{Node: "node-b"})
-	if err == nil || !strings.Contains(err.Error(), `task for node "node-b" reached the agent of node "node-a"`) {
-		t.Errorf("err = %v", err)
-	}
-}
-
-func TestDialErrorIsShort(t *testing.T) {
-	_, err := net.DialTimeout("tcp", "127.0.0.1:1", time.Second)
-	if got := dialError(err); got != "connection refused" {
-		t.Errorf("dialError = %q", got)
 	}
 }
