@@ -66,9 +66,9 @@ faults: deps $(BIN)/temporal
 
 # Short fuzz runs of the parsers that read outside input.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./spec
-	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime 30s ./logscan
-	$(GO) test -run '^$$' -fuzz FuzzParseRead -fuzztime 30s ./release
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./internal/spec
+	$(GO) test -run '^$$' -fuzz FuzzClassify -fuzztime 30s ./internal/logscan
+	$(GO) test -run '^$$' -fuzz FuzzParseRead -fuzztime 30s ./internal/release
 
 # The lab alone (see lab/README.md); `docker-compose --profile lab up` needs these images.
 lab-images: $(BIN)/temporal
@@ -83,7 +83,7 @@ lab-down: build
 # Figures, not assertions: the 16-node plan, then (on a lab) the deploy workflow against the
 # hand-written script interleaved, the seed's failure 1, and history events per deploy.
 bench: deps $(BIN)/temporal
-	$(GO) test -tags integration -run '^$$' -bench . -benchtime 5x ./activities ./dataplane
+	$(GO) test -tags integration -run '^$$' -bench . -benchtime 5x ./activities ./internal/dataplane
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 1x ./e2e
 
 dev: $(BIN)/temporal

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
 )
 
 // BenchmarkPlan16Nodes measures probe + all-pairs reachability + plan for 16 nodes on real

@@ -20,10 +20,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/policy"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // Labels on every container tpdeploy starts: teardown finds its containers by them, never

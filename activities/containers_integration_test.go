@@ -22,12 +22,12 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/internal/labtest"
-	"github.com/tpdeploy/tpdeploy/logscan"
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/logscan"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // These tests run against this machine's Docker engine (CI has one) with FROM-scratch

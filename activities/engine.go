@@ -14,8 +14,8 @@ import (
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
 )
 
 // DefaultDockerHost is the engine a node's agent talks to when the spec names none.

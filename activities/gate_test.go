@@ -9,10 +9,10 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/intent"
-	"github.com/tpdeploy/tpdeploy/policy"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // gateDenied says err is the gate's refusal: non-retryable PolicyDenied naming node-a and

@@ -7,10 +7,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/spec"
-	"github.com/tpdeploy/tpdeploy/weights"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
+	"github.com/tpdeploy/tpdeploy/internal/weights"
 )
 
 // Signed intent (package intent): with trusted_keys in the node's policy, the agent acts

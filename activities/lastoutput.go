@@ -10,7 +10,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 )
 
 // lastOutputLines is how many lines of each container's output LastOutput keeps, and

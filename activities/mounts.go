@@ -10,9 +10,9 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/confined"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/internal/confined"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 // mounts are the node's allowed mounts (the policy's allowed_mounts), the only host

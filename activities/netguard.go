@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 // What a request may make the agent listen on and dial, whoever sent it: listeners only on

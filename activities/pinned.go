@@ -11,8 +11,8 @@ import (
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 // Images pinned by content. A spec's image NAME[:TAG]@sha256:DIGEST names one image's

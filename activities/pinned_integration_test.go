@@ -9,9 +9,9 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/labtest"
-	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 // Images built or loaded on the node have no repository digest: they are pinned by their

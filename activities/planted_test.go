@@ -12,11 +12,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/hfcachetest"
-	"github.com/tpdeploy/tpdeploy/policy"
-	"github.com/tpdeploy/tpdeploy/weights"
-	"github.com/tpdeploy/tpdeploy/weights/transfer"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+	"github.com/tpdeploy/tpdeploy/internal/weights"
+	"github.com/tpdeploy/tpdeploy/internal/weights/transfer"
 )
 
 // Issue #23 finding 3: the Hugging Face cache is mounted read-write into containers that

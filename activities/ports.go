@@ -12,8 +12,8 @@ import (
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // fixedPorts are the ports this node's containers will bind at a fixed number, each with

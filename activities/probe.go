@@ -11,9 +11,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 // Probe describes the node (ProbeNode), and answers the supervisor's looks at it

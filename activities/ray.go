@@ -10,10 +10,10 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/policy"
-	"github.com/tpdeploy/tpdeploy/raygcs"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+	"github.com/tpdeploy/tpdeploy/internal/raygcs"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // Ray starts the Ray head and workers in the node's containers, and proves placement from

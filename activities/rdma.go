@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
 )
 
 // rdmaMapping is what the agent grants a node's containers for the plan's HCAs: each

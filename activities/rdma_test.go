@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 func TestRDMAMapping(t *testing.T) {

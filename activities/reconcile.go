@@ -9,7 +9,7 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/zap"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 )
 
 // Wanted says which of a cluster's containers should exist: known=false when nobody can

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/dataplane"
-	"github.com/tpdeploy/tpdeploy/logscan"
-	"github.com/tpdeploy/tpdeploy/release"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/dataplane"
+	"github.com/tpdeploy/tpdeploy/internal/logscan"
+	"github.com/tpdeploy/tpdeploy/internal/release"
 )
 
 // The watch acts only on what the running release's code can print: vLLM's duplicate-IP

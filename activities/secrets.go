@@ -10,10 +10,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sys/unix"
 
-	"github.com/tpdeploy/tpdeploy/confined"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/policy"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/confined"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // maxSecretSize bounds a secret file: a token is a few hundred bytes, and /dev/zero or a

@@ -15,10 +15,10 @@ import (
 	"github.com/moby/moby/client"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/labtest"
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // Executor mp: the rank's secrets (HF_TOKEN everywhere, VLLM_API_KEY on rank 0) reach vLLM

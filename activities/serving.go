@@ -17,11 +17,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/dataplane"
-	"github.com/tpdeploy/tpdeploy/logscan"
-	"github.com/tpdeploy/tpdeploy/raygcs"
-	"github.com/tpdeploy/tpdeploy/readiness"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/dataplane"
+	"github.com/tpdeploy/tpdeploy/internal/logscan"
+	"github.com/tpdeploy/tpdeploy/internal/raygcs"
+	"github.com/tpdeploy/tpdeploy/internal/readiness"
 )
 
 func (v *VLLM) fetch(ctx context.Context, hc *http.Client, url, apiKey string) ([]byte, error) {

@@ -9,7 +9,7 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/zap"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 )
 
 // The short-lived containers tpdeploy makes — an image read (image.go), the data-plane

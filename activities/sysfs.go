@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tpdeploy/tpdeploy/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
 )
 
 // sysfs is where the agent reads the machine: sysfs (link speeds, RDMA devices), procfs

@@ -15,10 +15,10 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/tpdeploy/tpdeploy/confined"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/weights"
-	"github.com/tpdeploy/tpdeploy/weights/transfer"
+	"github.com/tpdeploy/tpdeploy/internal/confined"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/weights"
+	"github.com/tpdeploy/tpdeploy/internal/weights/transfer"
 )
 
 // maxSyncFiles bounds the files of one copy (a model has hundreds at most).

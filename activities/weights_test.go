@@ -30,10 +30,10 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/hfcachetest"
-	"github.com/tpdeploy/tpdeploy/weights"
-	"github.com/tpdeploy/tpdeploy/weights/transfer"
+	"github.com/tpdeploy/tpdeploy/internal/weights"
+	"github.com/tpdeploy/tpdeploy/internal/weights/transfer"
 )
 
 const (

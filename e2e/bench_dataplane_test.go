@@ -9,7 +9,7 @@ import (
 
 	tclient "go.temporal.io/sdk/client"
 
-	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/control"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

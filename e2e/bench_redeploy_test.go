@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/lab"
-	"github.com/tpdeploy/tpdeploy/spec"
 )
 
 // BenchmarkRedeployOutage measures what a client of a serving cluster sees when the spec

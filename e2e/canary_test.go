@@ -18,8 +18,8 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/tpdeploy/tpdeploy/activities"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

@@ -17,10 +17,10 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/lab"
-	"github.com/tpdeploy/tpdeploy/spec"
 )
 
 // TestDataPlaneOnTwoSparkRails brings up a lab shaped like two DGX Sparks (two rails on

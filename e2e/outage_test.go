@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // outageWatch asks the cluster's /v1/models every 25 ms, as a client would (waiting up

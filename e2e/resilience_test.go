@@ -10,8 +10,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
 	"github.com/tpdeploy/tpdeploy/lab/faultproxy"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )

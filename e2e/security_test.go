@@ -15,10 +15,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
-	"github.com/tpdeploy/tpdeploy/intent"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

@@ -14,11 +14,11 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/lab"
 	"github.com/tpdeploy/tpdeploy/lab/faultproxy"
-	"github.com/tpdeploy/tpdeploy/spec"
 )
 
 // An image change deployed onto a serving cluster is staged: the old deployment answers

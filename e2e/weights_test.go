@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
+	"github.com/tpdeploy/tpdeploy/internal/weights"
 	"github.com/tpdeploy/tpdeploy/lab"
-	"github.com/tpdeploy/tpdeploy/spec"
-	"github.com/tpdeploy/tpdeploy/weights"
 )
 
 // modelSpec is the lab spec serving a model from model.host_dir (the same node path on

@@ -26,8 +26,8 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/internal/barrier"
 	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/internal/searchattr"
 	"github.com/tpdeploy/tpdeploy/lab/faultproxy"
-	"github.com/tpdeploy/tpdeploy/searchattr"
 )
 
 // Image tags the lab builds (the simulator's, one per release: Releases).

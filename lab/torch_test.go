@@ -11,7 +11,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	imageread "github.com/tpdeploy/tpdeploy/release"
+	imageread "github.com/tpdeploy/tpdeploy/internal/release"
 )
 
 // The torch base is Debian's python3-torch with Gloo, built once and kept while its inputs

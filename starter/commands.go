@@ -18,14 +18,14 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/tpdeploy/tpdeploy/codec"
-	"github.com/tpdeploy/tpdeploy/connect"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/release"
-	"github.com/tpdeploy/tpdeploy/spec"
-	"github.com/tpdeploy/tpdeploy/weights"
+	"github.com/tpdeploy/tpdeploy/internal/codec"
+	"github.com/tpdeploy/tpdeploy/internal/connect"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/release"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
+	"github.com/tpdeploy/tpdeploy/internal/weights"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/intent"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/intent"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

@@ -15,11 +15,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tpdeploy/tpdeploy/connect"
-	"github.com/tpdeploy/tpdeploy/control"
-	"github.com/tpdeploy/tpdeploy/intent"
-	"github.com/tpdeploy/tpdeploy/logging"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/connect"
+	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/logging"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 const usage = `Usage: starter COMMAND [flags]

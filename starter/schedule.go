@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/control"
 )
 
 const scheduleUsage = `schedule create CLUSTER -f spec.yaml --every 24h | --cron 'EXPR'

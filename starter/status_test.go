@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

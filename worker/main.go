@@ -24,14 +24,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tpdeploy/tpdeploy/activities"
-	"github.com/tpdeploy/tpdeploy/connect"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/connect"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
 	"github.com/tpdeploy/tpdeploy/internal/liveness"
+	"github.com/tpdeploy/tpdeploy/internal/logging"
+	"github.com/tpdeploy/tpdeploy/internal/metrics"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 	"github.com/tpdeploy/tpdeploy/internal/registration"
-	"github.com/tpdeploy/tpdeploy/logging"
-	"github.com/tpdeploy/tpdeploy/metrics"
-	"github.com/tpdeploy/tpdeploy/policy"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 func TestMain(m *testing.M) {

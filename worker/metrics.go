@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tpdeploy/tpdeploy/metrics"
+	"github.com/tpdeploy/tpdeploy/internal/metrics"
 )
 
 // The metrics endpoint (/metrics, /healthz) asks for no credentials and names the node's

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tpdeploy/tpdeploy/internal/devserver"
-	"github.com/tpdeploy/tpdeploy/metrics"
+	"github.com/tpdeploy/tpdeploy/internal/metrics"
 )
 
 // A port alone is loopback's; every interface is refused unless the operator says so.

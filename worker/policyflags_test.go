@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/intent"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
 )
 
 // --require-pinned-images and --intents-not-before (and their variables) reach the policy

@@ -7,10 +7,10 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/dataplane"
-	"github.com/tpdeploy/tpdeploy/metrics"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/dataplane"
+	"github.com/tpdeploy/tpdeploy/internal/metrics"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // dataPlaneTimeout is the proof program's own deadline: torch's import, NCCL's init and a

@@ -8,10 +8,10 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/dataplane"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/dataplane"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // The seed's nodes with their RoCE HCA: the plan puts NCCL on RDMA, so the deploy proves

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tpdeploy/tpdeploy/contract"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 )
 
 // Incident is one thing the supervisor saw and what it did about it.

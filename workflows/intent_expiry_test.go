@@ -7,10 +7,10 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/intent"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // An expired signature and the supervisor: its automatic redeploys carry the signature of

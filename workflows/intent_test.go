@@ -15,10 +15,10 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/intent"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // carriesIntent checks that every acting call carried exactly in, and that the calls named in

@@ -7,9 +7,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/searchattr"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/searchattr"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // RedeployRequest is RedeployCluster's input: the spec the cluster should run.

@@ -3,7 +3,7 @@ package workflows
 import (
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/searchattr"
+	"github.com/tpdeploy/tpdeploy/internal/searchattr"
 )
 
 // upsertSearch records the cluster and phase on a deploy's run (a plan records none).

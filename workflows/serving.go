@@ -6,9 +6,9 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/metrics"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/metrics"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // waitServing follows vLLM on the head until it serves, in bounded watches that each

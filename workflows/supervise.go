@@ -8,10 +8,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/metrics"
-	"github.com/tpdeploy/tpdeploy/searchattr"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/metrics"
+	"github.com/tpdeploy/tpdeploy/internal/searchattr"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // SuperviseCluster is the cluster's entity workflow: one per cluster, from the first deploy

@@ -3,7 +3,7 @@
 package devserver
 
 import (
-	"github.com/tpdeploy/tpdeploy/searchattr"
+	"github.com/tpdeploy/tpdeploy/internal/searchattr"
 
 	"context"
 	"errors"

@@ -177,4 +177,3 @@ func NonRetryable() []string {
 	}
 	return types
 }
-

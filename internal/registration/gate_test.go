@@ -16,10 +16,10 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tpdeploy/tpdeploy/activities"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
-	"github.com/tpdeploy/tpdeploy/intent"
-	"github.com/tpdeploy/tpdeploy/policy"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 // requests is a worker.ActivityRegistry that keeps each activity's request type: the

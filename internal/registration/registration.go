@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/tpdeploy/tpdeploy/activities"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
 )
 
 // Agent registers the agent's activities: checks (control.Checks) on workflowQueue, the

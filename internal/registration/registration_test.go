@@ -15,8 +15,8 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/tpdeploy/tpdeploy/activities"
-	tpcontract "github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/control"
+	tpcontract "github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
 )
 
 // recorder is a worker.ActivityRegistry that keeps the names the SDK would register: a
@@ -63,7 +63,7 @@ func registered(t *testing.T) (workflowQueue, nodeQueue []string) {
 func contractNames(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, f := range parseDir(t, "../../contract") {
+	for _, f := range parseDir(t, "../contract") {
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
 			if !ok || g.Tok != token.CONST {

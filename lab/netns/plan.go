@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/activities"
-	"github.com/tpdeploy/tpdeploy/contract"
-	"github.com/tpdeploy/tpdeploy/netplan"
-	"github.com/tpdeploy/tpdeploy/spec"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
 )
 

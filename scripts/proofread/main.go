@@ -12,7 +12,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tpdeploy/tpdeploy/dataplane"
+	"github.com/tpdeploy/tpdeploy/internal/dataplane"
 )
 
 func main() {

@@ -1,0 +1,97 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/readiness"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
+)
+
+// Checks are the operations activities the node agents serve on the workflow queue (they
+// need a Temporal client, which the agents have). Registered as a struct, its method names
+// are the activity names (contract.ActivityCheckDeployment).
+type Checks struct {
+	Controller Controller
+	// APIKey resolves vLLM's API key (secrets.api_key) for a check of endpoint, on this
+	// agent and within its policy (activities.EndpointKey); nil sends no key. Deploys with
+	// an API key run their checks on the head's agent, which holds the key.
+	// The deploy's signed intent goes with it: an agent with trusted_keys resolves the key
+	// only for a signed spec.
+	APIKey func(c spec.Cluster, in *contract.Intent, endpoint string) (string, error)
+}
+
+// CheckDeployment reports the cluster's latest deploy and, when it completed, whether its
+// endpoint serves the model: /health answers 200 and /v1/models lists the served name.
+func (c *Checks) CheckDeployment(ctx context.Context, req contract.CheckDeploymentRequest) (contract.DeploymentCheck, error) {
+	st, err := c.Controller.latest(ctx, req.Cluster)
+	if err != nil {
+		// Never deployed is an answer, not a failure.
+		return contract.DeploymentCheck{Detail: err.Error()}, nil
+	}
+	chk := contract.DeploymentCheck{Exists: true, Running: st.Running, RunID: st.RunID, Closed: st.Closed}
+	if st.Spec != nil {
+		chk.SpecHash = st.Spec.Hash()
+	}
+	if st.Result == nil {
+		chk.Detail = fmt.Sprintf("latest deploy %s", map[bool]string{true: "is running", false: "ended " + st.Closed}[st.Running])
+		return chk, nil
+	}
+	chk.Endpoint = st.Result.Endpoint
+	chk.Plan = &st.Result.Plan
+	if err := c.ready(ctx, st, chk.Endpoint); err != nil {
+		chk.Detail = err.Error()
+		return chk, nil
+	}
+	chk.Healthy = true
+	return chk, nil
+}
+
+// ready is the readiness check of a deploy's endpoint from this agent, with vLLM's API key
+// when the deploy's spec has one.
+func (c *Checks) ready(ctx context.Context, st Status, endpoint string) error {
+	served, key := "", ""
+	if st.Spec != nil {
+		served = st.Spec.Model.ServedName
+		k, err := c.apiKey(st, endpoint)
+		if err != nil {
+			return fmt.Errorf("vLLM's API key: %w", err)
+		}
+		key = k
+	}
+	return readiness.Check(ctx, fetcher(key), endpoint, served)
+}
+
+// apiKey resolves vLLM's API key for a check of the deploy's endpoint ("" when its spec
+// has none, or this agent cannot resolve keys).
+func (c *Checks) apiKey(st Status, endpoint string) (string, error) {
+	if st.Spec == nil || st.Spec.Secrets.APIKey == nil || c.APIKey == nil {
+		return "", nil
+	}
+	return c.APIKey(*st.Spec, st.Intent, endpoint)
+}
+
+// endpointKey is apiKey for the canary: a key that cannot be resolved sends none, and the
+// endpoint's 401 is then the canary's error answer (never EngineWedged); the readiness
+// check beside it reports why.
+func (c *Checks) endpointKey(st Status, endpoint string) string {
+	k, _ := c.apiKey(st, endpoint)
+	return k
+}
+
+// CheckEndpoint is the readiness check from this process: /health 200 and /v1/models
+// listing served, with apiKey when it is set.
+func CheckEndpoint(ctx context.Context, endpoint, served, apiKey string) error {
+	return readiness.Check(ctx, fetcher(apiKey), endpoint, served)
+}
+
+// fetcher GETs a URL, with apiKey when set, following no redirect, and returns the body
+// of a 200 answer.
+func fetcher(apiKey string) func(ctx context.Context, url string) ([]byte, error) {
+	hc := readiness.Client(3 * time.Second)
+	return func(ctx context.Context, url string) ([]byte, error) {
+		return readiness.Get(ctx, hc, url, apiKey, 1<<20)
+	}
+}

@@ -1,0 +1,656 @@
+// Package policy is the node's own limit on what a cluster spec may make its agent do:
+// which images it may run, which host paths it may bind-mount, which Docker engines it may
+// talk to and which ports its containers may serve on. The spec comes from whoever can
+// start a workflow; the policy comes from the node's operator (a file next to the systemd
+// unit, /etc/tpdeploy/policy.yaml, and agent flags), so a spec cannot reach past it.
+//
+//	# /etc/tpdeploy/policy.yaml — a setting given here replaces its default
+//	allowed_images: ["vllm/vllm-openai:*", "registry.internal/vllm/*:*"]
+//	allowed_mounts: [/root/.cache/huggingface, /models]
+//	allowed_docker_hosts: ["unix:///var/run/docker.sock"]
+//	allowed_ports: ["1024-65535"]
+//	allowed_env: ["NCCL_*", "VLLM_*", "MY_SITE_*"]
+//	secret_dirs: [/etc/tpdeploy/secrets]
+//	secret_env: [HF_TOKEN]
+//	rdma_devices: planned   # or none: map no /dev/infiniband/uverbsN into containers
+//	require_pinned_images: true   # images only as NAME[:TAG]@sha256:DIGEST, by content
+//	trusted_keys: [{id: alice, ed25519: "BASE64 of 32 bytes"}]
+//	intents_not_before: "2026-05-01T00:00:00Z"   # refuse every spec signed earlier
+//
+// With trusted_keys set, the agent acts (containers, vLLM, model files, removals) only on
+// requests carrying a spec signed by one of those keys (package intent), and only as that
+// spec says, before the signature's expiry and not when it was signed before
+// intents_not_before; without, it checks requests against the rest of the policy alone.
+//
+// Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports,
+// --allow-env, --allow-secret-dir, --allow-secret-env) add to the file's lists (or to the
+// defaults). The checks are pure: CheckMount compares the path it is given, so callers
+// pass a path with symlinks already resolved (the agent opens what is below a mount with
+// the kernel refusing symlinks).
+//
+// allowed_mounts are also the only directories the agent itself reads models from, serves
+// them from (model.sync) and writes them to; allowed_env names the variables a spec's
+// node env (and the plan's) may set, and never allows the ones that make a program run
+// code (spec.CodeExecEnv); secrets.*.file must name a file under secret_dirs and
+// secrets.*.env a variable in secret_env.
+package policy
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/distribution/reference"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
+)
+
+// DefaultFile is where the agent looks for its policy; missing, the defaults apply.
+const DefaultFile = "/etc/tpdeploy/policy.yaml"
+
+// DefaultDockerHost is the local Docker engine's socket, the only engine allowed by default.
+const DefaultDockerHost = "unix:///var/run/docker.sock"
+
+// Defaults: the stock vLLM images, the Hugging Face cache and /models, the local engine,
+// unprivileged ports.
+var (
+	DefaultImages      = []string{"vllm/vllm-openai:*"}
+	DefaultMounts      = []string{"/root/.cache/huggingface", "/models"}
+	DefaultDockerHosts = []string{DefaultDockerHost}
+	DefaultPorts       = []string{"1024-65535"}
+	// DefaultEnv are the families of variables vLLM, Ray, torch, NCCL, UCX, CUDA and the
+	// Hugging Face libraries read as settings; the code-executing ones among them
+	// (spec.CodeExecEnv) stay refused.
+	DefaultEnv = []string{
+		"VLLM_*", "NCCL_*", "UCX_*", "GLOO_*", "TP_SOCKET_IFNAME", "RAY_*", "HF_*", "HUGGING_FACE_*",
+		"TORCH_*", "TORCHINDUCTOR_*", "PYTORCH_*", "CUDA_*", "NVIDIA_*", "CUBLAS_*", "CUDNN_*", "NVTE_*",
+		"TRITON_*", "OMP_*", "MKL_*", "OPENBLAS_*", "TOKENIZERS_*", "TRANSFORMERS_*", "LMCACHE_*",
+		"PYTHONHASHSEED", "TZ", "LANG", "LC_*",
+	}
+	// DefaultSecretDirs is where secret files may be read from.
+	DefaultSecretDirs = []string{"/etc/tpdeploy/secrets"}
+	// DefaultSecretEnv are the agent variables a secret reference may name.
+	DefaultSecretEnv = []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"}
+)
+
+// Settings and the flags that add to them, as named in error messages.
+const (
+	SettingImages      = "allowed_images"
+	SettingMounts      = "allowed_mounts"
+	SettingDockerHosts = "allowed_docker_hosts"
+	SettingPorts       = "allowed_ports"
+	SettingEnv         = "allowed_env"
+	SettingSecretDirs  = "secret_dirs"
+	SettingSecretEnv   = "secret_env"
+	SettingRDMA        = "rdma_devices"
+	SettingPinned      = "require_pinned_images"
+	SettingTrustedKeys = "trusted_keys"
+	SettingNotBefore   = "intents_not_before"
+
+	FlagImage      = "--allow-image"
+	FlagMount      = "--allow-mount"
+	FlagDockerHost = "--allow-docker-host"
+	FlagPorts      = "--allow-ports"
+	FlagEnv        = "--allow-env"
+	FlagSecretDir  = "--allow-secret-dir"
+	FlagSecretEnv  = "--allow-secret-env"
+	FlagTrustKey   = "--trust-key"
+	FlagRDMA       = "--rdma-devices"
+	FlagPinned     = "--require-pinned-images"
+	FlagNotBefore  = "--intents-not-before"
+)
+
+// RDMA device policies (rdma_devices): RDMAPlanned maps the verbs devices
+// (/dev/infiniband/uverbsN) of the HCAs the plan chose into the node's containers, the
+// default; RDMANone maps none (NCCL then runs over sockets, and a data-plane proof that
+// requires RDMA fails naming this setting).
+const (
+	RDMAPlanned = "planned"
+	RDMANone    = "none"
+)
+
+// Policy is what this node allows. Build it with Default, Parse or Load.
+type Policy struct {
+	Images      []string // glob patterns (path.Match) of image references
+	Mounts      []string // absolute host path prefixes
+	DockerHosts []string // Docker engine addresses, exactly
+	Ports       []string // port ranges, "1024-65535" or "8000"
+	Env         []string // glob patterns of environment variable names
+	SecretDirs  []string // absolute directories secret files may be read from
+	SecretEnv   []string // agent variables secret references may name, exactly
+	// RDMA is RDMAPlanned or RDMANone.
+	RDMA string
+	// RequirePinned allows an image only by content: NAME[:TAG]@sha256:DIGEST, where the
+	// digest is the image's repository digest or its image ID (the agent checks which
+	// image the engine holds under it).
+	RequirePinned bool
+	// TrustedKeys are the operators' public keys; set, every acting request must carry a
+	// spec one of them signed.
+	TrustedKeys []TrustedKey
+	// NotBefore, when set, revokes every signed intent signed before it (its signed_at):
+	// raising it revokes every older spec at once, while specs signed since still act.
+	NotBefore time.Time
+	// File is the policy file an operator edits to change it (DefaultFile when none was read).
+	File  string
+	ports []portRange
+}
+
+// Overrides are the agent's flags: each list is added to the file's (or the default).
+type Overrides struct {
+	Images      []string
+	Mounts      []string
+	DockerHosts []string
+	Ports       []string
+	Env         []string
+	SecretDirs  []string
+	SecretEnv   []string
+	// RDMA, when set, replaces the file's rdma_devices.
+	RDMA string
+	// RequirePinned, when true, requires pinned images whatever the file says.
+	RequirePinned bool
+	// TrustedKeys are "ID=BASE64" or "BASE64" (the ID is then the key's fingerprint).
+	TrustedKeys []string
+	// NotBefore, RFC 3339, revokes intents signed earlier; the later of it and the
+	// file's intents_not_before applies (a flag can only revoke more).
+	NotBefore string
+}
+
+// TrustedKey is an operator's public key; ID is the operator's name for it (in logs and
+// refusals), the key itself is matched by its fingerprint (intent.KeyID).
+type TrustedKey struct {
+	ID  string            `json:"id,omitempty"`
+	Key ed25519.PublicKey `json:"-"`
+}
+
+// trustedKeyEntry is a trusted_keys entry of the file.
+type trustedKeyEntry struct {
+	ID      string `json:"id"`
+	Ed25519 string `json:"ed25519"`
+}
+
+type file struct {
+	Images      *[]string         `json:"allowed_images"`
+	Mounts      *[]string         `json:"allowed_mounts"`
+	DockerHosts *[]string         `json:"allowed_docker_hosts"`
+	Ports       *[]string         `json:"allowed_ports"`
+	Env         *[]string         `json:"allowed_env"`
+	SecretDirs  *[]string         `json:"secret_dirs"`
+	SecretEnv   *[]string         `json:"secret_env"`
+	RDMA        *string           `json:"rdma_devices"`
+	Pinned      bool              `json:"require_pinned_images"`
+	TrustedKeys []trustedKeyEntry `json:"trusted_keys"`
+	NotBefore   *string           `json:"intents_not_before"`
+}
+
+// Default is the policy of a node whose operator set nothing.
+func Default() Policy {
+	p, err := Parse(nil, DefaultFile, Overrides{})
+	if err != nil {
+		panic(err) // the defaults are constants
+	}
+	return p
+}
+
+// Load reads the policy file and adds the overrides. A missing file at DefaultFile means
+// the defaults; a missing file anywhere else is an error, so a mistyped path does not
+// silently change the policy.
+func Load(name string, add Overrides) (Policy, error) {
+	if name == "" {
+		name = DefaultFile
+	}
+	data, err := os.ReadFile(name)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && name == DefaultFile:
+		data = nil
+	case err != nil:
+		return Policy{}, fmt.Errorf("node policy: %w", err)
+	}
+	return Parse(data, name, add)
+}
+
+// Parse reads a policy file's YAML (empty for none), applies the defaults to the settings
+// it leaves out, adds the overrides and validates the result. name is the file's name, used
+// in messages.
+func Parse(data []byte, name string, add Overrides) (Policy, error) {
+	var f file
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return Policy{}, fmt.Errorf("node policy %s: %w", name, err)
+	}
+	pick := func(set *[]string, def []string, extra []string) []string {
+		out := def
+		if set != nil {
+			out = *set
+		}
+		return append(append([]string{}, out...), extra...)
+	}
+	p := Policy{
+		Images:        pick(f.Images, DefaultImages, add.Images),
+		Mounts:        pick(f.Mounts, DefaultMounts, add.Mounts),
+		DockerHosts:   pick(f.DockerHosts, DefaultDockerHosts, add.DockerHosts),
+		Ports:         pick(f.Ports, DefaultPorts, add.Ports),
+		Env:           pick(f.Env, DefaultEnv, add.Env),
+		SecretDirs:    pick(f.SecretDirs, DefaultSecretDirs, add.SecretDirs),
+		SecretEnv:     pick(f.SecretEnv, DefaultSecretEnv, add.SecretEnv),
+		RDMA:          RDMAPlanned,
+		RequirePinned: f.Pinned || add.RequirePinned,
+		File:          name,
+	}
+	if f.RDMA != nil {
+		p.RDMA = *f.RDMA
+	}
+	if add.RDMA != "" {
+		p.RDMA = add.RDMA
+	}
+	var problems []error
+	if p.RDMA != RDMAPlanned && p.RDMA != RDMANone {
+		problems = append(problems, fmt.Errorf("%s: %q must be %q or %q", SettingRDMA, p.RDMA, RDMAPlanned, RDMANone))
+	}
+	for _, g := range p.Images {
+		if _, err := path.Match(g, ""); err != nil || strings.TrimSpace(g) == "" {
+			problems = append(problems, fmt.Errorf("%s: %q is not a glob pattern", SettingImages, g))
+		}
+	}
+	for i, m := range p.Mounts {
+		if !filepath.IsAbs(m) {
+			problems = append(problems, fmt.Errorf("%s: %q is not an absolute path", SettingMounts, m))
+			continue
+		}
+		p.Mounts[i] = filepath.Clean(m)
+	}
+	for i, d := range p.SecretDirs {
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
+			problems = append(problems, fmt.Errorf("%s: %q is not an absolute directory other than /", SettingSecretDirs, d))
+			continue
+		}
+		p.SecretDirs[i] = filepath.Clean(d)
+	}
+	for _, g := range p.Env {
+		if _, err := path.Match(g, ""); err != nil || strings.TrimSpace(g) == "" {
+			problems = append(problems, fmt.Errorf("%s: %q is not a glob pattern", SettingEnv, g))
+		}
+	}
+	for _, e := range p.SecretEnv {
+		if e == "" || strings.ContainsAny(e, "*?[= ") {
+			problems = append(problems, fmt.Errorf("%s: %q is not a variable name", SettingSecretEnv, e))
+		}
+	}
+	entries := append([]trustedKeyEntry{}, f.TrustedKeys...)
+	for _, o := range add.TrustedKeys {
+		for _, one := range strings.Split(o, ",") {
+			if one = strings.TrimSpace(one); one == "" {
+				continue
+			}
+			id, key, ok := strings.Cut(one, "=")
+			if !ok || key == "" {
+				id, key = "", one // a bare key: base64 of 32 bytes ends in its one '='
+			}
+			entries = append(entries, trustedKeyEntry{ID: id, Ed25519: key})
+		}
+	}
+	for i, nb := range []*string{f.NotBefore, &add.NotBefore} {
+		if nb == nil || strings.TrimSpace(*nb) == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, strings.TrimSpace(*nb))
+		if err != nil {
+			where := SettingNotBefore
+			if i == 1 {
+				where = FlagNotBefore
+			}
+			problems = append(problems, fmt.Errorf("%s: %q is not an RFC 3339 time (e.g. 2026-05-01T00:00:00Z)", where, *nb))
+			continue
+		}
+		if t.After(p.NotBefore) {
+			p.NotBefore = t.UTC()
+		}
+	}
+	if !p.NotBefore.IsZero() && len(entries) == 0 {
+		problems = append(problems, fmt.Errorf("%s is set but %s is empty: it revokes signed specs, and without trusted keys no signature is checked", SettingNotBefore, SettingTrustedKeys))
+	}
+	for _, e := range entries {
+		pub, err := intent.ParsePublicKey(e.Ed25519)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%s: %w", SettingTrustedKeys, err))
+			continue
+		}
+		if e.ID == "" {
+			e.ID = intent.KeyID(pub)
+		}
+		p.TrustedKeys = append(p.TrustedKeys, TrustedKey{ID: e.ID, Key: pub})
+	}
+	for i, h := range p.DockerHosts {
+		norm, err := normalizeDockerHost(h)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%s: %w", SettingDockerHosts, err))
+			continue
+		}
+		p.DockerHosts[i] = norm
+	}
+	for _, s := range p.Ports {
+		r, err := parsePortRange(s)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%s: %w", SettingPorts, err))
+			continue
+		}
+		p.ports = append(p.ports, r)
+	}
+	if err := errors.Join(problems...); err != nil {
+		return Policy{}, fmt.Errorf("node policy %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// DeniedError is a check's refusal; its message names the setting that would allow it.
+type DeniedError struct {
+	What    string // "image", "host path", "docker_host", "port" or "ports"
+	Value   string
+	Setting string
+	Allowed []string
+	File    string
+	Flag    string
+}
+
+func (e *DeniedError) Error() string {
+	allowed := strings.Join(e.Allowed, ", ")
+	if allowed == "" {
+		allowed = "none"
+	}
+	verb, it := "is", "it"
+	if strings.HasSuffix(e.What, "s") {
+		verb, it = "are", "them"
+	}
+	return fmt.Sprintf("%s %s %s not allowed by this node's policy (%s: %s); add %s to %s in %s or %s",
+		e.What, e.Value, verb, e.Setting, allowed, it, e.Setting, e.File, e.Flag)
+}
+
+// RDMAAllowed says the plan's RDMA devices may be mapped into containers; when not, why
+// (naming the setting to change), for the data-plane proof's finding.
+func (p Policy) RDMAAllowed() (bool, string) {
+	if p.RDMA == RDMANone {
+		return false, fmt.Sprintf("this node's policy maps no RDMA devices (%s: %s in %s, or %s %s); set it to %s to map the planned HCAs' /dev/infiniband/uverbsN",
+			SettingRDMA, RDMANone, p.File, FlagRDMA, RDMANone, RDMAPlanned)
+	}
+	return true, ""
+}
+
+// CheckImage allows an image reference matching one of the image patterns, compared in
+// the short form Docker shows ("vllm/vllm-openai:v0.17.0") and in full
+// ("docker.io/vllm/vllm-openai:v0.17.0"); a reference without a tag is ":latest". A
+// reference with a tag and a digest also matches as NAME:TAG (the agent checks that the
+// tag names the digest's image). With require_pinned_images, a reference without a digest
+// is refused (*PinError).
+func (p Policy) CheckImage(ref string) error {
+	if _, pinned := Digest(ref); p.RequirePinned && !pinned {
+		return &PinError{Ref: ref, File: p.File}
+	}
+	for _, form := range imageForms(ref) {
+		for _, g := range p.Images {
+			if ok, _ := path.Match(g, form); ok {
+				return nil
+			}
+		}
+	}
+	return &DeniedError{What: "image", Value: strconv.Quote(ref), Setting: SettingImages, Allowed: p.Images, File: p.File, Flag: FlagImage}
+}
+
+func imageForms(ref string) []string {
+	forms := []string{ref}
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return forms
+	}
+	if tagged, ok := named.(reference.NamedTagged); ok {
+		if _, digested := named.(reference.Digested); digested {
+			if t, err := reference.WithTag(reference.TrimNamed(named), tagged.Tag()); err == nil {
+				forms = append(forms, reference.FamiliarString(t), t.String())
+			}
+		}
+	}
+	named = reference.TagNameOnly(named)
+	return append(forms, reference.FamiliarString(named), named.String())
+}
+
+// Digest is the content digest a reference pins ("sha256:…" of NAME[:TAG]@sha256:…), if any.
+func Digest(ref string) (string, bool) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return "", false
+	}
+	d, ok := named.(reference.Digested)
+	if !ok {
+		return "", false
+	}
+	return d.Digest().String(), true
+}
+
+// PinError is CheckImage's refusal of an image by tag where the policy requires content.
+type PinError struct {
+	Ref  string
+	File string
+}
+
+func (e *PinError) Error() string {
+	name := e.Ref
+	if named, err := reference.ParseNormalizedNamed(e.Ref); err == nil {
+		name = reference.FamiliarString(reference.TagNameOnly(named))
+	}
+	return fmt.Sprintf("image %q is not pinned by content, and this node's policy requires it (%s: true in %s, or %s); "+
+		"pin it in the spec's image field as %s@sha256:DIGEST, the image ID (docker image inspect -f '{{.Id}}' %s) or its repository digest",
+		e.Ref, SettingPinned, e.File, FlagPinned, name, name)
+}
+
+// CheckMount allows a host path equal to or under one of the mount prefixes. The path
+// must be absolute; it is cleaned ("/models/../etc" is "/etc") but symlinks are not
+// resolved here.
+func (p Policy) CheckMount(hostPath string) error {
+	denied := &DeniedError{What: "host path", Value: strconv.Quote(hostPath), Setting: SettingMounts, Allowed: p.Mounts, File: p.File, Flag: FlagMount}
+	if !filepath.IsAbs(hostPath) {
+		return denied
+	}
+	clean := filepath.Clean(hostPath)
+	for _, prefix := range p.Mounts {
+		if clean == prefix || prefix == "/" || strings.HasPrefix(clean, prefix+"/") {
+			return nil
+		}
+	}
+	return denied
+}
+
+// CheckEnv allows variable names matching allowed_env, never one that makes a program
+// run code (spec.CodeExecEnv, whatever allowed_env says). The error names every refused
+// variable and why.
+func (p Policy) CheckEnv(names ...string) error {
+	var bad []string
+	for _, n := range names {
+		if why, ok := spec.CodeExecEnv(n); ok {
+			bad = append(bad, n+" ("+why+"; never allowed)")
+			continue
+		}
+		if !p.envAllowed(n) {
+			bad = append(bad, n)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	what := "environment variable"
+	if len(bad) > 1 {
+		what = "environment variables"
+	}
+	return &DeniedError{What: what, Value: strings.Join(bad, ", "), Setting: SettingEnv, Allowed: p.Env, File: p.File, Flag: FlagEnv}
+}
+
+func (p Policy) envAllowed(name string) bool {
+	for _, g := range p.Env {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckSecretFile allows a secret file's path (absolute, cleaned; the agent then opens it
+// beneath the directory without following symlinks) under one of secret_dirs.
+func (p Policy) CheckSecretFile(file string) error {
+	if filepath.IsAbs(file) {
+		clean := filepath.Clean(file)
+		for _, d := range p.SecretDirs {
+			if strings.HasPrefix(clean, d+"/") {
+				return nil
+			}
+		}
+	}
+	return &DeniedError{What: "secret file", Value: strconv.Quote(file), Setting: SettingSecretDirs, Allowed: p.SecretDirs, File: p.File, Flag: FlagSecretDir}
+}
+
+// SecretDir is the secret directory a file allowed by CheckSecretFile is under.
+func (p Policy) SecretDir(file string) (string, bool) {
+	clean := filepath.Clean(file)
+	for _, d := range p.SecretDirs {
+		if strings.HasPrefix(clean, d+"/") {
+			return d, true
+		}
+	}
+	return "", false
+}
+
+// CheckSecretEnv allows a secret reference to one of the agent's variables named in
+// secret_env, exactly (TEMPORAL_API_KEY and the like are never there by default).
+func (p Policy) CheckSecretEnv(name string) error {
+	for _, e := range p.SecretEnv {
+		if e == name {
+			return nil
+		}
+	}
+	return &DeniedError{What: "secret variable", Value: strconv.Quote(name), Setting: SettingSecretEnv, Allowed: p.SecretEnv, File: p.File, Flag: FlagSecretEnv}
+}
+
+// MountRoot is the allowed mount a host path is under (the longest), for the agent to open
+// the path beneath it.
+func (p Policy) MountRoot(hostPath string) (string, bool) {
+	if !filepath.IsAbs(hostPath) {
+		return "", false
+	}
+	clean, best := filepath.Clean(hostPath), ""
+	for _, prefix := range p.Mounts {
+		if (clean == prefix || prefix == "/" || strings.HasPrefix(clean, prefix+"/")) && len(prefix) > len(best) {
+			best = prefix
+		}
+	}
+	return best, best != ""
+}
+
+// CheckDockerHost allows one of the listed engine addresses; empty means the local socket.
+func (p Policy) CheckDockerHost(host string) error {
+	norm, err := normalizeDockerHost(host)
+	if err == nil {
+		for _, h := range p.DockerHosts {
+			if h == norm {
+				return nil
+			}
+		}
+	}
+	return &DeniedError{What: "docker_host", Value: strconv.Quote(host), Setting: SettingDockerHosts, Allowed: p.DockerHosts, File: p.File, Flag: FlagDockerHost}
+}
+
+// CheckPorts allows ports inside the port ranges; the error lists every port outside.
+func (p Policy) CheckPorts(ports ...int) error {
+	var bad []string
+	for _, port := range ports {
+		if !p.portAllowed(port) {
+			bad = append(bad, strconv.Itoa(port))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	what := "port"
+	if len(bad) > 1 {
+		what = "ports"
+	}
+	return &DeniedError{What: what, Value: strings.Join(bad, ", "), Setting: SettingPorts, Allowed: p.Ports, File: p.File, Flag: FlagPorts}
+}
+
+func (p Policy) portAllowed(port int) bool {
+	for _, r := range p.ports {
+		if port >= r.lo && port <= r.hi {
+			return true
+		}
+	}
+	return false
+}
+
+type portRange struct{ lo, hi int }
+
+func parsePortRange(s string) (portRange, error) {
+	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	if !isRange {
+		hi = lo
+	}
+	a, errA := strconv.Atoi(strings.TrimSpace(lo))
+	b, errB := strconv.Atoi(strings.TrimSpace(hi))
+	if errA != nil || errB != nil || a < 1 || b > 65535 || a > b {
+		return portRange{}, fmt.Errorf("%q is not a port or range of ports within 1-65535 (e.g. 8000 or 1024-65535)", s)
+	}
+	return portRange{a, b}, nil
+}
+
+// normalizeDockerHost returns the address in one spelling: the local socket for "", and
+// no trailing slash.
+func normalizeDockerHost(h string) (string, error) {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return DefaultDockerHost, nil
+	}
+	u, err := url.Parse(h)
+	if err != nil {
+		return "", fmt.Errorf("%q is not an address: %v", h, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		if u.Path == "" {
+			return "", fmt.Errorf("%q has no socket path", h)
+		}
+		return "unix://" + path.Clean(u.Path), nil
+	case "tcp", "ssh":
+		if u.Host == "" {
+			return "", fmt.Errorf("%q has no host", h)
+		}
+		return strings.TrimSuffix(h, "/"), nil
+	}
+	return "", fmt.Errorf("%q: scheme must be unix, tcp or ssh", h)
+}
+
+// Enforced says whether the policy trusts only signed specs (trusted_keys is set).
+func (p Policy) Enforced() bool { return len(p.TrustedKeys) > 0 }
+
+// TrustedKey returns the trusted key whose fingerprint is keyID.
+func (p Policy) TrustedKey(keyID string) (TrustedKey, bool) {
+	for _, k := range p.TrustedKeys {
+		if intent.KeyID(k.Key) == keyID {
+			return k, true
+		}
+	}
+	return TrustedKey{}, false
+}
+
+// TrustedKeyNames are the trusted keys as "ID (FINGERPRINT)", for logs and refusals.
+func (p Policy) TrustedKeyNames() []string {
+	out := make([]string, len(p.TrustedKeys))
+	for i, k := range p.TrustedKeys {
+		out[i] = k.ID
+		if id := intent.KeyID(k.Key); id != k.ID {
+			out[i] += " (" + id + ")"
+		}
+	}
+	return out
+}
