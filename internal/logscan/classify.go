@@ -152,8 +152,12 @@ var (
 	oomProc = regexp.MustCompile(`this process has ([\d.]+ [KMGT]?i?B) memory in use`)
 	freeMem = regexp.MustCompile(`Free memory on device(?: (\S+))? \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)`)
 
-	kvOld     = regexp.MustCompile(`max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)`)
-	kvNew     = regexp.MustCompile(`To serve at least one request with the models?'s max seq len \((\d+)\), \(([\d.]+ GiB) KV cache is needed, which is larger than the available KV cache memory \(([\d.]+ GiB)\)`)
+	kvOld = regexp.MustCompile(`max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)`)
+	// vllm-project/vllm vllm/v1/core/kv_cache_utils.py, _check_enough_kv_cache_memory:
+	//   f"To serve at least one request with the models's max seq len ({max_model_len}), ({format_gib(needed_memory)} GiB KV "
+	//   f"cache is needed, which is larger than the available KV cache memory ({format_gib(available_memory)} GiB). {estimated_msg}"
+	// The fixed parts after the length; "model's" and an unopened "(" are kept optional as older releases and users write them.
+	kvNew     = regexp.MustCompile(`max seq len \((\d+)\),\s*\(?([\d.]+ ?GiB) KV\s+cache is needed, which is larger than the available KV\s+cache\s+memory \(([\d.]+ ?GiB)\)`)
 	kvEst     = regexp.MustCompile(`estimated maximum model length is (\d+)`)
 	heads     = regexp.MustCompile(`Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)`)
 	layers    = regexp.MustCompile(`Total number of hidden layers \((\d+)\) must be divisible by pipeline parallel size \((\d+)\)`)
@@ -204,7 +208,7 @@ const maxClassify = 8 << 10
 // rules run in order; the first finding wins.
 var rules = []func(ctx) *Finding{
 	placement, duplicateAddress, driverAttach, imageRay, versionMismatch, gcs, c10d, nccl, gloo, memory,
-	kvCache, layout, model, gpus, engine,
+	kvCache, layout, model, gpus, families, engine,
 }
 
 const (

@@ -1,0 +1,173 @@
+package logscan
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
+)
+
+// Families written from upstream's format strings (issue 38), not from pasted lines: each
+// regexp keeps a format string's fixed text and turns its placeholders into wildcards, so
+// any instance of that format matches whatever the values. Each cites the source file that
+// prints it; docs/diagnosis.md lists them and formats_test.go quotes every format string.
+// They run after the older rules, so a line those already classify keeps its verdict.
+var (
+	// pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, WorkNCCL::checkTimeout:
+	//   logPrefix(), "Watchdog caught collective operation timeout: ", *this, " ran for ",
+	//   timeElapsed.count(), " milliseconds before timing out."
+	// where *this prints as WorkNCCL(SeqNum=%d, OpType=%s, NumelIn=%d, NumelOut=%d, Timeout(ms)=%d).
+	watchdogTimeout = regexp.MustCompile(`Watchdog caught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+)[,)])?(?:[^)]*?OpType=(\w+))?[^)]*\)(?:\s*ran for (\d+) milliseconds before timing out)?`)
+	// The same file, ProcessGroupNCCL::watchdogHandler (torch 2.x):
+	//   "Exception (either an error or timeout) detected by watchdog at work: ", seq, ", last enqueued NCCL work: ", …
+	//   "NCCL error is detected by watchdog at work: ", seq, …
+	//   "Timeout at NCCL work: ", seq, ", last enqueued NCCL work: ", …, ", last completed NCCL work: ", …
+	//   "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, …"
+	//   "Process group watchdog thread terminated with exception: ", what
+	watchdogWork = regexp.MustCompile(`(?:Exception \(either an error or timeout\)|NCCL error is) detected by watchdog at work: \d+|Timeout at NCCL work: \d+, last enqueued NCCL work: \d+|Some NCCL operations have failed or timed out\. Due to the asynchronous nature of CUDA kernels|Process group watchdog thread terminated with exception: `)
+
+	// NVIDIA/nccl src/misc/socket.cc:
+	//   WARN("socketProgressOpt: Call to %s %s failed : %s", "recv from"|"send to", addr, strerror(errno))
+	//   (ncclOsSocketProgressOpt in 2.28+), WARN("socketProgress: Connection closed by remote peer %s", addr),
+	//   WARN("socketFinalizeAccept from %s: wrong type %d != %d", …) (2.1x: "socketFinalizeAccept: wrong type %d != %d"),
+	//   WARN("socketStartConnect: Connect to %s failed : %s", …);
+	// NCCL ≤ 2.14 src/include/socket.h: WARN("Net : Connection closed by remote peer %s", …).
+	ncclSockFmt = regexp.MustCompile(`(?:ncclOs|\b)[sS]ocketProgressOpt: Call to (?:recv from|send to) (\S*) failed : |socketProgress: Connection closed by remote peer (\S*)|socketFinalizeAccept(?: from \S+)?: wrong type \d+ != \d+|socketStartConnect: Connect to (\S+) failed : |Net : Connection closed by remote peer (\S*)`)
+	// NVIDIA/nccl src/include/checks.h, CUDACHECK: WARN("Cuda failure '%s'", cudaGetErrorString(err)).
+	ncclCudaFail = regexp.MustCompile(`NCCL WARN Cuda failure '([^']*)'`)
+	// NVIDIA/nccl src/transport/net_ib.cc: WARN("NET/IB : Got completion from peer %s with error %d, opcode %d,
+	// len %d, vendor err %d", …) (2.1x), "NET/IB: Got completion from peer %s with status=%d opcode=%d len=%u
+	// vendor err %u (%s)…" (2.19+), "NET/IB: … with status=%s(%d) opcode=%s(%d) vendor_err=%u …" (2.27+), and
+	// plugins that print "%s : Got completion from peer %s with status=…".
+	ibCompletion = regexp.MustCompile(`Got completion from peer (\S+?)(?:<\d+>)? with (?:error \d+|status=)`)
+	// aws/aws-ofi-nccl src/nccl_ofi_rdma.cpp / nccl_ofi_sendrecv.cpp: NCCL_OFI_WARN("Request %p completed with
+	// error. RC: %d. Error: %d (%s). Completed length: %ld…", …); the plugin prefixes "NET/OFI ".
+	ofiCompletion = regexp.MustCompile(`Request (?:0x[0-9a-fA-F]+ |\(nil\) )?(?:seq \d+ )?completed with error\. RC: (\d+)\. Error: (\d+) \(([^)]*)\)`)
+
+	// moby/moby daemon/errors.go, incompatibleDeviceRequest.Error:
+	//   fmt.Sprintf("could not select device driver %q with capabilities: %v", i.driver, i.caps)
+	dockerNoDriver = regexp.MustCompile(`could not select device driver "([^"]*)" with capabilities: `)
+	// vLLM's ParallelConfig validation (pydantic "1 validation error for ParallelConfig"):
+	//   f"Tensor parallel size ({tp}) cannot be larger than the number of available GPUs ({n})."
+	tpTooLarge = regexp.MustCompile(`Tensor parallel size \((\d+)\) cannot be larger than the number of available GPUs \((\d+)\)`)
+
+	// huggingface/transformers src/transformers/utils/hub.py, cached_files:
+	//   f"{path_or_repo_id} is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'…"
+	tfNotFound = regexp.MustCompile(`(\S+) is not a local folder and is not a valid model identifier`)
+	// huggingface/huggingface_hub src/huggingface_hub/utils/_http.py, OfflineAdapter.send:
+	//   f"Cannot reach {request.url}: offline mode is enabled. To disable it, please unset the `HF_HUB_OFFLINE` environment variable."
+	// and file_download.py's LocalEntryNotFoundError: "… and outgoing traffic has been disabled. To enable … look-ups and downloads online, …".
+	hfOffline = regexp.MustCompile("Cannot reach (\\S+?): offline mode is enabled|outgoing traffic has been disabled\\. To enable")
+
+	// huggingface/safetensors bindings/python/src/lib.rs, safe_open / load:
+	//   SafetensorError::new_err(format!("Error while deserializing header: {e:?}"))
+	// where e is MetadataIncompleteBuffer, HeaderTooLarge, InvalidHeaderDeserialization, … (Display text in newer releases).
+	stHeader = regexp.MustCompile(`Error while deserializing header: (\w[\w ]*)`)
+
+	// pytorch/pytorch c10/cuda/CUDAException.cpp, c10_cuda_check_implementation:
+	//   "CUDA error: " + cudaGetErrorString(err), and cudaGetErrorString(cudaErrorMemoryAllocation) is "out of memory".
+	cudaRuntimeOOM = regexp.MustCompile(`CUDA error: out of memory`)
+
+	// python/cpython Python/import.c: PyErr_Format(PyExc_ModuleNotFoundError, "No module named %R", name).
+	noRayModule = regexp.MustCompile(`No module named 'ray'`)
+
+	// ray-project/ray src/ray/raylet_client/raylet_client.cc, RegisterClient:
+	//   "[RayletClient] Unable to register worker with raylet. " + status.message()
+	rayletRegister = regexp.MustCompile(`\[RayletClient\] Unable to register worker with raylet\.`)
+)
+
+const fixIB = "check the RDMA link between the nodes (ibstat, cables, the same RoCE GID and MTU on both ends), or set NCCL_IB_DISABLE=1 to fall back to sockets"
+
+// families classifies the lines whose upstream format strings are listed above.
+func families(c ctx) *Finding {
+	t := c.t
+	if f := collectives(c); f != nil {
+		return f
+	}
+	if m := dockerNoDriver.FindStringSubmatch(t); m != nil {
+		driver := "the default driver"
+		if m[1] != "" {
+			driver = "the driver \"" + m[1] + "\""
+		}
+		return c.find(failure.InsufficientGPUs, "Docker on "+c.onNode()+" cannot give the container a GPU: "+driver+" is not registered for GPU requests (no NVIDIA container toolkit or runtime)",
+			"install the NVIDIA container toolkit on that node and register it with Docker (nvidia-ctk runtime configure --runtime=docker, then restart dockerd); check `docker run --rm --gpus all <image> nvidia-smi`", true)
+	}
+	if m := tpTooLarge.FindStringSubmatch(t); m != nil {
+		return c.find(failure.InsufficientGPUs, "vLLM sees "+m[2]+" GPU(s) on "+c.onNode()+" but the tensor-parallel size is "+m[1]+" (the container was given fewer GPUs, or CUDA_VISIBLE_DEVICES hides some)",
+			fixNoGPU+"; or lower the tensor-parallel size and make up the count with pipeline parallelism across nodes", true)
+	}
+	if m := tfNotFound.FindStringSubmatch(t); m != nil {
+		return c.find(failure.ModelUnavailable, strings.Trim(m[1], "'\"`")+" is neither a directory on "+c.onNode()+" nor a Hugging Face model id this token can see (a path not mounted there, a misspelt id, or a private or gated repository)", fixModel, true)
+	}
+	if m := hfOffline.FindStringSubmatch(t); m != nil {
+		what := "Hugging Face offline mode (HF_HUB_OFFLINE) is set on " + c.onNode() + " and the model is not in its cache"
+		if m[1] != "" {
+			what += " (it asked " + m[1] + ")"
+		}
+		return c.find(failure.ModelUnavailable, what, "serve the model's local path (mounted on every node), or fill each node's Hugging Face cache before setting HF_HUB_OFFLINE", true)
+	}
+	if m := stHeader.FindStringSubmatch(t); m != nil {
+		return c.find(failure.ModelCorrupt, "a .safetensors file on "+c.onNode()+" has an unreadable header ("+strings.TrimSpace(m[1])+"): a truncated download or copy, or a Git LFS pointer instead of the weights",
+			"compare the model's files on that node with the head's (sizes, hashes) and copy or download the broken shards again", true)
+	}
+	if cudaRuntimeOOM.MatchString(t) {
+		return c.find(failure.CUDAOutOfMemory, "the CUDA runtime ran out of GPU memory on "+c.onNode()+" (outside torch's allocator: CUDA graphs, NCCL buffers, or another process on the GPU)",
+			"lower --gpu-memory-utilization or --max-model-len, or use more GPUs; check nvidia-smi for other processes on that GPU", true)
+	}
+	if noRayModule.MatchString(t) {
+		return c.find(failure.ImageLacksRay, "the image's Python on "+c.onNode()+" has no ray module (stock vllm/vllm-openai images ship without Ray since v0.18.0)", fixRayImage, true)
+	}
+	if rayletRegister.MatchString(t) {
+		return c.find(failure.RayDriverAttach, "a Ray worker or driver could not register with the raylet of its node (the raylet closed the socket or is gone): it runs outside the Ray node's container, against another Ray session, or the raylet died", fixDriver, true)
+	}
+	return nil
+}
+
+// collectives reads torch's NCCL watchdog and NCCL's own socket and RDMA transport errors.
+func collectives(c ctx) *Finding {
+	t := c.t
+	if m := watchdogTimeout.FindStringSubmatch(t); m != nil {
+		op := "a collective"
+		if m[2] != "" {
+			op = "a " + m[2] + " collective"
+		}
+		if m[1] != "" {
+			op += " (SeqNum " + m[1] + ")"
+		}
+		took := ""
+		if m[3] != "" {
+			took = " after " + m[3] + " ms"
+		}
+		return c.find(failure.NCCLError, op+" timed out"+took+": a peer rank stopped taking part (it died or hangs) or the network between the nodes stalls",
+			"find the rank that failed first (its node's lines before the timeout); check the link between the nodes and that NCCL_SOCKET_IFNAME names the planned subnet's interface on every node", true)
+	}
+	if watchdogWork.MatchString(t) {
+		return c.find(failure.NCCLError, "torch's NCCL watchdog caught a failed or timed-out collective and takes the process down: "+clip(strings.TrimSpace(payload(t)), 160),
+			"find the rank that failed first (its node's lines before this one); check the link between the nodes and NCCL_SOCKET_IFNAME", true)
+	}
+	if m := ncclSockFmt.FindStringSubmatch(t); m != nil {
+		peer := m[1] + m[2] + m[3] + m[4]
+		diag := "an NCCL socket to a peer failed on " + c.onNode()
+		switch {
+		case strings.Contains(t, "wrong type"):
+			diag = "NCCL on " + c.onNode() + " accepted a connection of the wrong kind (another job or a port scanner on NCCL's ports, or ranks of two runs mixed)"
+		case strings.Contains(t, "closed by remote peer"), strings.Contains(t, "reset by peer"):
+			diag = "the NCCL peer " + peer + " closed or reset its connection: that rank failed first (see its node's lines), or the network between the nodes cut it"
+		case peer != "":
+			diag = "an NCCL socket to the peer " + peer + " failed on " + c.onNode()
+		}
+		return c.find(failure.NCCLError, diag+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
+	}
+	if m := ncclCudaFail.FindStringSubmatch(t); m != nil {
+		return c.find(failure.NCCLError, "a CUDA call inside NCCL failed on "+c.onNode()+" ('"+m[1]+"'): a GPU or driver fault, or peer-to-peer access the GPUs do not support",
+			"check the GPUs and driver on that node (nvidia-smi, dmesg for Xid errors); try NCCL_P2P_DISABLE=1 or NCCL_CUMEM_ENABLE=0 to rule out peer-to-peer transport", true)
+	}
+	if m := ibCompletion.FindStringSubmatch(t); m != nil {
+		return c.find(failure.NCCLError, "an RDMA transfer to the NCCL peer "+m[1]+" failed (IB completion error): "+clip(strings.TrimSpace(payload(t)), 160), fixIB, true)
+	}
+	if m := ofiCompletion.FindStringSubmatch(t); m != nil {
+		return c.find(failure.NCCLError, "an RDMA request of NCCL's libfabric (OFI) plugin failed (RC "+m[1]+", "+m[3]+"): the peer is unreachable over the fabric or died",
+			"check the fabric between the nodes (EFA or RDMA devices, security groups), or set NCCL_NET=Socket to fall back to sockets", true)
+	}
+	return nil
+}
