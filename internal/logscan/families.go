@@ -33,6 +33,9 @@ var (
 	//   WARN("socketStartConnect: Connect to %s failed : %s", …);
 	// NCCL ≤ 2.14 src/include/socket.h: WARN("Net : Connection closed by remote peer %s", …).
 	ncclSockFmt = regexp.MustCompile(`(?:ncclOs|\b)[sS]ocketProgressOpt: Call to (?:recv from|send to) (\S*) failed : |socketProgress: Connection closed by remote peer (\S*)|socketFinalizeAccept(?: from \S+)?: wrong type \d+ != \d+|socketStartConnect: Connect to (\S+) failed : |Net : Connection closed by remote peer (\S*)`)
+	// NVIDIA/nccl src/proxy.cc, ncclProxyCallBlocking / ncclProxyCallAsync:
+	//   WARN("Proxy Call to rank %d failed (%s)", comm->localRankToRank[…], ncclProxyMsgTypeStr[type])
+	ncclProxyCall = regexp.MustCompile(`Proxy Call to rank (\d+) failed \((\w+)\)`)
 	// NVIDIA/nccl src/include/checks.h, CUDACHECK: WARN("Cuda failure '%s'", cudaGetErrorString(err)).
 	ncclCudaFail = regexp.MustCompile(`NCCL WARN Cuda failure '([^']*)'`)
 	// NVIDIA/nccl src/transport/net_ib.cc: WARN("NET/IB : Got completion from peer %s with error %d, opcode %d,
@@ -157,6 +160,9 @@ func collectives(c ctx) *Finding {
 			diag = "an NCCL socket to the peer " + peer + " failed on " + c.onNode()
 		}
 		return c.find(failure.NCCLError, diag+": "+clip(strings.TrimSpace(payload(t)), 160), fixNCCL, true)
+	}
+	if m := ncclProxyCall.FindStringSubmatch(t); m != nil {
+		return c.find(failure.NCCLError, "NCCL on "+c.onNode()+" could not reach the proxy thread of rank "+m[1]+" ("+m[2]+"): that rank's process failed or its socket is unreachable", fixNCCL, true)
 	}
 	if m := ncclCudaFail.FindStringSubmatch(t); m != nil {
 		return c.find(failure.NCCLError, "a CUDA call inside NCCL failed on "+c.onNode()+" ('"+m[1]+"'): a GPU or driver fault, or peer-to-peer access the GPUs do not support",

@@ -1,0 +1,185 @@
+package logscan
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tpdeploy/tpdeploy/internal/failure"
+)
+
+// formatFamily is one upstream format string: where it is printed, the format as the source
+// writes it, and instances of it with the placeholders filled in (values chosen unlike any
+// pasted line, so the rule matches the format rather than an example).
+type formatFamily struct {
+	source    string // owner/repo path
+	format    string
+	instances []string
+	typ       string
+}
+
+var formatFamilies = []formatFamily{
+	{"pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
+		`logPrefix(), "Watchdog caught collective operation timeout: ", *this, " ran for ", timeElapsed.count(), " milliseconds before timing out."`,
+		[]string{
+			"[rank3]:[E0101 00:00:00.000 ProcessGroupNCCL.cpp:632] [PG ID 1 PG GUID 7 Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType=ALLGATHER, NumelIn=7, NumelOut=56, Timeout(ms)=12345) ran for 12399 milliseconds before timing out.",
+			"[Rank 9] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=SEND, Timeout(ms)=5) ran for 6 milliseconds before timing out.",
+		}, failure.NCCLError},
+	{"pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
+		`"Exception (either an error or timeout) detected by watchdog at work: ", work.seq_, ", last enqueued NCCL work: ", …, ", last completed NCCL work: ", …`,
+		[]string{"[PG ID 4 PG GUID 9 Rank 1] Exception (either an error or timeout) detected by watchdog at work: 7, last enqueued NCCL work: 9, last completed NCCL work: 6."},
+		failure.NCCLError},
+	{"pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
+		`"NCCL error is detected by watchdog at work: ", work.seq_, ", last enqueued NCCL work: ", …`,
+		[]string{"[PG ID 0 PG GUID 0(default_pg) Rank 5] NCCL error is detected by watchdog at work: 11, last enqueued NCCL work: 11, last completed NCCL work: 10."},
+		failure.NCCLError},
+	{"pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
+		`"Timeout at NCCL work: ", work.seq_, ", last enqueued NCCL work: ", pgStatus_->lastEnqueuedSeq, ", last completed NCCL work: ", pgStatus_->lastCompletedSeq, "."`,
+		[]string{"[PG 3 Rank 2] Timeout at NCCL work: 77, last enqueued NCCL work: 78, last completed NCCL work: 76."},
+		failure.NCCLError},
+	{"pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
+		`"Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data."`,
+		[]string{"[Rank 4] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data."},
+		failure.NCCLError},
+	{"pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp",
+		`"Process group watchdog thread terminated with exception: ", e.what()`,
+		[]string{"[PG ID 2 Rank 6] Process group watchdog thread terminated with exception: something went wrong"},
+		failure.NCCLError},
+	{"NVIDIA/nccl src/misc/socket.cc",
+		`WARN("socketProgressOpt: Call to %s %s failed : %s", (op == NCCL_SOCKET_RECV ? "recv from" : "send to"), ncclSocketToString(&sock->addr, line), strerror(errno))`,
+		[]string{
+			"gpu7:1:2 [3] misc/socket.cc:50 NCCL WARN socketProgressOpt: Call to send to 198.51.100.4<1234> failed : Broken pipe",
+			"socketProgressOpt: Call to recv from 198.51.100.9<4321> failed : Connection timed out",
+			"n1:9:9 [0] misc/socket.cc:66 NCCL WARN ncclOsSocketProgressOpt: Call to recv from [fd00::2]<7> failed : No route to host",
+		}, failure.NCCLError},
+	{"NVIDIA/nccl src/misc/socket.cc",
+		`WARN("socketProgress: Connection closed by remote peer %s", ncclSocketToString(&sock->addr, line, 0))`,
+		[]string{"socketProgress: Connection closed by remote peer worker-b<50001>"},
+		failure.NCCLError},
+	{"NVIDIA/nccl src/misc/socket.cc",
+		`WARN("socketFinalizeAccept from %s: wrong type %d != %d", ncclSocketToString(&sock->addr, line), type, sock->type)`,
+		[]string{"a:1:1 [0] misc/socket.cc:400 NCCL WARN socketFinalizeAccept from 203.0.113.5<999>: wrong type 2 != 1", "socketFinalizeAccept: wrong type 1 != 5"},
+		failure.NCCLError},
+	{"NVIDIA/nccl src/misc/socket.cc",
+		`WARN("socketStartConnect: Connect to %s failed : %s", ncclSocketToString(&sock->addr, line), strerror(errno))`,
+		[]string{"socketStartConnect: Connect to 203.0.113.77<2020> failed : Network is unreachable"},
+		failure.NCCLError},
+	{"NVIDIA/nccl src/include/socket.h (≤ 2.14)",
+		`WARN("Net : Connection closed by remote peer %s", socketToString(&sock->addr, line))`,
+		[]string{"Net : Connection closed by remote peer 203.0.113.8<40404>"},
+		failure.NCCLError},
+	{"NVIDIA/nccl src/proxy.cc",
+		`WARN("Proxy Call to rank %d failed (%s)", comm->localRankToRank[proxyConn->localRank], ncclProxyMsgTypeStr[type])`,
+		[]string{"h:5:6 [2] proxy.cc:1000 NCCL WARN Proxy Call to rank 3 failed (SharedInit)"},
+		failure.NCCLError},
+	{"NVIDIA/nccl src/include/checks.h",
+		`WARN("Cuda failure '%s'", cudaGetErrorString(err))`,
+		[]string{"h:1:2 [1] enqueue.cc:99 NCCL WARN Cuda failure 'an illegal memory access was encountered'"},
+		failure.NCCLError},
+	{"NVIDIA/nccl src/transport/net_ib.cc",
+		`WARN("NET/IB : Got completion from peer %s with error %d, opcode %d, len %d, vendor err %d", …) / "NET/IB: Got completion from peer %s with status=%d opcode=%d len=%u vendor err %u (%s)%s%s%s%s hca %s"`,
+		[]string{
+			"NET/IB : Got completion from peer 192.0.2.1<5> with error 5, opcode 1, len 0, vendor err 249",
+			"x:1:1 [2] transport/net_ib.cc:2000 NCCL WARN NET/IB: Got completion from peer 192.0.2.3<6> with status=13 opcode=2 len=8 vendor err 136 (Recv) hca mlx5_3",
+			"NET/IB: Got completion from peer 192.0.2.3<6> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 hca mlx5_0",
+		}, failure.NCCLError},
+	{"aws/aws-ofi-nccl src/nccl_ofi_rdma.cpp",
+		`NCCL_OFI_WARN("Request %p completed with error. RC: %d. Error: %d (%s). Completed length: %ld, Request: %s", …)`,
+		[]string{"NET/OFI Request 0xdeadbeef completed with error. RC: 5. Error: 7 (remote access error). Completed length: 0, Request: { send }"},
+		failure.NCCLError},
+	{"moby/moby daemon/errors.go",
+		`fmt.Sprintf("could not select device driver %q with capabilities: %v", i.driver, i.caps)`,
+		[]string{`Error response from daemon: could not select device driver "cdi" with capabilities: [[gpu compute]]`},
+		failure.InsufficientGPUs},
+	{"vllm-project/vllm ParallelConfig validation",
+		`f"Tensor parallel size ({tp}) cannot be larger than the number of available GPUs ({n})."`,
+		[]string{"  Value error, Tensor parallel size (16) cannot be larger than the number of available GPUs (3). [type=value_error]"},
+		failure.InsufficientGPUs},
+	{"vllm-project/vllm vllm/v1/core/kv_cache_utils.py",
+		`f"To serve at least one request with the models's max seq len ({max_model_len}), ({format_gib(needed_memory)} GiB KV cache is needed, which is larger than the available KV cache memory ({format_gib(available_memory)} GiB)."`,
+		[]string{
+			"ValueError: To serve at least one request with the models's max seq len (9000), (3.5 GiB KV cache is needed, which is larger than the available KV cache memory (1.25 GiB). Try increasing",
+			"ValueError: To serve at least one request with the model's max seq len (9000), 3.5 GiB KV cache is needed, which is larger than the available KV cache memory (1.25 GiB).",
+		}, failure.KVCacheTooSmall},
+	{"huggingface/transformers src/transformers/utils/hub.py",
+		`f"{path_or_repo_id} is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'\nIf this is a private repository, …"`,
+		[]string{"OSError: /models/not-here is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'"},
+		failure.ModelUnavailable},
+	{"huggingface/huggingface_hub src/huggingface_hub/utils/_http.py",
+		"f\"Cannot reach {request.url}: offline mode is enabled. To disable it, please unset the `HF_HUB_OFFLINE` environment variable.\"",
+		[]string{"huggingface_hub.errors.OfflineModeIsEnabled: Cannot reach https://huggingface.co/api/models/org/m/revision/main: offline mode is enabled. To disable it, please unset the `HF_HUB_OFFLINE` environment variable."},
+		failure.ModelUnavailable},
+	{"huggingface/safetensors bindings/python/src/lib.rs",
+		`SafetensorError::new_err(format!("Error while deserializing header: {e:?}"))`,
+		[]string{"safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge", "SafetensorError: Error while deserializing header: invalid JSON in header: EOF while parsing"},
+		failure.ModelCorrupt},
+	{"pytorch/pytorch c10/cuda/CUDAException.cpp",
+		`"CUDA error: " + cudaGetErrorString(err)  // cudaErrorMemoryAllocation: "out of memory"`,
+		[]string{"torch.AcceleratorError: CUDA error: out of memory"},
+		failure.CUDAOutOfMemory},
+	{"python/cpython Python/import.c",
+		`PyErr_Format(PyExc_ModuleNotFoundError, "No module named %R", name)`,
+		[]string{"(RayWorkerWrapper pid=9) ModuleNotFoundError: No module named 'ray'"},
+		failure.ImageLacksRay},
+	{"ray-project/ray src/ray/raylet_client/raylet_client.cc",
+		`std::string("[RayletClient] Unable to register worker with raylet. ") + request_status.message()`,
+		[]string{"IOError: [RayletClient] Unable to register worker with raylet. No such file or directory"},
+		failure.RayDriverAttach},
+}
+
+// TestFormatFamilies checks that every instance of every upstream format string above is
+// classified as its family, fatal, with a complete finding.
+func TestFormatFamilies(t *testing.T) {
+	for _, fam := range formatFamilies {
+		for _, line := range fam.instances {
+			f := Classify(Parse(line))
+			switch {
+			case f == nil:
+				t.Errorf("%s: no finding for an instance of %s\n  line: %s", fam.source, fam.format, line)
+			case f.Type != fam.typ || !f.Fatal:
+				t.Errorf("%s: got %s fatal=%v, want %s fatal=true\n  line: %s", fam.source, f.Type, f.Fatal, fam.typ, line)
+			case f.Diagnosis == "" || f.Fix == "":
+				t.Errorf("%s: incomplete finding %+v", fam.source, f)
+			}
+		}
+	}
+}
+
+// TestFormatFamiliesLookAlikes: lines that share the families' words but report no failure
+// (NCCL's INFO lines, torch's settings, vLLM's startup and progress lines, docs) stay
+// unclassified.
+func TestFormatFamiliesLookAlikes(t *testing.T) {
+	for _, line := range []string{
+		"n1:20:20 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0",
+		"n1:20:20 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+		"n1:20:31 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>",
+		"n1:20:31 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0",
+		"INFO 01-01 00:00:00 [kv_cache_utils.py:1000] GPU KV cache size: 120,000 tokens",
+		"INFO 01-01 00:00:00 [kv_cache_utils.py:1004] Maximum concurrency for 32,768 tokens per request: 3.66x",
+		"INFO 01-01 00:00:00 [gpu_worker.py:200] Available KV cache memory: 12.5 GiB",
+		"[rank0]:[W ProcessGroupNCCL.cpp:4500] Warning: TORCH_NCCL_AVOID_RECORD_STREAMS is the default now, this environment variable is thus deprecated.",
+		"[W CUDAGraph.cpp:145] Warning: Waiting for pending NCCL work to finish before starting graph capture.",
+		"INFO 01-01 00:00:00 [parallel.py:300] Tensor parallel size 2, pipeline parallel size 2",
+		"Status: Downloaded newer image for nvidia/cuda:12.4.1-base-ubuntu22.04",
+		"docker run --gpus all --rm nvidia/cuda nvidia-smi",
+		"INFO 01-01 00:00:00 [weight_utils.py:400] Loading safetensors checkpoint shards: 100% Completed | 4/4",
+		"INFO 01-01 00:00:00 [importing.py:40] Triton is installed but 0 active driver(s) found; No module named 'triton'",
+		"2026-01-01 00:00:00,000\tINFO worker.py:1800 -- Connecting to existing Ray cluster at address: 10.0.0.1:6379...",
+		"HF_HUB_OFFLINE=1",
+		"INFO 01-01 00:00:00 [__init__.py:30] Available plugins for group vllm.platform_plugins: cuda",
+	} {
+		if f := Classify(Parse(line)); f != nil {
+			t.Errorf("look-alike classified %s fatal=%v: %q\n  diag: %s", f.Type, f.Fatal, line, f.Diagnosis)
+		}
+	}
+}
+
+// TestFormatFamiliesCiteSources keeps every family's source an owner/repo path, so
+// docs/diagnosis.md and the comments in families.go can be checked against upstream.
+func TestFormatFamiliesCiteSources(t *testing.T) {
+	for _, fam := range formatFamilies {
+		repo, _, ok := strings.Cut(fam.source, " ")
+		if !ok || strings.Count(repo, "/") != 1 || fam.format == "" || len(fam.instances) == 0 {
+			t.Errorf("family %q: want \"owner/repo path\", a format string and instances", fam.source)
+		}
+	}
+}
