@@ -35,28 +35,13 @@ func TestHeldOut2(t *testing.T) {
 // real_lines.json and of each file in disjoint must not occur in file.
 func measureHeldOut(t *testing.T, file string, floor, minFailures, minOrdinary int, disjoint ...string) {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []realLine
-	if err := json.Unmarshal(b, &rows); err != nil {
-		t.Fatal(err)
-	}
+	rows := loadRows(t, file)
 	seen := map[string]bool{}
 	for _, r := range loadRealLines(t) {
 		seen[threadOf(r.Source)] = true
 	}
 	for _, d := range disjoint {
-		db, err := os.ReadFile(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var drows []realLine
-		if err := json.Unmarshal(db, &drows); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range drows {
+		for _, r := range loadRows(t, d) {
 			seen[threadOf(r.Source)] = true
 		}
 	}
@@ -97,6 +82,20 @@ func measureHeldOut(t *testing.T, file string, floor, minFailures, minOrdinary i
 	if alarms != 0 {
 		t.Errorf("%s: %d false alarms, want 0", file, alarms)
 	}
+}
+
+// loadRows reads a file of realLine rows.
+func loadRows(t testing.TB, file string) []realLine {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []realLine
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }
 
 // threadOf is a source without a "#..." anchor, so two rows of one thread compare equal.
