@@ -71,8 +71,9 @@ var (
 	//   "CUDA error: " + cudaGetErrorString(err), and cudaGetErrorString(cudaErrorMemoryAllocation) is "out of memory".
 	cudaRuntimeOOM = regexp.MustCompile(`CUDA error: out of memory`)
 
-	// python/cpython Python/import.c: PyErr_Format(PyExc_ModuleNotFoundError, "No module named %R", name).
-	noRayModule = regexp.MustCompile(`No module named 'ray'`)
+	// python/cpython Python/import.c: PyErr_Format(PyExc_ModuleNotFoundError, "No module named %R", name),
+	// as a traceback's exception line prints it; the bare phrase also appears in harmless notices.
+	noRayModule = regexp.MustCompile(`(?:ModuleNotFoundError|ImportError): No module named 'ray'`)
 
 	// ray-project/ray src/ray/raylet_client/raylet_client.cc, RegisterClient:
 	//   "[RayletClient] Unable to register worker with raylet. " + status.message()

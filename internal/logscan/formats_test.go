@@ -165,6 +165,7 @@ func TestFormatFamiliesLookAlikes(t *testing.T) {
 		"INFO 01-01 00:00:00 [importing.py:40] Triton is installed but 0 active driver(s) found; No module named 'triton'",
 		"2026-01-01 00:00:00,000\tINFO worker.py:1800 -- Connecting to existing Ray cluster at address: 10.0.0.1:6379...",
 		"HF_HUB_OFFLINE=1",
+		"DEBUG 01-01 00:00:00 [utils.py:10] optional dependency missing: No module named 'ray'",
 		"INFO 01-01 00:00:00 [__init__.py:30] Available plugins for group vllm.platform_plugins: cuda",
 	} {
 		if f := Classify(Parse(line)); f != nil {

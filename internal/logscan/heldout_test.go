@@ -54,6 +54,9 @@ func measureHeldOut(t *testing.T, file string, floor, minFailures, minOrdinary i
 			t.Errorf("%s row %d: thread %s is also in a set rules were written from", file, i, r.Source)
 		}
 		f := Classify(Parse(r.Line))
+		if g := scanAlone(r.Line); (g == nil) != (f == nil) || g != nil && (g.Type != f.Type || g.Fatal != f.Fatal) {
+			t.Errorf("%s row %d: a Scanner says %+v, Classify %+v: %q", file, i, g, f, r.Line)
+		}
 		if r.Type == "" {
 			ordinary++
 			if f != nil {
@@ -82,6 +85,15 @@ func measureHeldOut(t *testing.T, file string, floor, minFailures, minOrdinary i
 	if alarms != 0 {
 		t.Errorf("%s: %d false alarms, want 0", file, alarms)
 	}
+}
+
+// scanAlone is a fresh Scanner's verdict on one line, flushed.
+func scanAlone(line string) *Finding {
+	var s Scanner
+	if _, f := s.Scan(line); f != nil {
+		return f
+	}
+	return s.Flush()
 }
 
 // loadRows reads a file of realLine rows.
