@@ -60,7 +60,7 @@ var (
 	// huggingface/huggingface_hub src/huggingface_hub/utils/_http.py, OfflineAdapter.send:
 	//   f"Cannot reach {request.url}: offline mode is enabled. To disable it, please unset the `HF_HUB_OFFLINE` environment variable."
 	// and file_download.py's LocalEntryNotFoundError: "… and outgoing traffic has been disabled. To enable … look-ups and downloads online, …".
-	hfOffline = regexp.MustCompile("Cannot reach (\\S+?): offline mode is enabled|outgoing traffic has been disabled\\. To enable")
+	hfOffline = regexp.MustCompile(`Cannot reach (\S+?): offline mode is enabled|outgoing traffic has been disabled\. To enable`)
 
 	// huggingface/safetensors bindings/python/src/lib.rs, safe_open / load:
 	//   SafetensorError::new_err(format!("Error while deserializing header: {e:?}"))
