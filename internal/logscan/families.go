@@ -77,7 +77,10 @@ var (
 
 	// ray-project/ray src/ray/raylet_client/raylet_client.cc, RegisterClient:
 	//   "[RayletClient] Unable to register worker with raylet. " + status.message()
-	rayletRegister = regexp.MustCompile(`\[RayletClient\] Unable to register worker with raylet\.`)
+	// and Ray ≤ 2.9's src/ray/core_worker/core_worker.cc:
+	//   RAY_LOG(FATAL) << "Failed to register worker " << worker_id << " to Raylet. " << status
+	// (newer core_worker_process.cc prints "Failed to register worker to Raylet: ", which driverAttach reads).
+	rayletRegister = regexp.MustCompile(`\[RayletClient\] Unable to register worker with raylet\.|Failed to register worker [0-9a-f]+ to Raylet\.`)
 )
 
 const fixIB = "check the RDMA link between the nodes (ibstat, cables, the same RoCE GID and MTU on both ends), or set NCCL_IB_DISABLE=1 to fall back to sockets"
@@ -89,7 +92,7 @@ var familyWords = []string{
 	"Net : Connection", "Proxy Call", "Cuda failure", "Got completion", "completed with error",
 	"could not select device driver", "Tensor parallel size", "is not a local folder", "offline mode",
 	"outgoing traffic", "deserializing header", "CUDA error: out of memory", "No module named 'ray'",
-	"Unable to register worker",
+	"Unable to register worker", "Failed to register worker",
 }
 
 // families classifies the lines whose upstream format strings are listed above.

@@ -124,6 +124,10 @@ var formatFamilies = []formatFamily{
 		`std::string("[RayletClient] Unable to register worker with raylet. ") + request_status.message()`,
 		[]string{"IOError: [RayletClient] Unable to register worker with raylet. No such file or directory"},
 		failure.RayDriverAttach},
+	{"ray-project/ray src/ray/core_worker/core_worker.cc (≤ 2.9)",
+		`RAY_LOG(FATAL) << "Failed to register worker " << worker_id << " to Raylet. " << status`,
+		[]string{"[2020-01-01 00:00:00,000 E 1 1] core_worker.cc:150: Failed to register worker 02000000ffffffffffffffffffffffffffffffffffffffffffffffff to Raylet. IOError: End of file"},
+		failure.RayDriverAttach},
 }
 
 // TestFormatFamilies checks that every instance of every upstream format string above is
