@@ -62,6 +62,12 @@ var (
 	// and file_download.py's LocalEntryNotFoundError: "… and outgoing traffic has been disabled. To enable … look-ups and downloads online, …".
 	hfOffline = regexp.MustCompile(`Cannot reach (\S+?): offline mode is enabled|outgoing traffic has been disabled\. To enable`)
 
+	// vllm-project/vllm vllm/model_executor/models/registry.py, _raise_for_unsupported (0.2x), besides the
+	// "Model architectures %s are not supported for now" that model() reads:
+	//   f"Model architecture {arch} was supported in vLLM until v{version}, and is not supported anymore. …"
+	//   f"Model architecture {arch} is not supported in-tree anymore. Please install the plugin at {url} …"
+	archDropped = regexp.MustCompile(`Model architecture (\S+) (?:was supported in vLLM until v([\w.]+?),? and is not supported anymore|is not supported in-tree anymore)`)
+
 	// huggingface/safetensors bindings/python/src/lib.rs, safe_open / load:
 	//   SafetensorError::new_err(format!("Error while deserializing header: {e:?}"))
 	// where e is MetadataIncompleteBuffer, HeaderTooLarge, InvalidHeaderDeserialization, … (Display text in newer releases).
@@ -92,7 +98,7 @@ var familyWords = []string{
 	"Net : Connection", "Proxy Call", "Cuda failure", "Got completion", "completed with error",
 	"could not select device driver", "Tensor parallel size", "is not a local folder", "offline mode",
 	"outgoing traffic", "deserializing header", "CUDA error: out of memory", "No module named 'ray'",
-	"Unable to register worker", "Failed to register worker",
+	"Unable to register worker", "Failed to register worker", "was supported in vLLM until", "not supported in-tree anymore",
 }
 
 // families classifies the lines whose upstream format strings are listed above.
@@ -125,6 +131,14 @@ func families(c ctx) *Finding {
 			what += " (it asked " + m[1] + ")"
 		}
 		return c.find(failure.ModelUnavailable, what, "serve the model's local path (mounted on every node), or fill each node's Hugging Face cache before setting HF_HUB_OFFLINE", true)
+	}
+	if m := archDropped.FindStringSubmatch(t); m != nil {
+		if m[2] != "" {
+			return c.find(failure.ModelUnsupported, "the image's vLLM dropped the architecture "+m[1]+" after v"+m[2],
+				"use a vLLM image of v"+m[2]+" or older for this model (the same image on every node), or a model whose architecture this release supports", true)
+		}
+		return c.find(failure.ModelUnsupported, "the image's vLLM moved the architecture "+m[1]+" out of tree: it needs vLLM's plugin for it",
+			"build the image with the plugin the error names installed (FROM the same vLLM image, pip install the plugin), the same image on every node", true)
 	}
 	if m := stHeader.FindStringSubmatch(t); m != nil {
 		return c.find(failure.ModelCorrupt, "a .safetensors file on "+c.onNode()+" has an unreadable header ("+strings.TrimSpace(m[1])+"): a truncated download or copy, or a Git LFS pointer instead of the weights",

@@ -100,6 +100,12 @@ var formatFamilies = []formatFamily{
 			"ValueError: To serve at least one request with the models's max seq len (9000), (3.5 GiB KV cache is needed, which is larger than the available KV cache memory (1.25 GiB). Try increasing",
 			"ValueError: To serve at least one request with the model's max seq len (9000), 3.5 GiB KV cache is needed, which is larger than the available KV cache memory (1.25 GiB).",
 		}, failure.KVCacheTooSmall},
+	{"vllm-project/vllm vllm/model_executor/models/registry.py",
+		`f"Model architecture {arch} was supported in vLLM until v{version}, and is not supported anymore." / f"Model architecture {arch} is not supported in-tree anymore. Please install the plugin at {url}"`,
+		[]string{
+			"ValueError: Model architecture FooForCausalLM was supported in vLLM until v0.30.1, and is not supported anymore. Please use an older version of vLLM if you want to use this model architecture.",
+			"ValueError: Model architecture BarForConditionalGeneration is not supported in-tree anymore. Please install the plugin at https://example.invalid/bar to use it.",
+		}, failure.ModelUnsupported},
 	{"huggingface/transformers src/transformers/utils/hub.py",
 		`f"{path_or_repo_id} is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'\nIf this is a private repository, …"`,
 		[]string{"OSError: /models/not-here is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'"},
