@@ -50,8 +50,10 @@ var (
 	// moby/moby daemon/errors.go, incompatibleDeviceRequest.Error:
 	//   fmt.Sprintf("could not select device driver %q with capabilities: %v", i.driver, i.caps)
 	dockerNoDriver = regexp.MustCompile(`could not select device driver "([^"]*)" with capabilities: `)
-	// vLLM's ParallelConfig validation (pydantic "1 validation error for ParallelConfig"):
-	//   f"Tensor parallel size ({tp}) cannot be larger than the number of available GPUs ({n})."
+	// vllm-project/vllm vllm/config/parallel.py, ParallelConfig's validation (pydantic "1 validation error
+	// for ParallelConfig"), when the executor is mp and Ray is not in play:
+	//   f"Tensor parallel size ({self.world_size}) cannot be " f"larger than the number of available GPUs ({gpu_count})."
+	// The first number is the world size (tensor × pipeline), the second this node's GPUs.
 	tpTooLarge = regexp.MustCompile(`Tensor parallel size \((\d+)\) cannot be larger than the number of available GPUs \((\d+)\)`)
 
 	// huggingface/transformers src/transformers/utils/hub.py, cached_files:
@@ -119,8 +121,8 @@ func families(c ctx) *Finding {
 			"install the NVIDIA container toolkit on that node and register it with Docker (nvidia-ctk runtime configure --runtime=docker, then restart dockerd); check `docker run --rm --gpus all <image> nvidia-smi`", true)
 	}
 	if m := tpTooLarge.FindStringSubmatch(t); m != nil {
-		return c.find(failure.InsufficientGPUs, "vLLM sees "+m[2]+" GPU(s) on "+c.onNode()+" but the tensor-parallel size is "+m[1]+" (the container was given fewer GPUs, or CUDA_VISIBLE_DEVICES hides some)",
-			fixNoGPU+"; or lower the tensor-parallel size and make up the count with pipeline parallelism across nodes", true)
+		return c.find(failure.InsufficientGPUs, "vLLM's mp executor needs "+m[1]+" GPUs (tensor × pipeline) but sees "+m[2]+" on "+c.onNode()+": the container was given fewer GPUs, or the deploy spans nodes and vLLM fell back to mp without Ray (only the local GPUs count) or without --nnodes",
+			fixNoGPU+"; across nodes use the Ray executor with Ray in the image, or vLLM's --nnodes/--node-rank multi-node mode", true)
 	}
 	if m := tfNotFound.FindStringSubmatch(t); m != nil {
 		return c.find(failure.ModelUnavailable, strings.Trim(m[1], "'\"`")+" is neither a directory on "+c.onNode()+" nor a Hugging Face model id this token can see (a path not mounted there, a misspelt id, or a private or gated repository)", fixModel, true)
