@@ -128,7 +128,7 @@ func BuildGraph(c spec.Cluster, probes []NodeProbe, matrix []PairResult) Graph {
 		from, to string
 		subnet   netip.Prefix
 	}
-	results := map[key]PairResult{}
+	results := make(map[key]PairResult, len(matrix))
 	for _, r := range matrix {
 		results[key{r.From, r.To, r.Subnet}] = r
 	}
