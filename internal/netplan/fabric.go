@@ -636,8 +636,20 @@ func fabricWarnings(c spec.Cluster, f Fabric) []string {
 		out = append(out, fmt.Sprintf("the data plane's %d link(s) are not used: %s; NCCL runs over sockets on the bootstrap subnet", len(f.Graph.Links), why))
 		return out
 	}
+	listed := []string{c.Head().Name}
+	for _, n := range c.Nodes {
+		if n.Name != listed[0] {
+			listed = append(listed, n.Name)
+		}
+	}
+	if len(f.Order) > 0 && !slices.Equal(f.Order, listed) {
+		// The order is the plan's; placing ranks by it is the deploy's (not yet done).
+		out = append(out, fmt.Sprintf("the cables need the ranks in the order %s, not the spec's %s: list the nodes in the spec in that order "+
+			"(executor mp ranks nodes in the spec's order; vLLM's legacy Ray executor ranks the driver's node first, then the others by IP address as a string)",
+			strings.Join(f.Order, ", "), strings.Join(listed, ", ")))
+	}
 	if f.Algo == "" {
-		return nil
+		return out
 	}
 	for _, n := range c.Nodes {
 		if v, ok := n.Env["NCCL_ALGO"]; ok && !strings.EqualFold(strings.TrimSpace(v), f.Algo) {

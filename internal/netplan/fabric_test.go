@@ -103,6 +103,9 @@ func TestTriangleRunsIBOnEveryPair(t *testing.T) {
 	if plan.DataPlane != spec.DataPlaneRequire {
 		t.Errorf("data plane %q, want require", plan.DataPlane)
 	}
+	if len(plan.Warnings) != 0 {
+		t.Errorf("warnings %q: the spec's order fits a triangle", plan.Warnings)
+	}
 }
 
 func TestRing4PlacesRanksByTheCables(t *testing.T) {
@@ -142,6 +145,9 @@ func TestRing4PlacesRanksByTheCables(t *testing.T) {
 			}
 			if slices.Equal(f.Order, names) != tc.specFits {
 				t.Errorf("order %v: the spec's order does not fit the cables", f.Order)
+			}
+			if w := "the cables need the ranks in the order " + strings.Join(f.Order, ", ") + ", not the spec's node-a, node-c, node-b, node-d"; !strings.Contains(strings.Join(plan.Warnings, "\n"), w) {
+				t.Errorf("warnings %q lack %q", plan.Warnings, w)
 			}
 			if f.Algo != tc.algo {
 				t.Errorf("algo %q (%s), want %q", f.Algo, f.AlgoReason, tc.algo)
