@@ -446,3 +446,48 @@ func BenchmarkPlanRing4(b *testing.B) { benchmarkRing(b, 4) }
 // BenchmarkPlanRing16 is the same for sixteen, TP=16: the placement search is a
 // Hamiltonian cycle on the ring.
 func BenchmarkPlanRing16(b *testing.B) { benchmarkRing(b, 16) }
+
+// A Spark's CX-7 port is two PCIe x4 halves, each its own netdev, HCA and subnet
+// (upstream.md §9): one cable is two links, and NCCL_IB_HCA names every rail of every
+// cable. A half whose HCA port is down on one end is no link.
+func TestTriangleOfSparksUsesEveryRail(t *testing.T) {
+	c, probes := switchless([]string{"node-a", "node-b", "node-c"}, [][2]int{{0, 1}, {1, 2}, {2, 0}})
+	// Give every port its second half: P2 twins of each port, on a subnet of their own.
+	for ci, cb := range [][2]int{{0, 1}, {1, 2}, {2, 0}} {
+		for end, i := range cb {
+			port := map[[2]int]int{{0, 0}: 0, {0, 1}: 0, {1, 0}: 1, {1, 1}: 0, {2, 0}: 1, {2, 1}: 1}[[2]int{ci, end}]
+			netdev := fmt.Sprintf("enP2p1s0f%dnp%d", port, port)
+			probes[i].Links = append(probes[i].Links, link(netdev, fmt.Sprintf("192.168.%d.%d/30", 100+ci, end+1), 9000, speedMbps(100000)))
+			probes[i].RDMA = append(probes[i].RDMA, RDMADevice{Name: fmt.Sprintf("roceP2p1s0f%d", port), Port: 1, Netdev: netdev, State: "ACTIVE"})
+		}
+	}
+	plan, err := Choose(c, probes, measured(c, probes, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := plan.Fabric; f == nil || f.Shape != "triangle" || len(f.Graph.Links) != 6 {
+		t.Fatalf("fabric %+v", plan.Fabric)
+	}
+	for _, n := range plan.Nodes {
+		if h := n.Env["NCCL_IB_HCA"]; len(strings.Split(strings.TrimPrefix(h, "="), ",")) != 4 || len(n.RDMA) != 4 {
+			t.Errorf("%s NCCL_IB_HCA %q, rdma %d: want its four halves", n.Name, h, len(n.RDMA))
+		}
+	}
+	// node-c's second half towards node-a goes down: five links, node-c lists three HCAs.
+	for i, d := range probes[2].RDMA {
+		if d.Name == "roceP2p1s0f1" {
+			probes[2].RDMA[i].State = "DOWN"
+		}
+	}
+	plan, err = Choose(c, probes, measured(c, probes, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Fabric.Graph.Links) != 5 {
+		t.Fatalf("links %d, want 5", len(plan.Fabric.Graph.Links))
+	}
+	// node-a's list names roceP2p1s0f1, which node-c has but down: each node its own list.
+	if nc, _ := plan.Node("node-c"); len(nc.RDMA) != 3 || strings.Contains(nc.Env["NCCL_IB_HCA"], "roceP2p1s0f1") || plan.NCCL.Form != NCCLPerNode {
+		t.Errorf("node-c rdma %v, NCCL_IB_HCA %q (%s)", nc.RDMA, nc.Env["NCCL_IB_HCA"], plan.NCCL.Form)
+	}
+}
