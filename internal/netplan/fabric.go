@@ -43,6 +43,15 @@ type Graph struct {
 	LeftOut []DataLink `json:"left_out,omitempty"`
 }
 
+// linker is Linked as a set, for the placement search's many questions.
+func (g Graph) linker() func(a, b string) bool {
+	set := map[[2]string]bool{}
+	for _, l := range g.Links {
+		set[[2]string{l.A, l.B}], set[[2]string{l.B, l.A}] = true, true
+	}
+	return func(a, b string) bool { return set[[2]string{a, b}] }
+}
+
 // Linked reports whether a and b share a measured link.
 func (g Graph) Linked(a, b string) bool {
 	for _, l := range g.Links {
@@ -337,23 +346,23 @@ const placementBudget = 1 << 20
 // place finds a rank order of nodes (first fixed: the head holds rank 0 under both
 // executors) in which every edge's slots are linked, trying nodes in the given order so
 // that a spec order that works is kept. A nil movable checks the given order alone.
-func place(nodes, movable []string, slots int, edges [][2]int, linked func(a, b string) bool) ([]string, bool) {
+func place(nodes, movable []string, slots int, edges [][2]int, linked func(a, b string) bool) (order []string, ok, gaveUp bool) {
 	if slots > len(nodes) || slots == 0 {
-		return nil, false
+		return nil, false, false
 	}
 	if movable == nil {
 		for _, e := range edges {
 			if !linked(nodes[e[0]], nodes[e[1]]) {
-				return nil, false
+				return nil, false, false
 			}
 		}
-		return nodes, true
+		return nodes, true, false
 	}
 	back := make([][]int, slots) // back[i]: the earlier slots slot i must be linked to
 	for _, e := range edges {
 		back[e[1]] = append(back[e[1]], e[0])
 	}
-	order := make([]string, slots)
+	order = make([]string, slots)
 	used := map[string]bool{}
 	steps := 0
 	var try func(i int) bool
@@ -387,14 +396,14 @@ func place(nodes, movable []string, slots int, edges [][2]int, linked func(a, b 
 		return false
 	}
 	if !try(0) {
-		return nil, false
+		return nil, false, steps > placementBudget
 	}
 	for _, n := range nodes {
 		if !used[n] {
 			order = append(order, n)
 		}
 	}
-	return order, true
+	return order, true, false
 }
 
 // planFabric maps the layout onto the graph: the rank order, the pairs that must talk,
@@ -425,9 +434,10 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 	if !equal {
 		candidates = nil
 	}
-	order, ok := place(nodes, candidates, slots, edges, g.Linked)
+	linked := g.linker()
+	order, ok, gaveUp := place(nodes, candidates, slots, edges, linked)
 	if !ok {
-		return f, &Error{Type: failure.DataPlaneUnreachable, Msg: unreachableMessage(c, g, nodes, counts, equal, edges)}
+		return f, &Error{Type: failure.DataPlaneUnreachable, Msg: unreachableMessage(c, g, nodes, counts, equal, gaveUp, edges)}
 	}
 	f.Order = order
 	for _, e := range edges {
@@ -444,7 +454,7 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 		}
 		for i := range gs {
 			for j := i + 1; j < len(gs); j++ {
-				if a, b := order[gs[i]], order[gs[j]]; !g.Linked(a, b) {
+				if a, b := order[gs[i]], order[gs[j]]; !linked(a, b) {
 					notClique = appendNew(notClique, a+" and "+b)
 				}
 			}
@@ -460,7 +470,7 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 	var unlinked []string
 	for i, a := range order[:slots] {
 		for _, b := range order[i+1 : slots] {
-			if !g.Linked(a, b) {
+			if !linked(a, b) {
 				unlinked = append(unlinked, a+"-"+b)
 			}
 		}
@@ -471,7 +481,7 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 	return f, nil
 }
 
-func unreachableMessage(c spec.Cluster, g Graph, nodes []string, counts []int, equal bool, edges [][2]int) string {
+func unreachableMessage(c spec.Cluster, g Graph, nodes []string, counts []int, equal, gaveUp bool, edges [][2]int) string {
 	var missing []string
 	for _, e := range edges {
 		a, b := nodes[e[0]], nodes[e[1]]
@@ -481,8 +491,11 @@ func unreachableMessage(c spec.Cluster, g Graph, nodes []string, counts []int, e
 	}
 	var b strings.Builder
 	order := "no order of the nodes has one"
-	if !equal {
-		order = "in the spec's order (the nodes' GPU counts differ, so it is the only one tried)"
+	switch {
+	case !equal:
+		order = "the spec's order has none (the nodes' GPU counts differ, so it is the only one tried)"
+	case gaveUp:
+		order = fmt.Sprintf("no order was found within %d steps of the search; under the spec's order", placementBudget)
 	}
 	fmt.Fprintf(&b, "tensor %d x pipeline %d needs a cable between every pair of nodes that must talk, and %s: %s",
 		c.Parallel.Tensor, max(c.Parallel.Pipeline, 1), order, strings.Join(missing, "; "))
@@ -501,6 +514,7 @@ func unreachableMessage(c spec.Cluster, g Graph, nodes []string, counts []int, e
 // node order carries on g.
 func carriedLayouts(c spec.Cluster, g Graph, nodes []string, counts []int, equal bool) []string {
 	world := c.Parallel.Tensor * max(c.Parallel.Pipeline, 1)
+	linked := g.linker()
 	movable := nodes
 	if !equal {
 		movable = nil
@@ -512,7 +526,7 @@ func carriedLayouts(c spec.Cluster, g Graph, nodes []string, counts []int, equal
 			continue
 		}
 		edges, _, slots := slotEdges(tp, pp, counts)
-		if _, ok := place(nodes, movable, slots, edges, g.Linked); ok {
+		if _, ok, _ := place(nodes, movable, slots, edges, linked); ok {
 			out = append(out, fmt.Sprintf("tensor %d x pipeline %d", tp, pp))
 		}
 	}
@@ -630,8 +644,8 @@ func fabricWarnings(c spec.Cluster, f Fabric) []string {
 	var out []string
 	if !f.Used {
 		why := "data_plane: skip"
-		if f.Order == nil {
-			why = "no rank order carries tensor x pipeline on them (data_plane: " + c.DataPlane + ")"
+		if c.DataPlane != spec.DataPlaneSkip {
+			why = fmt.Sprintf("no rank order carries tensor %d x pipeline %d on them (data_plane: %s)", c.Parallel.Tensor, max(c.Parallel.Pipeline, 1), c.DataPlane)
 		}
 		out = append(out, fmt.Sprintf("the data plane's %d link(s) are not used: %s; NCCL runs over sockets on the bootstrap subnet", len(f.Graph.Links), why))
 		return out

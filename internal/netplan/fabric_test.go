@@ -213,8 +213,17 @@ func TestLayoutTheLinksCannotCarryIsRefused(t *testing.T) {
 		if _, ok := plan.Nodes[0].Env["NCCL_IB_HCA"]; ok || len(plan.Nodes[0].RDMA) != 0 {
 			t.Errorf("skip still plans RDMA: %v", plan.Nodes[0].Env)
 		}
-		if !strings.Contains(strings.Join(plan.Warnings, "\n"), "the data plane's 6 link(s) are not used") {
+		if !strings.Contains(strings.Join(plan.Warnings, "\n"), "the data plane's 6 link(s) are not used: data_plane: skip") {
 			t.Errorf("warnings %q", plan.Warnings)
+		}
+		// warn serves on sockets too, and says why the links are not used.
+		c.DataPlane = spec.DataPlaneWarn
+		plan, err = Choose(c, probes, measured(c, probes, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := plan.Nodes[0].Env["NCCL_IB_HCA"]; ok || !strings.Contains(strings.Join(plan.Warnings, "\n"), "no rank order carries tensor 3 x pipeline 2 on them (data_plane: warn)") {
+			t.Errorf("warn: env %v, warnings %q", plan.Nodes[0].Env, plan.Warnings)
 		}
 	})
 }
