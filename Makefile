@@ -84,6 +84,7 @@ lab-down: build
 # hand-written script interleaved, the seed's failure 1, and history events per deploy.
 bench: deps $(BIN)/temporal
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 5x ./activities ./internal/dataplane
+	$(GO) test -run '^$$' -bench PlanRing ./internal/netplan
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 1x ./e2e
 
 dev: $(BIN)/temporal

@@ -576,6 +576,12 @@ func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
 		fmt.Fprintf(w, "\nNCCL interface variables: %s\n  %s\n", f.Form, f.Reason)
 	}
 	printRails(w, *rep.Plan)
+	if f := rep.Plan.Fabric; f != nil {
+		fmt.Fprintln(w)
+		for _, l := range f.Lines() {
+			fmt.Fprintln(w, l)
+		}
+	}
 	for _, warn := range rep.Plan.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
@@ -587,6 +593,12 @@ func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
 // printRails shows the rails NCCL's RDMA transport may use (NCCL_IB_HCA) and those left
 // out, and what the data-plane proof will decide.
 func printRails(w io.Writer, p netplan.Plan) {
+	if f := p.Fabric; f != nil && f.Used && len(p.UsedRails()) == 0 {
+		// A triangle or a ring: no rail spans every node, the links are the data plane.
+		fmt.Fprintf(w, "\nRDMA over the links: no rail spans every node; each node's NCCL_IB_HCA lists its HCAs on its links, NCCL_SOCKET_IFNAME stays on the bootstrap subnet %s\n", p.Subnet)
+		fmt.Fprintf(w, "  data plane: %s over %d link(s)\n", p.DataPlane, len(f.Graph.Links))
+		return
+	}
 	if len(p.Rails) == 0 {
 		if p.Subnet.IsValid() {
 			fmt.Fprintf(w, "\nRDMA rails: none (no subnet where every node has an ACTIVE HCA port): NCCL will use sockets\n")

@@ -61,7 +61,7 @@ func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
 	switch {
 	case err == nil:
 		report.Plan = &plan
-	case errors.As(err, &se) && (se.Type == contract.ErrNoViableSubnet || se.Type == contract.ErrInsufficientGPUs):
+	case errors.As(err, &se) && (se.Type == contract.ErrNoViableSubnet || se.Type == contract.ErrInsufficientGPUs || se.Type == contract.ErrDataPlaneUnreachable):
 		// The measurements are the useful part of a failed plan: return them.
 		report.Error = se.Error()
 	default:

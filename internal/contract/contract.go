@@ -80,6 +80,10 @@ const (
 	ErrWorkflowFailed = failure.Failed
 )
 
+// ErrDataPlaneUnreachable: the measured links between the nodes' HCAs cannot carry the
+// parallel layout (netplan refuses it, naming the pairs with no link).
+const ErrDataPlaneUnreachable = failure.DataPlaneUnreachable
+
 // Container roles, also the role label on containers.
 const (
 	RoleRayHead   = "ray-head"

@@ -40,8 +40,9 @@ const (
 	VersionMismatch     = "VersionMismatch"
 
 	// The plan (package netplan).
-	NoViableSubnet   = "NoViableSubnet"
-	InsufficientGPUs = "InsufficientGPUs"
+	NoViableSubnet       = "NoViableSubnet"
+	InsufficientGPUs     = "InsufficientGPUs"
+	DataPlaneUnreachable = "DataPlaneUnreachable"
 
 	// The model's files.
 	ModelIncomplete  = "ModelIncomplete"
@@ -126,6 +127,7 @@ var All = []Failure{
 
 	{NoViableSubnet, false, "no subnet is reachable in both directions between every pair of nodes; the plan says why each was rejected"},
 	{InsufficientGPUs, false, "the nodes, Ray, or vLLM's engine offer fewer free GPUs than tensor × pipeline needs"},
+	{DataPlaneUnreachable, false, "the measured links between the nodes' HCAs (a triangle, a ring) cannot carry the parallel layout in any rank order: the message names the pairs that must talk and share no link, and the ways out (cable them, another tensor × pipeline split, or data_plane: skip)"},
 
 	{ModelIncomplete, false, "a node lacks files or weights of the model (a partial download or copy), or a copy's source lacks a file it was asked for"},
 	{ModelCorrupt, false, "a copied file's size or hash is not the head's manifest's (the partial copy is removed), or the model's files cannot be read as a model"},

@@ -495,6 +495,17 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 			railHCAs[m.Node] = append(railHCAs[m.Node], m.Device)
 		}
 	}
+	fabric, err := dataPlaneFabric(c, byNode, matrix, probes, railHCAs)
+	if err != nil {
+		return plan, err
+	}
+	if fabric != nil {
+		plan.Fabric = fabric
+		plan.Warnings = append(plan.Warnings, fabricWarnings(c, *fabric)...)
+		if fabric.Used && len(railHCAs) == 0 {
+			railHCAs = fabricHCAs(fabric.Graph)
+		}
+	}
 	for i := range best.members {
 		best.members[i].rdma = railHCAs[best.members[i].node]
 	}
@@ -539,7 +550,7 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 		plan.GPUs += gpus
 		plan.Nodes = append(plan.Nodes, NodePlan{
 			Name: n.Name, Role: n.Role, Address: m.addr.Addr(), Interface: m.link.Name, GPUs: gpus, RDMA: m.rdma,
-			Env: nodeEnv(n, m, plan.RayAddress, plan.NCCL, best.members),
+			Env: nodeEnv(n, m, plan.RayAddress, plan.NCCL, best.members, plan.Fabric),
 		})
 	}
 	if overwrites && !mp {
@@ -561,7 +572,7 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 // enp1s0f1 would also match enp1s0f1np1. GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME and
 // VLLM_HOST_IP are always per node: Gloo wants every name it is given to exist (a list
 // fails on every node, measured), and vLLM copies none of the three to its workers.
-func nodeEnv(n spec.Node, m member, rayAddress string, form NCCLEnv, members []member) map[string]string {
+func nodeEnv(n spec.Node, m member, rayAddress string, form NCCLEnv, members []member, fabric *Fabric) map[string]string {
 	env := map[string]string{}
 	for k, v := range n.Env {
 		env[k] = v
@@ -585,6 +596,10 @@ func nodeEnv(n spec.Node, m member, rayAddress string, form NCCLEnv, members []m
 	env["NCCL_SOCKET_IFNAME"] = "=" + strings.Join(ifaces, ",")
 	if len(hcas) > 0 {
 		env["NCCL_IB_HCA"] = "=" + strings.Join(hcas, ",")
+	}
+	// The operator's own NCCL_ALGO stands (fabricWarnings says when it is not the ring).
+	if _, own := n.Env["NCCL_ALGO"]; fabric != nil && fabric.Used && fabric.Algo != "" && !own {
+		env["NCCL_ALGO"] = fabric.Algo
 	}
 	return env
 }

@@ -140,6 +140,11 @@ type Plan struct {
 	// DataPlane is the proof's mode for this plan: the spec's data_plane, or require when
 	// a rail is used and skip when none is.
 	DataPlane string `json:"data_plane,omitempty"`
+	// Fabric is the data plane's measured graph of links between HCAs, the nodes in rank
+	// order and the NCCL algorithms it carries; nil when no node pair shares an HCA-backed
+	// subnet. Where the rails span every node (the seed's pair) it draws them; where they
+	// do not (a triangle, a ring), NCCL_IB_HCA lists each node's HCAs on its links.
+	Fabric *Fabric `json:"fabric,omitempty"`
 }
 
 // UsedRails are the rails NCCL_IB_HCA lists.
