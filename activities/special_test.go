@@ -131,3 +131,46 @@ func TestModelServerRefusesSpecialFiles(t *testing.T) {
 		t.Errorf("GET %s: %d", files[2].Name, code)
 	}
 }
+
+// The copy opened a planted partial file (O_RDWR) before looking at it: a device's driver
+// ran, a disk would be written through; it failed only later, retryably, at a truncate.
+// Now the open itself is refused, PolicyDenied naming the file.
+func TestSyncModelRefusesSpecialPartialFiles(t *testing.T) {
+	own := ownIPv4(t).Addr()
+	files := tinyModelFiles(2, 100_000)
+	for _, kind := range []string{"fifo", "device"} {
+		t.Run(kind, func(t *testing.T) {
+			headCache, nodeCache := t.TempDir(), t.TempDir()
+			writeHFCache(t, headCache, files)
+			a, b := guardedAgent(t, "node-a", headCache), guardedAgent(t, "node-b", nodeCache)
+			head := a.manifest(t, contract.ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
+			snap := weights.HFSnapshotDir(nodeCache, modelRepo, head.Revision)
+			if err := os.MkdirAll(snap, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var partials []string
+			for _, f := range head.Files {
+				p := filepath.Join(snap, f.Name+weights.PartialSuffix)
+				if err := os.WriteFile(p, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				replaceWith(t, p, kind, 0)
+				partials = append(partials, p)
+			}
+			key := b.copyKey(t)
+			srv, err := run[contract.ModelServer](a, a.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-a", Addr: own, Root: head.Dir, Files: weights.Names(head.Files),
+				Keys: []string{key}, Peers: []netip.Addr{own}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { a.node.Weights.servers.Close(srv.ID) })
+			withinTime(t, "the copy", partials[0], func() {
+				_, err = b.sync(contract.SyncModelRequest{From: netip.AddrPortFrom(own, srv.Addr.Port()), Key: key, Addr: own, Root: snap,
+					Layout: contract.ModelLayoutHF, Ref: "main", Files: head.Files})
+			})
+			if app := modelAppError(t, err); app.Type() != contract.ErrPolicyDenied || !strings.Contains(app.Message(), weights.PartialSuffix) {
+				t.Errorf("sync into a planted %s: %v", kind, err)
+			}
+		})
+	}
+}
