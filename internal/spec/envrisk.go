@@ -99,6 +99,7 @@ var codeLoadingEnv = map[string]string{
 	"TRITON_OVERRIDE_DIR":                 "Triton loads kernels from it instead of those it compiles",
 	"TRITON_LIBCUDA_PATH":                 "Triton loads libcuda from the directory it names",
 	"TRITON_PTXAS_PATH":                   "Triton runs the program it names as ptxas",
+	"TRITON_PTXAS_BLACKWELL_PATH":         "Triton runs the program it names as ptxas",
 	"TRITON_CUOBJDUMP_PATH":               "Triton runs the program it names as cuobjdump",
 	"TRITON_NVDISASM_PATH":                "Triton runs the program it names as nvdisasm",
 	"TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "TorchInductor then loads compiled code from a remote cache",
