@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 func TestDefaults(t *testing.T) {
@@ -457,5 +458,41 @@ func TestExtraArgsPolicy(t *testing.T) {
 	}
 	if _, err := Parse([]byte("allowed_extra_args: [\"--*\"]\n"), "p.yaml", Overrides{}); err == nil {
 		t.Error("a glob accepted in allowed_extra_args")
+	}
+}
+
+// The demo keeps working under the tightened defaults: the examples' specs (and the lab's
+// agents, which add TPDEPLOY_SIM_*) pass the env and extra_args checks, the plan's own
+// variables included.
+func TestExamplesPassTheDefaults(t *testing.T) {
+	lab, err := Parse(nil, DefaultFile, Overrides{Env: []string{"TPDEPLOY_SIM_*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned := []string{"VLLM_HOST_IP", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "RAY_ADDRESS"}
+	for file, p := range map[string]Policy{"../../examples/lab.yaml": lab, "../../examples/seed.yaml": Default()} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := spec.Parse(b)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", file, err)
+		}
+		if err := p.CheckExtraArgs(c.Model.ExtraArgs); err != nil {
+			t.Errorf("%s: %v", file, err)
+		}
+		for _, n := range c.Nodes {
+			names := append([]string{}, planned...)
+			for k := range n.Env {
+				names = append(names, k)
+			}
+			if err := p.CheckEnv(names...); err != nil {
+				t.Errorf("%s node %s: %v", file, n.Name, err)
+			}
+		}
 	}
 }
