@@ -16,7 +16,8 @@ import (
 
 // #36 finding 2: the agent validates the spec it is asked to act on, whoever sent it: a
 // request straight onto the node's queue with a managed flag spelt vLLM's other way, a
-// code-running variable, or a code-loading vLLM option is refused before anything starts,
+// code-running variable, or a code-loading vLLM option is refused before anything starts
+// (a container, vLLM, a rank, the master's listener, a fresh proof's container),
 // PolicyDenied naming the field — not only when the starter or the workflow checked it.
 func TestAgentRevalidatesTheSpec(t *testing.T) {
 	ctx := context.Background()
@@ -69,6 +70,11 @@ func TestAgentRevalidatesTheSpec(t *testing.T) {
 				},
 				"StartVLLMRank": func() error {
 					_, err := a.VLLM.StartVLLMRank(ctx, contract.RankRequest{Node: "node-a", Deployment: d, Spec: mp, Plan: plan})
+					return err
+				},
+				"ProveDataPlane (fresh)": func() error {
+					_, err := a.DataPlane.ProveDataPlane(ctx, contract.ProofRequest{Node: "node-a", Plan: np, World: 2, Master: "10.9.0.1:29501", Timeout: time.Second,
+						Fresh: &contract.RankRequest{Node: "node-a", Deployment: d, Spec: mp, Plan: plan}})
 					return err
 				},
 				"PrepareMaster": func() error {
