@@ -8,6 +8,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/policy"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // Config is how one node's agent is set up: who it is, where it reads the machine from,
@@ -150,3 +151,15 @@ func (b *nodeBase) denyPath(what string, err error) error {
 }
 
 func (b *nodeBase) logger() *zap.Logger { return b.log }
+
+// checkSpec re-validates the spec a request carries before the agent acts on it: the
+// starter and the workflow validated it, but anyone who can start an activity on the
+// node's queue could send any spec (a managed flag in extra_args, a code-running
+// variable in a node's env). Then the node's own limit on vLLM's options. A refusal is
+// non-retryable PolicyDenied naming the field.
+func (b *nodeBase) checkSpec(c spec.Cluster) error {
+	if err := c.Validate(); err != nil {
+		return b.deny("the request's spec is refused: %v", err)
+	}
+	return b.allowed(func(p policy.Policy) error { return p.CheckExtraArgs(c.Model.ExtraArgs) })
+}

@@ -333,6 +333,9 @@ func (cs *Containers) PreflightNode(ctx context.Context, req contract.PreflightR
 		}
 	}
 	if req.Spec != nil {
+		if err := cs.checkSpec(*req.Spec); err != nil {
+			return contract.PreflightResult{}, err
+		}
 		if err := cs.specAllowed(*req.Spec); err != nil {
 			return contract.PreflightResult{}, err
 		}

@@ -52,6 +52,9 @@ func (dp *DataPlane) ProveDataPlane(ctx context.Context, req contract.ProofReque
 		rank.LinkGbps += float64(d.RateMbps) / 1000
 	}
 	if req.Fresh != nil {
+		if err := dp.checkSpec(req.Fresh.Spec); err != nil {
+			return contract.ProofResult{}, err
+		}
 		return dp.proveInFreshContainer(ctx, req, rank)
 	}
 	info, err := eng.ContainerInspect(ctx, req.Container, client.ContainerInspectOptions{})

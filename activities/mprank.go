@@ -74,6 +74,9 @@ func (v *VLLM) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if err := v.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
+	if err := v.checkSpec(req.Spec); err != nil {
+		return contract.ContainerRef{}, err
+	}
 	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
 		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
@@ -123,6 +126,9 @@ func (v *VLLM) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 // any rank starts — proving the path and the port, firewall included.
 func (v *VLLM) PrepareMaster(ctx context.Context, req contract.RankRequest) (contract.MasterCheck, error) {
 	if err := v.checkNode(req.Node); err != nil {
+		return contract.MasterCheck{}, err
+	}
+	if err := v.checkSpec(req.Spec); err != nil {
 		return contract.MasterCheck{}, err
 	}
 	if err := v.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.MasterPort()) }); err != nil {

@@ -29,6 +29,9 @@ func (r *Ray) StartRayHead(ctx context.Context, req contract.StartRayRequest) (c
 	if err := r.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
+	if err := r.checkSpec(req.Spec); err != nil {
+		return contract.ContainerRef{}, err
+	}
 	c, err := r.signedRay(ctx, req)
 	if err != nil {
 		return contract.ContainerRef{}, err
@@ -43,6 +46,9 @@ func (r *Ray) StartRayHead(ctx context.Context, req contract.StartRayRequest) (c
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
 func (r *Ray) StartRayWorker(ctx context.Context, req contract.StartRayRequest) (contract.ContainerRef, error) {
 	if err := r.checkNode(req.Node); err != nil {
+		return contract.ContainerRef{}, err
+	}
+	if err := r.checkSpec(req.Spec); err != nil {
 		return contract.ContainerRef{}, err
 	}
 	c, err := r.signedRay(ctx, req)

@@ -35,6 +35,9 @@ func (v *VLLM) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (cont
 	if err := v.checkNode(req.Node); err != nil {
 		return contract.ContainerRef{}, err
 	}
+	if err := v.checkSpec(req.Spec); err != nil {
+		return contract.ContainerRef{}, err
+	}
 	secrets, err := v.secretEnv(req.Spec.Secrets, true)
 	if err != nil {
 		return contract.ContainerRef{}, err

@@ -113,6 +113,10 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 			return s.m, nil
 		case <-tick.C:
 			activity.RecordHeartbeat(ctx, "scanning")
+		case <-ctx.Done():
+			// The scan stops at its next file (it reads with ctx); the activity does not
+			// wait for a read that does not return.
+			return weights.Manifest{}, fmt.Errorf("scan model: %w", ctx.Err())
 		}
 	}
 }

@@ -90,7 +90,8 @@ func run(ctx context.Context, args []string) error {
 		{&allow.Mounts, "allow-mount", "TPDEPLOY_ALLOW_MOUNTS", "also allow bind mounts of host paths under this directory (repeatable; default policy: /root/.cache/huggingface, /models)"},
 		{&allow.DockerHosts, "allow-docker-host", "TPDEPLOY_ALLOW_DOCKER_HOSTS", "also allow this docker_host, e.g. tcp://10.0.0.5:2376 (repeatable; default policy: " + policy.DefaultDockerHost + ")"},
 		{&allow.Ports, "allow-ports", "TPDEPLOY_ALLOW_PORTS", "also allow these container ports, e.g. 80 or 9000-9100 (repeatable; default policy: 1024-65535)"},
-		{&allow.Env, "allow-env", "TPDEPLOY_ALLOW_ENV", "also allow node env variables matching this glob, e.g. 'SITE_*' (repeatable; code-executing ones such as LD_PRELOAD are never allowed)"},
+		{&allow.Env, "allow-env", "TPDEPLOY_ALLOW_ENV", "also allow node env variables matching this glob, e.g. 'SITE_*' (repeatable; code-executing ones such as LD_PRELOAD are never allowed, code-loading ones such as TRITON_PTXAS_PATH only by their exact name)"},
+		{&allow.ExtraArgs, "allow-extra-arg", "TPDEPLOY_ALLOW_EXTRA_ARGS", "also allow this vLLM option in a spec's model.extra_args, e.g. --trust-remote-code (repeatable; default policy: options that only tune the engine, policy.DefaultExtraArgs)"},
 		{&allow.SecretDirs, "allow-secret-dir", "TPDEPLOY_ALLOW_SECRET_DIRS", "also allow secret files under this directory (repeatable; default policy: /etc/tpdeploy/secrets)"},
 		{&allow.SecretEnv, "allow-secret-env", "TPDEPLOY_ALLOW_SECRET_ENV", "also allow secret references to this agent variable (repeatable; default policy: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, VLLM_API_KEY)"},
 		{&allow.TrustedKeys, "trust-key", "TPDEPLOY_TRUSTED_KEYS", "also trust specs signed by this operator key, ID=BASE64 or BASE64 as `starter keygen` prints it (repeatable); with any trusted key, the agent acts only on signed specs"},
@@ -141,7 +142,7 @@ func run(ctx context.Context, args []string) error {
 	z = z.With(zap.String("node", *node))
 	z.Info("node policy", zap.String("file", nodePolicy.File), zap.Strings("allowed_images", nodePolicy.Images),
 		zap.Strings("allowed_mounts", nodePolicy.Mounts), zap.Strings("allowed_docker_hosts", nodePolicy.DockerHosts),
-		zap.Strings("allowed_ports", nodePolicy.Ports), zap.Strings("allowed_env", nodePolicy.Env),
+		zap.Strings("allowed_ports", nodePolicy.Ports), zap.Strings("allowed_env", nodePolicy.Env), zap.Strings("allowed_extra_args", nodePolicy.ExtraArgs),
 		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA), zap.Bool("require_pinned_images", nodePolicy.RequirePinned),
 		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()), zap.Time("intents_not_before", nodePolicy.NotBefore))
 	if !nodePolicy.Enforced() {

@@ -15,6 +15,9 @@
 //   - OpenBeneath, for a model file served as it is, follows a link only while it stays
 //     beneath the directory (RESOLVE_BENEATH): a link to /etc/passwd or out through ../..
 //     fails with EXDEV;
+//   - every open of a file opens only a regular file or a directory (ErrNotRegular): a FIFO
+//     or device node a container planted (it keeps CAP_MKNOD) is described through an
+//     O_PATH descriptor and refused before anything opens it;
 //   - renames, links and removals act on a parent directory opened the same way (renameat,
 //     symlinkat, unlinkat never follow their last component).
 //
@@ -69,10 +72,16 @@ func (d *Dir) Root() string { return d.root }
 // Path is rel's path below the root, for messages.
 func (d *Dir) Path(rel string) string { return filepath.Join(d.root, rel) }
 
-// IsRefusal says an operation failed because the kernel refused the path: a symbolic link
-// where none is followed (ELOOP), or a way out of the directory (EXDEV).
+// ErrNotRegular is an open refused because the path is neither a regular file nor a
+// directory: a FIFO (whose open blocks until a writer comes), a device node (a planted
+// /dev/zero reads without end, a disk would be written through) or a socket.
+var ErrNotRegular = errors.New("not a regular file or a directory")
+
+// IsRefusal says an operation failed because the path was refused: a symbolic link where
+// none is followed (ELOOP), a way out of the directory (EXDEV), or a special file
+// (ErrNotRegular).
 func IsRefusal(err error) bool {
-	return errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV)
+	return errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) || errors.Is(err, ErrNotRegular)
 }
 
 // relPath checks a path relative to the root: local, cleaned, "." for the root itself.
@@ -113,23 +122,82 @@ func explainResolve(err error) error {
 
 // OpenFile opens rel without following any symlink (writes, and anything the agent
 // trusts). No O_NOFOLLOW: with RESOLVE_NO_SYMLINKS a trailing link fails with ELOOP, while
-// O_PATH|O_NOFOLLOW would hand back a descriptor of the link itself.
+// O_PATH|O_NOFOLLOW would hand back a descriptor of the link itself. What is there must be
+// a regular file or a directory (ErrNotRegular): a planted FIFO or device is never opened.
 func (d *Dir) OpenFile(rel string, flags int, mode uint32) (*os.File, error) {
 	rel, err := relPath(rel)
 	if err != nil {
 		return nil, err
 	}
-	return d.openat2(int(d.dir.Fd()), rel, flags, mode, resolveStrict)
+	return d.openChecked(rel, flags, mode, resolveStrict)
 }
 
 // OpenBeneath opens rel for reading, following links only while they stay beneath the
-// root.
+// root; it too opens only a regular file or a directory.
 func (d *Dir) OpenBeneath(rel string) (*os.File, error) {
 	rel, err := relPath(rel)
 	if err != nil {
 		return nil, err
 	}
-	return d.openat2(int(d.dir.Fd()), rel, unix.O_RDONLY, 0, resolveLinks)
+	return d.openChecked(rel, unix.O_RDONLY, 0, resolveLinks)
+}
+
+// openChecked opens rel only when it is a regular file or a directory, without opening
+// anything else first: opening a FIFO blocks until a writer comes and opening a device
+// runs its driver, so rel is looked up as an O_PATH descriptor (which opens nothing),
+// described with fstat, and only then opened for real through that very descriptor
+// (/proc/self/fd/N: the same inode, so nothing can be swapped in between). A name not
+// there is created with O_EXCL when flags ask for it, so an existing file is never
+// opened by the create either. O_PATH and O_DIRECTORY opens need no check (neither
+// opens a special file).
+func (d *Dir) openChecked(rel string, flags int, mode uint32, resolve uint64) (*os.File, error) {
+	if flags&(unix.O_PATH|unix.O_DIRECTORY) != 0 {
+		return d.openat2(int(d.dir.Fd()), rel, flags, mode, resolve)
+	}
+	for attempt := 0; ; attempt++ {
+		p, err := d.openat2(int(d.dir.Fd()), rel, unix.O_PATH, 0, resolve)
+		if errors.Is(err, unix.ENOENT) && flags&unix.O_CREAT != 0 && attempt < 3 {
+			f, err := d.openat2(int(d.dir.Fd()), rel, flags|unix.O_EXCL, mode, resolve)
+			if errors.Is(err, unix.EEXIST) && flags&unix.O_EXCL == 0 {
+				continue // made meanwhile: look at what it is
+			}
+			return f, err
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		return d.reopen(p, rel, flags&^(unix.O_CREAT|unix.O_EXCL))
+	}
+}
+
+// reopen opens the file an O_PATH descriptor names, with flags, if it is a regular file or
+// a directory (a directory only for reading).
+func (d *Dir) reopen(p *os.File, rel string, flags int) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(p.Fd()), &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: d.Path(rel), Err: err}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		flags |= unix.O_DIRECTORY // a write open then fails with EISDIR, as it would
+	default:
+		kind := statInfo{st: st}.Mode().Type().String()
+		return nil, &fs.PathError{Op: "open", Path: d.Path(rel), Err: fmt.Errorf("%w: it is a special file (%s), which a container may have planted", ErrNotRegular, kind)}
+	}
+	for {
+		fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", p.Fd()), flags|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.ENOENT:
+			return nil, &fs.PathError{Op: "open", Path: d.Path(rel), Err: fmt.Errorf("%w (reopening through /proc/self/fd: is /proc mounted?)", err)}
+		case err != nil:
+			return nil, &fs.PathError{Op: "open", Path: d.Path(rel), Err: err}
+		}
+		return os.NewFile(uintptr(fd), d.Path(rel)), nil
+	}
 }
 
 // parent opens rel's directory (no symlinks) and returns it with rel's last component.

@@ -9,7 +9,8 @@
 //	allowed_mounts: [/root/.cache/huggingface, /models]
 //	allowed_docker_hosts: ["unix:///var/run/docker.sock"]
 //	allowed_ports: ["1024-65535"]
-//	allowed_env: ["NCCL_*", "VLLM_*", "MY_SITE_*"]
+//	allowed_env: [NCCL_DEBUG, "MY_SITE_*", TRITON_PTXAS_PATH]   # a code-loading name only exactly
+//	allowed_extra_args: [--max-model-len, --trust-remote-code]  # vLLM options, as vLLM spells them
 //	secret_dirs: [/etc/tpdeploy/secrets]
 //	secret_env: [HF_TOKEN]
 //	rdma_devices: planned   # or none: map no /dev/infiniband/uverbsN into containers
@@ -23,7 +24,7 @@
 // intents_not_before; without, it checks requests against the rest of the policy alone.
 //
 // Agent flags (--allow-image, --allow-mount, --allow-docker-host, --allow-ports,
-// --allow-env, --allow-secret-dir, --allow-secret-env) add to the file's lists (or to the
+// --allow-env, --allow-extra-arg, --allow-secret-dir, --allow-secret-env) add to the file's lists (or to the
 // defaults). The checks are pure: CheckMount compares the path it is given, so callers
 // pass a path with symlinks already resolved (the agent opens what is below a mount with
 // the kernel refusing symlinks).
@@ -43,6 +44,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,14 +69,43 @@ var (
 	DefaultMounts      = []string{"/root/.cache/huggingface", "/models"}
 	DefaultDockerHosts = []string{DefaultDockerHost}
 	DefaultPorts       = []string{"1024-65535"}
-	// DefaultEnv are the families of variables vLLM, Ray, torch, NCCL, UCX, CUDA and the
-	// Hugging Face libraries read as settings; the code-executing ones among them
-	// (spec.CodeExecEnv) stay refused.
+	// DefaultEnv are variables vLLM, Ray, torch, NCCL, UCX, CUDA and the Hugging Face
+	// libraries read as settings, by exact name: a family glob (NCCL_*, TRITON_*) would
+	// also allow the names in it that load code (spec.CodeLoadingEnv), and whatever such
+	// names a later release adds. The plan's own (VLLM_HOST_IP, the *_SOCKET_IFNAME,
+	// NCCL_IB_HCA, RAY_ADDRESS) are here because every container carries them.
 	DefaultEnv = []string{
-		"VLLM_*", "NCCL_*", "UCX_*", "GLOO_*", "TP_SOCKET_IFNAME", "RAY_*", "HF_*", "HUGGING_FACE_*",
-		"TORCH_*", "TORCHINDUCTOR_*", "PYTORCH_*", "CUDA_*", "NVIDIA_*", "CUBLAS_*", "CUDNN_*", "NVTE_*",
-		"TRITON_*", "OMP_*", "MKL_*", "OPENBLAS_*", "TOKENIZERS_*", "TRANSFORMERS_*", "LMCACHE_*",
-		"PYTHONHASHSEED", "TZ", "LANG", "LC_*",
+		"VLLM_HOST_IP", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "RAY_ADDRESS",
+		"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_IB_DISABLE", "NCCL_NET", "NCCL_IB_GID_INDEX", "NCCL_IB_TIMEOUT",
+		"NCCL_IB_RETRY_CNT", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_NET_GDR_LEVEL",
+		"NCCL_NET_GDR_READ", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_CUMEM_ENABLE",
+		"NCCL_NVLS_ENABLE", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE",
+		"NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS", "NCCL_CROSS_NIC", "NCCL_IGNORE_CPU_AFFINITY",
+		"VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "VLLM_LOG_STATS_INTERVAL", "VLLM_ATTENTION_BACKEND",
+		"VLLM_USE_V1", "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENGINE_ITERATION_TIMEOUT_S", "VLLM_RPC_TIMEOUT",
+		"VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_USE_FLASHINFER_SAMPLER",
+		"VLLM_FLASH_ATTN_VERSION", "VLLM_PP_LAYER_PARTITION", "VLLM_MARLIN_USE_ATOMIC_ADD", "VLLM_NO_USAGE_STATS",
+		"VLLM_DO_NOT_TRACK", "VLLM_SKIP_P2P_CHECK", "VLLM_DISABLE_COMPILE_CACHE",
+		"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ENABLE_MONITORING",
+		"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "TORCH_DISTRIBUTED_DEBUG", "TORCH_CPP_LOG_LEVEL", "PYTORCH_CUDA_ALLOC_CONF",
+		"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
+		"UCX_TLS", "UCX_NET_DEVICES", "UCX_LOG_LEVEL", "RAY_DEDUP_LOGS",
+		"HF_HUB_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_PROGRESS_BARS",
+		"HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE",
+		"TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+		"PYTHONHASHSEED", "TZ", "LANG", "LC_ALL",
+	}
+	// DefaultExtraArgs are vLLM options (as its parser spells them, spec.ExtraArgOptions)
+	// that only tune the engine: none loads code, reads a file or serves one. Options that
+	// do (--trust-remote-code, --tool-parser-plugin, --middleware, --worker-extension-cls,
+	// --allowed-local-media-path...) are allowed only by the node's allowed_extra_args.
+	DefaultExtraArgs = []string{
+		"--max-model-len", "--gpu-memory-utilization", "--dtype", "--quantization", "--kv-cache-dtype",
+		"--enable-prefix-caching", "--no-enable-prefix-caching", "--max-num-seqs", "--max-num-batched-tokens",
+		"--enforce-eager", "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--swap-space", "--block-size",
+		"--seed", "--max-logprobs", "--disable-log-stats", "--disable-log-requests", "--enable-log-requests",
+		"--uvicorn-log-level", "--disable-custom-all-reduce", "--cpu-offload-gb", "--enable-expert-parallel",
+		"--max-parallel-loading-workers", "--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser",
 	}
 	// DefaultSecretDirs is where secret files may be read from.
 	DefaultSecretDirs = []string{"/etc/tpdeploy/secrets"}
@@ -89,6 +120,7 @@ const (
 	SettingDockerHosts = "allowed_docker_hosts"
 	SettingPorts       = "allowed_ports"
 	SettingEnv         = "allowed_env"
+	SettingExtraArgs   = "allowed_extra_args"
 	SettingSecretDirs  = "secret_dirs"
 	SettingSecretEnv   = "secret_env"
 	SettingRDMA        = "rdma_devices"
@@ -101,6 +133,7 @@ const (
 	FlagDockerHost = "--allow-docker-host"
 	FlagPorts      = "--allow-ports"
 	FlagEnv        = "--allow-env"
+	FlagExtraArg   = "--allow-extra-arg"
 	FlagSecretDir  = "--allow-secret-dir"
 	FlagSecretEnv  = "--allow-secret-env"
 	FlagTrustKey   = "--trust-key"
@@ -125,6 +158,7 @@ type Policy struct {
 	DockerHosts []string // Docker engine addresses, exactly
 	Ports       []string // port ranges, "1024-65535" or "8000"
 	Env         []string // glob patterns of environment variable names
+	ExtraArgs   []string // vLLM options model.extra_args may give, exactly, in vLLM's spelling
 	SecretDirs  []string // absolute directories secret files may be read from
 	SecretEnv   []string // agent variables secret references may name, exactly
 	// RDMA is RDMAPlanned or RDMANone.
@@ -151,6 +185,7 @@ type Overrides struct {
 	DockerHosts []string
 	Ports       []string
 	Env         []string
+	ExtraArgs   []string
 	SecretDirs  []string
 	SecretEnv   []string
 	// RDMA, when set, replaces the file's rdma_devices.
@@ -183,6 +218,7 @@ type file struct {
 	DockerHosts *[]string         `json:"allowed_docker_hosts"`
 	Ports       *[]string         `json:"allowed_ports"`
 	Env         *[]string         `json:"allowed_env"`
+	ExtraArgs   *[]string         `json:"allowed_extra_args"`
 	SecretDirs  *[]string         `json:"secret_dirs"`
 	SecretEnv   *[]string         `json:"secret_env"`
 	RDMA        *string           `json:"rdma_devices"`
@@ -238,6 +274,7 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		DockerHosts:   pick(f.DockerHosts, DefaultDockerHosts, add.DockerHosts),
 		Ports:         pick(f.Ports, DefaultPorts, add.Ports),
 		Env:           pick(f.Env, DefaultEnv, add.Env),
+		ExtraArgs:     pick(f.ExtraArgs, DefaultExtraArgs, add.ExtraArgs),
 		SecretDirs:    pick(f.SecretDirs, DefaultSecretDirs, add.SecretDirs),
 		SecretEnv:     pick(f.SecretEnv, DefaultSecretEnv, add.SecretEnv),
 		RDMA:          RDMAPlanned,
@@ -277,6 +314,14 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		if _, err := path.Match(g, ""); err != nil || strings.TrimSpace(g) == "" {
 			problems = append(problems, fmt.Errorf("%s: %q is not a glob pattern", SettingEnv, g))
 		}
+	}
+	for i, a := range p.ExtraArgs {
+		opts := spec.ExtraArgOptions([]string{strings.TrimSpace(a)})
+		if len(opts) != 1 || strings.ContainsAny(a, "*?[") {
+			problems = append(problems, fmt.Errorf("%s: %q is not a vLLM option such as --max-model-len", SettingExtraArgs, a))
+			continue
+		}
+		p.ExtraArgs[i] = opts[0].Base // in vLLM's spelling, as the checked options are
 	}
 	for _, e := range p.SecretEnv {
 		if e == "" || strings.ContainsAny(e, "*?[= ") {
@@ -466,13 +511,20 @@ func (p Policy) CheckMount(hostPath string) error {
 }
 
 // CheckEnv allows variable names matching allowed_env, never one that makes a program
-// run code (spec.CodeExecEnv, whatever allowed_env says). The error names every refused
-// variable and why.
+// run code (spec.CodeExecEnv, whatever allowed_env says), and one that loads code or
+// sends a credential (spec.CodeLoadingEnv) only when allowed_env names it exactly. The
+// error names every refused variable and why.
 func (p Policy) CheckEnv(names ...string) error {
 	var bad []string
 	for _, n := range names {
 		if why, ok := spec.CodeExecEnv(n); ok {
 			bad = append(bad, n+" ("+why+"; never allowed)")
+			continue
+		}
+		if why, ok := spec.CodeLoadingEnv(n); ok {
+			if !slices.Contains(p.Env, n) {
+				bad = append(bad, fmt.Sprintf("%s (%s; allowed only where %s names %s exactly, never by a glob)", n, why, SettingEnv, n))
+			}
 			continue
 		}
 		if !p.envAllowed(n) {
@@ -487,6 +539,50 @@ func (p Policy) CheckEnv(names ...string) error {
 		what = "environment variables"
 	}
 	return &DeniedError{What: what, Value: strings.Join(bad, ", "), Setting: SettingEnv, Allowed: p.Env, File: p.File, Flag: FlagEnv}
+}
+
+// codeArgs are vLLM options that load code, or read or serve files, that the spec's
+// author chooses, and why (docs/security.md cites vLLM's source for each): refused unless
+// the node's allowed_extra_args names them.
+var codeArgs = map[string]string{
+	"--trust-remote-code":            "runs the Python code the model's repository holds",
+	"--tool-parser-plugin":           "imports the Python file it names",
+	"--reasoning-parser-plugin":      "imports the Python file it names",
+	"--middleware":                   "imports the class or function it names into the API server",
+	"--worker-extension-cls":         "imports the class it names into every worker",
+	"--worker-cls":                   "imports the class it names as the worker",
+	"--logits-processors":            "imports the classes it names",
+	"--allowed-local-media-path":     "lets requests read any file below the directory it names",
+	"--kv-transfer-config":           "its kv_connector_module_path is imported",
+	"--chat-template":                "reads the file it names",
+	"--load-format":                  "some formats unpickle the weights",
+	"--distributed-executor-backend": "imports the class it names (and tpdeploy sets it)",
+}
+
+// CheckExtraArgs allows the options of model.extra_args (spelt as vLLM's parser reads
+// them: spec.ExtraArgOptions) named in allowed_extra_args, exactly: an abbreviation
+// argparse would expand is refused too. The error names every refused option, its place,
+// and why for those that load code.
+func (p Policy) CheckExtraArgs(args []string) error {
+	var bad []string
+	for _, a := range spec.ExtraArgOptions(args) {
+		if slices.Contains(p.ExtraArgs, a.Base) {
+			continue
+		}
+		one := fmt.Sprintf("model.extra_args[%d] %s", a.Index, a.Flag)
+		if why, ok := codeArgs[a.Base]; ok {
+			one += " (" + why + ")"
+		}
+		bad = append(bad, one)
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	what := "vLLM option"
+	if len(bad) > 1 {
+		what = "vLLM options"
+	}
+	return &DeniedError{What: what, Value: strings.Join(bad, ", "), Setting: SettingExtraArgs, Allowed: p.ExtraArgs, File: p.File, Flag: FlagExtraArg}
 }
 
 func (p Policy) envAllowed(name string) bool {

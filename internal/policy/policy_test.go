@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 func TestDefaults(t *testing.T) {
@@ -220,7 +221,7 @@ func TestEnvAndSecretChecks(t *testing.T) {
 	}{
 		{p.CheckEnv("LD_PRELOAD"), "LD_PRELOAD (the dynamic linker acts on it"},
 		{p.CheckEnv("PYTHONWARNINGS", "BROWSER"), "environment variables PYTHONWARNINGS (the Python interpreter"},
-		{Default().CheckEnv("FOO"), `environment variable FOO is not allowed by this node's policy (allowed_env: VLLM_*`},
+		{Default().CheckEnv("FOO"), `environment variable FOO is not allowed by this node's policy (allowed_env: VLLM_HOST_IP`},
 		{Default().CheckEnv("RAY_RUNTIME_ENV_HOOK"), "RAY_RUNTIME_ENV_HOOK (Ray imports and calls"},
 		{Default().CheckSecretFile("/etc/shadow"), `secret file "/etc/shadow" is not allowed by this node's policy (secret_dirs: /etc/tpdeploy/secrets)`},
 		{Default().CheckSecretFile("/etc/tpdeploy/secrets/../../shadow"), "secret_dirs"},
@@ -375,5 +376,123 @@ func TestRequirePinnedImages(t *testing.T) {
 	}
 	if _, ok := Digest(tag); ok {
 		t.Errorf("Digest(%s) found one", tag)
+	}
+}
+
+// #36 finding 2: the default allow-list names variables exactly, and a variable that loads
+// code, runs a program or sends the HF token elsewhere is refused — by the defaults and by
+// any glob — naming the variable and the setting, and allowed only by its exact name.
+func TestCodeLoadingEnvOnlyByExactName(t *testing.T) {
+	loading := []string{"CUDA_INJECTION64_PATH", "VLLM_NCCL_SO_PATH", "TRITON_CACHE_MANAGER", "TRITON_LIBCUDA_PATH",
+		"TRITON_PTXAS_PATH", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE", "UCX_GDB_COMMAND",
+		"UCX_HANDLE_ERRORS", "OMP_TOOL_LIBRARIES", "VLLM_SERVER_DEV_MODE", "VLLM_ALLOW_INSECURE_SERIALIZATION",
+		"HF_ENDPOINT", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+	globs, err := Parse([]byte(`allowed_env: ["CUDA_*", "VLLM_*", "TRITON_*", "TORCHINDUCTOR_*", "UCX_*", "OMP_*", "HF_*", "NVIDIA_*"]`), "/etc/tpdeploy/policy.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range loading {
+		for name, p := range map[string]Policy{"default": Default(), "globs": globs} {
+			err := p.CheckEnv(n)
+			if err == nil {
+				t.Errorf("%s policy allows %s", name, n)
+				continue
+			}
+			if msg := err.Error(); !strings.Contains(msg, n+" (") || !strings.Contains(msg, "allowed_env names "+n+" exactly") || !strings.Contains(msg, FlagEnv) {
+				t.Errorf("%s policy: %s refused as %q, want the variable, why, and allowed_env / %s", name, n, msg, FlagEnv)
+			}
+		}
+		exact, err := Parse(nil, "/etc/tpdeploy/policy.yaml", Overrides{Env: []string{n}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exact.CheckEnv(n); err != nil {
+			t.Errorf("allowed_env naming %s exactly still refuses it: %v", n, err)
+		}
+	}
+	for _, glob := range DefaultEnv {
+		if strings.ContainsAny(glob, "*?[") {
+			t.Errorf("DefaultEnv holds the glob %q: the defaults name variables exactly", glob)
+		}
+	}
+	if err := Default().CheckEnv("NCCL_DEBUG", "VLLM_LOGGING_LEVEL", "HF_HUB_OFFLINE", "CUDA_VISIBLE_DEVICES"); err != nil {
+		t.Errorf("a setting is refused by default: %v", err)
+	}
+}
+
+// #36 finding 2: extra_args has a policy: only options that tune the engine by default,
+// read as vLLM's parser reads them (underscores, =value, -O3), so a code-loading option
+// cannot be spelt past it.
+func TestExtraArgsPolicy(t *testing.T) {
+	d := Default()
+	if err := d.CheckExtraArgs([]string{"--max-model-len", "32768", "--gpu_memory_utilization=0.85", "--enforce-eager", "--seed", "-1"}); err != nil {
+		t.Errorf("engine settings refused: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--trust-remote-code"}, {"--trust_remote_code"}, {"--trust-remote"}, {"--tool-parser-plugin", "/models/x.py"},
+		{"--tool_parser_plugin=/models/x.py"}, {"--allowed-local-media-path", "/"}, {"--middleware", "x.y"},
+		{"--worker-extension-cls=x.Y"}, {"--config", "/models/args.yaml"}, {"--max-model-len", "8", "--", "--trust-remote-code"},
+		{"--kv-transfer-config.kv_connector_module_path", "evil"}, {"-O3"},
+	} {
+		err := d.CheckExtraArgs(args)
+		if err == nil {
+			t.Errorf("%q allowed by default", args)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, "model.extra_args[") || !strings.Contains(msg, SettingExtraArgs) || !strings.Contains(msg, FlagExtraArg) {
+			t.Errorf("%q refused as %q: want the field, %s and %s", args, msg, SettingExtraArgs, FlagExtraArg)
+		}
+	}
+	if err := d.CheckExtraArgs([]string{"--trust_remote_code"}); err == nil || !strings.Contains(err.Error(), "--trust-remote-code (runs the Python code") {
+		t.Errorf("refusal %v does not say why --trust-remote-code is refused", err)
+	}
+	p, err := Parse([]byte("allowed_extra_args: [--max_model_len, --trust-remote-code]\n"), "/etc/tpdeploy/policy.yaml", Overrides{ExtraArgs: []string{"--tool-call-parser"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckExtraArgs([]string{"--max-model-len=8", "--trust_remote_code", "--tool-call-parser", "hermes"}); err != nil {
+		t.Errorf("options the policy names refused: %v", err)
+	}
+	if err := p.CheckExtraArgs([]string{"--enforce-eager"}); err == nil {
+		t.Error("a file's allowed_extra_args does not replace the defaults")
+	}
+	if _, err := Parse([]byte("allowed_extra_args: [\"--*\"]\n"), "p.yaml", Overrides{}); err == nil {
+		t.Error("a glob accepted in allowed_extra_args")
+	}
+}
+
+// The demo keeps working under the tightened defaults: the examples' specs (and the lab's
+// agents, which add TPDEPLOY_SIM_*) pass the env and extra_args checks, the plan's own
+// variables included.
+func TestExamplesPassTheDefaults(t *testing.T) {
+	lab, err := Parse(nil, DefaultFile, Overrides{Env: []string{"TPDEPLOY_SIM_*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned := []string{"VLLM_HOST_IP", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "RAY_ADDRESS"}
+	for file, p := range map[string]Policy{"../../examples/lab.yaml": lab, "../../examples/seed.yaml": Default()} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := spec.Parse(b)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", file, err)
+		}
+		if err := p.CheckExtraArgs(c.Model.ExtraArgs); err != nil {
+			t.Errorf("%s: %v", file, err)
+		}
+		for _, n := range c.Nodes {
+			names := append([]string{}, planned...)
+			for k := range n.Env {
+				names = append(names, k)
+			}
+			if err := p.CheckEnv(names...); err != nil {
+				t.Errorf("%s node %s: %v", file, n.Name, err)
+			}
+		}
 	}
 }

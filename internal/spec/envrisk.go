@@ -82,3 +82,48 @@ func CodeExecEnv(name string) (string, bool) {
 	}
 	return "", false
 }
+
+// Variables that load code, run a program or send credentials, inside the families a node
+// operator may otherwise allow (TRITON_*, NCCL_*, HF_*...). They are refused unless the
+// node's allowed_env names the variable exactly: a glob never allows one, so an operator
+// who allows "TRITON_*" for TRITON_CACHE_DIR does not also allow TRITON_CACHE_MANAGER.
+// docs/security.md lists each with the upstream source that reads it.
+var codeLoadingEnv = map[string]string{
+	"CUDA_INJECTION64_PATH":               "the CUDA driver loads the library it names into every CUDA process",
+	"CUDA_INJECTION32_PATH":               "the CUDA driver loads the library it names into every CUDA process",
+	"VLLM_NCCL_SO_PATH":                   "vLLM loads the library it names as NCCL",
+	"VLLM_SERVER_DEV_MODE":                "vLLM's API server then serves its development endpoints, which act on the engine without the API key's scope",
+	"VLLM_ALLOW_INSECURE_SERIALIZATION":   "vLLM then unpickles what its processes send each other (pickle runs code)",
+	"TRITON_CACHE_MANAGER":                "Triton imports the module:class it names",
+	"TRITON_REMOTE_CACHE_BACKEND":         "Triton imports the module:class it names",
+	"TRITON_OVERRIDE_DIR":                 "Triton loads kernels from it instead of those it compiles",
+	"TRITON_LIBCUDA_PATH":                 "Triton loads libcuda from the directory it names",
+	"TRITON_PTXAS_PATH":                   "Triton runs the program it names as ptxas",
+	"TRITON_PTXAS_BLACKWELL_PATH":         "Triton runs the program it names as ptxas",
+	"TRITON_CUOBJDUMP_PATH":               "Triton runs the program it names as cuobjdump",
+	"TRITON_NVDISASM_PATH":                "Triton runs the program it names as nvdisasm",
+	"TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "TorchInductor then loads compiled code from a remote cache",
+	"TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE": "TorchInductor then loads autotuning results from a remote cache",
+	"TORCHINDUCTOR_REDIS_HOST":            "names the remote cache TorchInductor loads compiled code from",
+	"TORCHINDUCTOR_REDIS_PORT":            "names the remote cache TorchInductor loads compiled code from",
+	"UCX_GDB_COMMAND":                     "UCX runs it as a debugger on an error (with UCX_HANDLE_ERRORS=debug)",
+	"UCX_HANDLE_ERRORS":                   "set to debug, UCX runs UCX_GDB_COMMAND on an error",
+	"OMP_TOOL_LIBRARIES":                  "the OpenMP runtime loads the tool libraries it names",
+	"HF_ENDPOINT":                         "the Hugging Face libraries send HF_TOKEN to the URL it names",
+}
+
+// CodeLoadingEnv says whether a variable loads code, runs a program or sends a credential
+// somewhere the spec's author chooses, and why; a node allows it only by naming it
+// exactly in allowed_env. NVIDIA_* are all such: the NVIDIA Container Toolkit's hook reads
+// them on the host, as root, to choose the devices and the host's driver files it mounts
+// into the container.
+func CodeLoadingEnv(name string) (string, bool) {
+	n := strings.ToUpper(name)
+	if why, ok := codeLoadingEnv[n]; ok {
+		return why, true
+	}
+	if strings.HasPrefix(n, "NVIDIA_") {
+		return "the NVIDIA Container Toolkit's hook reads it on the host, as root, to choose which devices and host driver files enter the container", true
+	}
+	return "", false
+}

@@ -269,3 +269,33 @@ func TestPinnedAddresses(t *testing.T) {
 		}
 	}
 }
+
+// #36 finding 2: a flag tpdeploy sets cannot be given again in extra_args in any spelling
+// vLLM's parser reads as it: underscores (--master_addr), =value, an abbreviation argparse
+// expands (--master-a), or --model/--config, which bring in what tpdeploy cannot check.
+func TestManagedArgsInVLLMSpelling(t *testing.T) {
+	withArgs := func(args string) string {
+		return strings.Replace(validYAML, "served_name: tiny", "served_name: tiny, extra_args: "+args, 1)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"[--master_addr, 10.0.0.9]", "model.extra_args[0]: --master-addr is set by tpdeploy from the plan"},
+		{"[--master_port=1]", "model.extra_args[0]: --master-port is set by tpdeploy from ports.master"},
+		{"[--max-model-len, '8', --tensor_parallel_size=4]", "model.extra_args[2]: --tensor-parallel-size is set by tpdeploy from parallel.tensor"},
+		{"[--master-a, 10.0.0.9]", "model.extra_args[0]: --master-a is an abbreviation of --master-addr"},
+		{"[--served_model_name=x]", "model.extra_args[0]: --served-model-name is set by tpdeploy from model.served_name"},
+		{"[--model, /etc]", "model.extra_args[0]: --model: vLLM takes it as the model"},
+		{"[--config, /models/a.yaml]", "model.extra_args[0]: --config: vLLM reads further arguments"},
+		{"[--max-model-len, '-1']", ""},
+	} {
+		c, err := Parse([]byte(withArgs(tc.args)))
+		if err == nil {
+			err = c.Validate()
+		}
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s refused: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: got %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -207,22 +207,51 @@ func (v *validator) model(m Model) {
 	default:
 		v.add("model.sync", fmt.Sprintf("%q must be empty or %q", m.Sync, SyncFromHead))
 	}
-	for i, a := range m.ExtraArgs {
-		flag, _, _ := strings.Cut(a, "=")
-		if field, ok := managedArgs[flag]; ok {
-			v.add(fmt.Sprintf("model.extra_args[%d]", i), fmt.Sprintf("%s is set by tpdeploy from %s", flag, field))
+	for _, a := range ExtraArgOptions(m.ExtraArgs) {
+		at := fmt.Sprintf("model.extra_args[%d]", a.Index)
+		if field, long := managedArg(a.Base); field != "" {
+			msg := fmt.Sprintf("%s is set by tpdeploy from %s", a.Flag, field)
+			if long != a.Base {
+				msg = fmt.Sprintf("%s is an abbreviation of %s, which vLLM's parser accepts; %s is set by tpdeploy from %s", a.Flag, long, long, field)
+			}
+			v.add(at, msg)
 		}
-		if name := "--" + strings.ReplaceAll(strings.TrimLeft(flag, "-"), "_", "-"); strings.HasPrefix(flag, "--") && secretArgs[name] {
+		if why, ok := uncheckableArgs[a.Base]; ok {
+			v.add(at, a.Flag+": "+why)
+		}
+		if secretArgs[a.Base] {
 			hint := secretsPointer
-			switch name {
+			switch a.Base {
 			case "--hf-token":
 				hint = "secret values do not belong in the spec, which Temporal's history records; use secrets.hf_token with env or file"
 			case "--api-key":
 				hint = "secret values do not belong in the spec, which Temporal's history records; use secrets.api_key with env or file"
 			}
-			v.add(fmt.Sprintf("model.extra_args[%d]", i), fmt.Sprintf("%s: %s", flag, hint))
+			raw, _, _ := strings.Cut(m.ExtraArgs[a.Index], "=") // never the value: it is the secret
+			v.add(at, fmt.Sprintf("%s: %s", raw, hint))
 		}
 	}
+}
+
+// uncheckableArgs are options that would make vLLM read arguments tpdeploy cannot see.
+var uncheckableArgs = map[string]string{
+	"--config": "vLLM reads further arguments from the file it names, which tpdeploy cannot check; give them in extra_args",
+	"--":       "ends the options: vLLM would read what follows as positionals",
+	"--model":  "vLLM takes it as the model in place of model.path; set model.path",
+}
+
+// managedArg is the spec field a vLLM option tpdeploy sets comes from, and that option's
+// full name, for the option itself or an abbreviation of it.
+func managedArg(flag string) (field, long string) {
+	if f, ok := managedArgs[flag]; ok {
+		return f, flag
+	}
+	for _, name := range sortedKeys(managedArgs) {
+		if abbreviates(flag, name) {
+			return managedArgs[name], name
+		}
+	}
+	return "", ""
 }
 
 // validRef accepts branch names with slashes (refs like "release/v2"), never ".." or a

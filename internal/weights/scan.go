@@ -32,6 +32,14 @@ const IndexSuffix = ".safetensors.index.json"
 // hashParallelism bounds how many files are hashed at once when checksums are asked for.
 const hashParallelism = 4
 
+// MaxIndexBytes bounds a safetensors index the scan reads: the largest models' indexes are
+// a few MiB (one line per tensor), so more is not an index but a planted file (a sparse
+// one of terabytes reads as zeros into memory).
+const MaxIndexBytes = 64 << 20
+
+// maxRefBytes bounds a Hugging Face ref: a commit hash and a newline.
+const maxRefBytes = 4 << 10
+
 // maxLinkHops bounds the links followed to reach one file: a snapshot's entry is one link
 // to its blob.
 const maxLinkHops = 8
@@ -98,7 +106,7 @@ func ScanHF(ctx context.Context, fsys fs.FS, cache, repo, revision string, h Has
 		return m, fmt.Errorf("%w: revision %q", ErrInvalid, revision)
 	}
 	var commit string
-	b, err := fs.ReadFile(fsys, path.Join(repoDir, "refs", ref))
+	b, err := readCapped(fsys, path.Join(repoDir, "refs", ref), maxRefBytes)
 	switch {
 	case err == nil:
 		commit = strings.TrimSpace(string(b))
@@ -249,7 +257,7 @@ func readIndex(fsys fs.FS, name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := fs.ReadFile(fsys, target)
+	b, err := readCapped(fsys, target, MaxIndexBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +284,39 @@ func readIndex(fsys fs.FS, name string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// readCapped reads a regular file of at most limit bytes. The size is checked before the
+// read and the read is bounded too (a file may grow meanwhile); a FIFO or device is
+// refused by the file system the agent reads through (package confined) before it is
+// opened, and here again, for any other fs.FS.
+func readCapped(fsys fs.FS, name string, limit int64) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: not a regular file (%s)", ErrInvalid, fi.Mode().Type())}
+	}
+	tooBig := func(n int64) error {
+		return &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: %d bytes, more than the %d this file can need", ErrInvalid, n, limit)}
+	}
+	if fi.Size() > limit {
+		return nil, tooBig(fi.Size())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, tooBig(int64(len(b)))
+	}
+	return b, nil
 }
 
 // hashAll sets the SHA256 of the files h names from their content (at targets, their

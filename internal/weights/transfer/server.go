@@ -297,6 +297,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no "+name+" on "+s.node, http.StatusNotFound)
 		return
 	}
+	if errors.Is(err, confined.ErrNotRegular) {
+		http.Error(w, "not served here: "+name+" is not a regular file", http.StatusForbidden)
+		return
+	}
 	if confined.IsRefusal(err) {
 		s.log.Warn("model server refused a file that leads outside its directory", zap.String("file", name), zap.Error(err))
 		http.Error(w, "not served here: "+name+" leads outside the model's directory", http.StatusForbidden)
