@@ -175,8 +175,17 @@ func Render(tests []Test, times, old map[[2]string]string) string {
 	for _, t := range tests {
 		counts[t.Tier]++
 	}
-	fmt.Fprintf(&b, "%s\n%d tests: %d in `make check` (tier check), %d more in `make test` (%d integration, %d e2e). Times are from one `make test-table TIMES=log.json` run on the 2-core machine.\n\n",
-		Begin, len(tests), counts[TierUnit], counts[TierIntegration]+counts[TierE2E], counts[TierIntegration], counts[TierE2E])
+	timed := 0
+	for _, t := range tests {
+		key := [2]string{t.Package, t.Name}
+		if _, ok := times[key]; ok {
+			timed++
+		} else if _, ok := old[key]; ok {
+			timed++
+		}
+	}
+	fmt.Fprintf(&b, "%s\n%d tests: %d in `make check` (tier check), %d more in `make test` (%d integration, %d e2e). %d have a time (seconds, from a `go test -json` log given to `make test-table TIMES=log.json`); \"—\" is none recorded yet.\n\n",
+		Begin, len(tests), counts[TierUnit], counts[TierIntegration]+counts[TierE2E], counts[TierIntegration], counts[TierE2E], timed)
 	b.WriteString("| test | package | what it proves | tier | s |\n|---|---|---|---|---|\n")
 	for _, t := range tests {
 		key := [2]string{t.Package, t.Name}
