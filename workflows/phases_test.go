@@ -3,14 +3,14 @@ package workflows
 import (
 	"flag"
 	"go/ast"
-	"go/build"
-	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tpdeploy/tpdeploy/internal/srctest"
 )
 
 var updateDocs = flag.Bool("update", false, "rewrite docs/operations.md's table of phases from DeployPhases")
@@ -20,7 +20,7 @@ var updateDocs = flag.Bool("update", false, "rewrite docs/operations.md's table 
 // Phase field), which would escape the list and the docs.
 func TestPhasesDeclaredOnce(t *testing.T) {
 	fset := token.NewFileSet()
-	files := ownFiles(t, fset)
+	files := srctest.OwnFiles(t, fset)
 	consts := map[string]string{} // value → constant
 	var setBy []*ast.BasicLit     // string literals given where a phase is set
 	for _, f := range files {
@@ -111,23 +111,4 @@ func TestPhasesTable(t *testing.T) {
 		return
 	}
 	t.Errorf("docs/operations.md's table of phases is not DeployPhases (rerun with -update); want:\n%s", want.String())
-}
-
-// ownFiles parses the package's non-test Go files in the test's directory, as the build
-// selects them.
-func ownFiles(t *testing.T, fset *token.FileSet) []*ast.File {
-	t.Helper()
-	pkg, err := build.ImportDir(".", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*ast.File
-	for _, name := range pkg.GoFiles {
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	return files
 }

@@ -2,20 +2,19 @@ package contract
 
 import (
 	"go/ast"
-	"go/build"
-	"go/parser"
 	"go/token"
 	"strings"
 	"testing"
 
 	"github.com/tpdeploy/tpdeploy/internal/failure"
+	"github.com/tpdeploy/tpdeploy/internal/srctest"
 )
 
 // TestErrNamesEveryFailure: each contract.ErrX is one failure type of failure.All, named
 // from it rather than written again, no two ErrX name the same type, and every type in
 // the list has its ErrX (a type added there is one the workflows can branch on).
 func TestErrNamesEveryFailure(t *testing.T) {
-	files := ownFiles(t, token.NewFileSet())
+	files := srctest.OwnFiles(t, token.NewFileSet())
 	named := map[string]string{} // failure constant → the ErrX that names it
 	for _, f := range files {
 		for _, d := range f.Decls {
@@ -62,23 +61,4 @@ func failureName(e ast.Expr) (*ast.SelectorExpr, bool) {
 	}
 	pkg, ok := sel.X.(*ast.Ident)
 	return sel, ok && pkg.Name == "failure"
-}
-
-// ownFiles parses the package's non-test Go files in the test's directory, as the build
-// selects them.
-func ownFiles(t *testing.T, fset *token.FileSet) []*ast.File {
-	t.Helper()
-	pkg, err := build.ImportDir(".", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*ast.File
-	for _, name := range pkg.GoFiles {
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	return files
 }

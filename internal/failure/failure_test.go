@@ -3,8 +3,6 @@ package failure
 import (
 	"flag"
 	"go/ast"
-	"go/build"
-	"go/parser"
 	"go/scanner"
 	"go/token"
 	"io/fs"
@@ -13,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tpdeploy/tpdeploy/internal/srctest"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/diagnosis.md's table of failure types from All")
@@ -44,7 +44,7 @@ func TestAllListsEveryTypeOnce(t *testing.T) {
 // declaredTypes is this package's string constants, value → name, read from its source.
 func declaredTypes(t *testing.T) map[string]string {
 	t.Helper()
-	files := ownFiles(t, token.NewFileSet())
+	files := srctest.OwnFiles(t, token.NewFileSet())
 	consts := map[string]string{}
 	for _, f := range files {
 		for _, d := range f.Decls {
@@ -203,23 +203,4 @@ func table() string {
 		b.WriteString("| `" + f.Type + "` | " + retried + " | " + f.Meaning + " |\n")
 	}
 	return b.String()
-}
-
-// ownFiles parses the package's non-test Go files in the test's directory, as the build
-// selects them.
-func ownFiles(t *testing.T, fset *token.FileSet) []*ast.File {
-	t.Helper()
-	pkg, err := build.ImportDir(".", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []*ast.File
-	for _, name := range pkg.GoFiles {
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	return files
 }
