@@ -57,7 +57,7 @@ func (d *deployment) bootID(node string) string {
 var nodeLoss = []string{
 	contract.ErrEngineDead, contract.ErrRayNodeDead, contract.ErrContainerExited, contract.ErrVLLMExited,
 	contract.ErrNodeAgentDown, contract.ErrStepTimeout, contract.ErrRetriesExhausted, contract.ErrNCCL,
-	contract.ErrC10dUnreachable, contract.ErrDockerUnreachable, contract.ErrNodeNotRegistered, contract.ErrCanceled,
+	contract.ErrCollectiveTimeout, contract.ErrC10dUnreachable, contract.ErrDockerUnreachable, contract.ErrNodeNotRegistered, contract.ErrCanceled,
 }
 
 // addressLoss are the failure types a node whose interface came back renamed or

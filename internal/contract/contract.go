@@ -49,6 +49,11 @@ const (
 	ErrGCSUnreachable     = failure.GCSUnreachable
 	ErrModelUnsupported   = failure.ModelUnsupported
 	ErrModelUnavailable   = failure.ModelUnavailable
+	ErrModelNotFound      = failure.ModelNotFound
+	ErrModelGated         = failure.ModelGated
+	ErrModelOffline       = failure.ModelOffline
+	ErrGPUsNotVisible     = failure.GPUsNotVisible
+	ErrCollectiveTimeout  = failure.CollectiveTimeout
 	ErrKVCacheTooSmall    = failure.KVCacheTooSmall
 	ErrParallelLayout     = failure.InvalidParallelLayout
 	ErrGlooNoInterface    = failure.GlooNoInterface

@@ -42,6 +42,7 @@ const (
 	// The plan (package netplan).
 	NoViableSubnet       = "NoViableSubnet"
 	InsufficientGPUs     = "InsufficientGPUs"
+	GPUsNotVisible       = "GPUsNotVisible"
 	DataPlaneUnreachable = "DataPlaneUnreachable"
 
 	// The model's files.
@@ -49,6 +50,9 @@ const (
 	ModelCorrupt     = "ModelCorrupt"
 	ModelServerGone  = "ModelServerGone"
 	ModelUnavailable = "ModelUnavailable"
+	ModelNotFound    = "ModelNotFound"
+	ModelGated       = "ModelGated"
+	ModelOffline     = "ModelOffline"
 	ModelUnsupported = "ModelUnsupported"
 
 	// Ray and placement.
@@ -67,6 +71,7 @@ const (
 	C10dUnreachable       = "C10dUnreachable"
 	NCCLNoInterface       = "NCCLNoInterface"
 	NCCLError             = "NCCLError"
+	CollectiveTimeout     = "CollectiveTimeout"
 	GlooLoopback          = "GlooLoopback"
 	GlooNoInterface       = "GlooNoInterface"
 	CUDAOutOfMemory       = "CUDAOutOfMemory"
@@ -127,12 +132,16 @@ var All = []Failure{
 
 	{NoViableSubnet, false, "no subnet is reachable in both directions between every pair of nodes; the plan says why each was rejected"},
 	{InsufficientGPUs, false, "the nodes, Ray, or vLLM's engine offer fewer free GPUs than tensor × pipeline needs"},
+	{GPUsNotVisible, false, "a container sees no GPU, or fewer than tensor × pipeline: Docker has no NVIDIA runtime for GPU requests (install the NVIDIA container toolkit and register it with Docker), or the container was given too few devices; not fixed by a retry"},
 	{DataPlaneUnreachable, false, "the measured links between the nodes' HCAs (a triangle, a ring) cannot carry the parallel layout in any rank order: the message names the pairs that must talk and share no link, and the ways out (cable them, another tensor × pipeline split, or data_plane: skip)"},
 
 	{ModelIncomplete, false, "a node lacks files or weights of the model (a partial download or copy), or a copy's source lacks a file it was asked for"},
-	{ModelCorrupt, false, "a copied file's size or hash is not the head's manifest's (the partial copy is removed), or the model's files cannot be read as a model"},
+	{ModelCorrupt, false, "a copied file's size or hash is not the head's manifest's (the partial copy is removed), or the model's files cannot be read as a model (a truncated safetensors header, a Git LFS pointer): copy or download the broken files again"},
 	{ModelServerGone, false, "the head's model server or the copy's key is gone (closed, expired, an agent restarted); the deploy copies again with new keys, up to three times"},
-	{ModelUnavailable, false, "the weights cannot be had: Hugging Face refused (401/403, gated), no such repository, or the path lacks config.json or weight files"},
+	{ModelUnavailable, false, "the weights cannot be had: Hugging Face refused the token (401/403), or the path lacks config.json or weight files"},
+	{ModelNotFound, false, "the model is neither a directory on the node nor a Hugging Face repository: a misspelt id, or a path not mounted on that node (it was then taken for a repository id); fix the spec's model or mount the path on every node"},
+	{ModelGated, false, "the model's Hugging Face repository is gated and the token has no access: accept its terms on huggingface.co with the account whose HF_TOKEN every node's container gets, or serve downloaded weights"},
+	{ModelOffline, false, "Hugging Face is off (HF_HUB_OFFLINE) or unreachable from the node and the model is not in its cache: fill every node's cache first, or serve a mounted local path"},
 	{ModelUnsupported, false, "the image's vLLM (or transformers) does not know the model's architecture: use a newer image"},
 
 	{RayGCSUnreachable, true, "the agent could not read Ray's node table from the head's GCS"},
@@ -149,6 +158,7 @@ var All = []Failure{
 	{C10dUnreachable, false, "a rank cannot reach torch's c10d rendezvous or the master address: it has no route to the address the head advertises"},
 	{NCCLNoInterface, false, "NCCL_SOCKET_IFNAME names no interface on a node, or the nodes run different NCCL builds"},
 	{NCCLError, false, "NCCL failed a collective or its setup (invalid usage, a lost peer); the diagnosis names the likely setting"},
+	{CollectiveTimeout, false, "a collective ran past torch's watchdog timeout: a peer rank died or hangs, or the link between the nodes stalls; find the rank that failed first (its node's earlier lines), check the link; the deploy asks every node whether it rebooted"},
 	{GlooLoopback, false, "Gloo could not connect its mesh: a rank advertises an address its peers cannot reach (loopback, the wrong interface)"},
 	{GlooNoInterface, false, "GLOO_SOCKET_IFNAME names an interface the node does not have"},
 	{CUDAOutOfMemory, false, "a GPU ran out of memory: lower --gpu-memory-utilization or --max-model-len, or use more GPUs"},

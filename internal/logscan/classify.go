@@ -682,15 +682,15 @@ func model(c ctx) *Finding {
 	switch {
 	case strings.Contains(t, "GatedRepoError"), strings.Contains(t, "gated repo"), strings.Contains(t, "is restricted. You must"),
 		strings.Contains(t, "You must be authenticated to access it"):
-		return c.find(failure.ModelUnavailable, "Hugging Face refuses the gated model"+hf+": the token lacks access",
+		return c.find(failure.ModelGated, "Hugging Face refuses the gated model"+hf+": the token lacks access",
 			"accept the model's terms on huggingface.co with the account whose token is passed as HF_TOKEN to every node's container, or mount downloaded weights and serve the local path", true)
 	case strings.Contains(t, "RepositoryNotFoundError"), strings.Contains(t, "Repository Not Found for url"):
-		return c.find(failure.ModelUnavailable, "Hugging Face has no repository for the model id"+hf+" with this token (a misspelt id, or a private repository)",
+		return c.find(failure.ModelNotFound, "Hugging Face has no repository for the model id"+hf+" with this token (a misspelt id, or a private repository)",
 			"check the spec's model id; for a private repository pass HF_TOKEN to every node's container; for local weights "+fixModel, true)
 	case (strings.Contains(t, "401 Client Error") || strings.Contains(t, "403 Client Error")) && strings.Contains(t, "huggingface"):
 		return c.find(failure.ModelUnavailable, "Hugging Face rejected the request"+hf+" (401/403: no or wrong token)", "pass a valid HF_TOKEN with access to the model to every node's container, or mount the weights", true)
 	case strings.Contains(t, "404 Client Error") && strings.Contains(t, "huggingface.co"):
-		return c.find(failure.ModelUnavailable, "Hugging Face has no such repository or file"+hf+" (404: a misspelt model id or a path taken for one)",
+		return c.find(failure.ModelNotFound, "Hugging Face has no such repository or file"+hf+" (404: a misspelt model id or a path taken for one)",
 			"check the spec's model id; for local weights "+fixModel, true)
 	}
 	if m := noConfFmt.FindStringSubmatch(t); m != nil {
@@ -709,14 +709,14 @@ func model(c ctx) *Finding {
 		return c.find(failure.ModelUnavailable, "no weight files (*.safetensors, *.bin) under "+strings.TrimSpace(m[1])+" on "+c.onNode(), fixModel+"; check --load-format matches the files", true)
 	}
 	if m := badRepoID.FindStringSubmatch(t); m != nil {
-		return c.find(failure.ModelUnavailable, m[1]+" is neither a directory with config.json on "+c.onNode()+" nor a Hugging Face repository", fixModel, true)
+		return c.find(failure.ModelNotFound, m[1]+" is neither a directory with config.json on "+c.onNode()+" nor a Hugging Face repository", fixModel, true)
 	}
 	// vLLM's "Error retrieving file list: Repo id must …, retrying" is a probe, not the failure.
 	if m := hfRepoID.FindStringSubmatch(t); m != nil && strings.Contains(t, "HFValidationError") {
-		return c.find(failure.ModelUnavailable, "the model path "+m[1]+" does not exist on "+c.onNode()+", so it was taken for a Hugging Face repository id", fixModel, true)
+		return c.find(failure.ModelNotFound, "the model path "+m[1]+" does not exist on "+c.onNode()+", so it was taken for a Hugging Face repository id", fixModel, true)
 	}
 	if strings.Contains(t, "couldn't connect to 'https://huggingface.co'") || strings.Contains(t, "LocalEntryNotFoundError") {
-		return c.find(failure.ModelUnavailable, c.onNode()+" cannot reach huggingface.co and the model is not in its cache", fixModel, true)
+		return c.find(failure.ModelOffline, c.onNode()+" cannot reach huggingface.co (offline mode or no network) and the model is not in its cache", fixOffline, true)
 	}
 	return nil
 }
@@ -725,9 +725,9 @@ func gpus(c ctx) *Finding {
 	t := c.t
 	switch {
 	case strings.Contains(t, "No CUDA GPUs are available"), strings.Contains(t, "no CUDA-capable device is detected"):
-		return c.find(failure.InsufficientGPUs, "CUDA sees no GPU in the process on "+c.onNode()+" (the container has no GPU, or CUDA_VISIBLE_DEVICES is empty)", fixNoGPU, true)
+		return c.find(failure.GPUsNotVisible, "CUDA sees no GPU in the process on "+c.onNode()+" (the container has no GPU, or CUDA_VISIBLE_DEVICES is empty)", fixNoGPU, true)
 	case strings.Contains(t, "Failed to infer device type"):
-		return c.find(failure.InsufficientGPUs, "vLLM finds no GPU platform on "+c.onNode()+" (no NVIDIA driver or GPU visible in the container)", fixNoGPU, true)
+		return c.find(failure.GPUsNotVisible, "vLLM finds no GPU platform on "+c.onNode()+" (no NVIDIA driver or GPU visible in the container)", fixNoGPU, true)
 	}
 	if strings.Contains(t, "Current node has no GPU available") {
 		diag := "vLLM's driver node offers no GPU to Ray"

@@ -24,7 +24,10 @@ var (
 	//   "Timeout at NCCL work: ", seq, ", last enqueued NCCL work: ", …, ", last completed NCCL work: ", …
 	//   "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, …"
 	//   "Process group watchdog thread terminated with exception: ", what
-	watchdogWork = regexp.MustCompile(`(?:Exception \(either an error or timeout\)|NCCL error is) detected by watchdog at work: \d+|Timeout at NCCL work: \d+, last enqueued NCCL work: \d+|Some NCCL operations have failed or timed out\. Due to the asynchronous nature of CUDA kernels|Process group watchdog thread terminated with exception: `)
+	//   pg_->logPrefix(), " failure detected by watchdog at work sequence id: ", work.seq_, " PG status: last enqueued work: ", … (torch 2.6+)
+	// "Timeout at NCCL work" is a timeout (CollectiveTimeout); the others say error or timeout (NCCLError).
+	watchdogWork   = regexp.MustCompile(`(?:Exception \(either an error or timeout\)|NCCL error is) detected by watchdog at work: \d+|Some NCCL operations have failed or timed out\. Due to the asynchronous nature of CUDA kernels|Process group watchdog thread terminated with exception: |failure detected by watchdog at work sequence id: \d+ PG status: last enqueued work: `)
+	watchdogTimeAt = regexp.MustCompile(`Timeout at NCCL work: (\d+), last enqueued NCCL work: \d+`)
 
 	// NVIDIA/nccl src/misc/socket.cc:
 	//   WARN("socketProgressOpt: Call to %s %s failed : %s", "recv from"|"send to", addr, strerror(errno))
@@ -64,6 +67,12 @@ var (
 	// and file_download.py's LocalEntryNotFoundError: "… and outgoing traffic has been disabled. To enable … look-ups and downloads online, …".
 	hfOffline = regexp.MustCompile(`Cannot reach (\S+?): offline mode is enabled|outgoing traffic has been disabled\. To enable`)
 
+	// huggingface/huggingface_hub src/huggingface_hub/utils/_http.py, hf_raise_for_status and _format: a
+	// GatedRepoError's "Cannot access gated repo for url {url}." is followed by the Hub's own message,
+	// "Access to model {repo} is restricted and you are not in the authorized list. …" or
+	// "Access to model {repo} is restricted. You must have access to it and be authenticated …".
+	gatedAccess = regexp.MustCompile(`Access to model (\S+) is restricted(?: and you are not in the authorized list|\. You must)`)
+
 	// vllm-project/vllm vllm/model_executor/models/registry.py, _raise_for_unsupported (0.2x), besides the
 	// "Model architectures %s are not supported for now" that model() reads:
 	//   f"Model architecture {arch} was supported in vLLM until v{version}, and is not supported anymore. …"
@@ -91,6 +100,8 @@ var (
 	rayletRegister = regexp.MustCompile(`\[RayletClient\] Unable to register worker with raylet\.|Failed to register worker [0-9a-f]+ to Raylet\.`)
 )
 
+const fixOffline = "serve the model's local path (mounted on every node), or fill each node's Hugging Face cache before setting HF_HUB_OFFLINE (or cutting its network)"
+
 const fixIB = "check the RDMA link between the nodes (ibstat, cables, the same RoCE GID and MTU on both ends), or set NCCL_IB_DISABLE=1 to fall back to sockets"
 
 // familyWords holds a fixed word of every family above: a line with none of them skips the
@@ -99,7 +110,7 @@ var familyWords = []string{
 	"atchdog", "NCCL work", "NCCL operations", "ocketProgress", "socketFinalizeAccept", "socketStartConnect",
 	"Net : Connection", "Proxy Call", "Cuda failure", "Got completion", "completed with error",
 	"could not select device driver", "Tensor parallel size", "is not a local folder", "offline mode",
-	"outgoing traffic", "deserializing header", "CUDA error: out of memory", "No module named 'ray'",
+	"outgoing traffic", "is restricted", "deserializing header", "CUDA error: out of memory", "No module named 'ray'",
 	"Unable to register worker", "Failed to register worker", "was supported in vLLM until", "not supported in-tree anymore",
 }
 
@@ -117,22 +128,26 @@ func families(c ctx) *Finding {
 		if m[1] != "" {
 			driver = "the driver \"" + m[1] + "\""
 		}
-		return c.find(failure.InsufficientGPUs, "Docker on "+c.onNode()+" cannot give the container a GPU: "+driver+" is not registered for GPU requests (no NVIDIA container toolkit or runtime)",
+		return c.find(failure.GPUsNotVisible, "Docker on "+c.onNode()+" cannot give the container a GPU: "+driver+" is not registered for GPU requests (no NVIDIA container toolkit or runtime)",
 			"install the NVIDIA container toolkit on that node and register it with Docker (nvidia-ctk runtime configure --runtime=docker, then restart dockerd); check `docker run --rm --gpus all <image> nvidia-smi`", true)
 	}
 	if m := tpTooLarge.FindStringSubmatch(t); m != nil {
-		return c.find(failure.InsufficientGPUs, "vLLM's mp executor needs "+m[1]+" GPUs (tensor × pipeline) but sees "+m[2]+" on "+c.onNode()+": the container was given fewer GPUs, or the deploy spans nodes and vLLM fell back to mp without Ray (only the local GPUs count) or without --nnodes",
+		return c.find(failure.GPUsNotVisible, "vLLM's mp executor needs "+m[1]+" GPUs (tensor × pipeline) but sees "+m[2]+" on "+c.onNode()+": the container was given fewer GPUs, or the deploy spans nodes and vLLM fell back to mp without Ray (only the local GPUs count) or without --nnodes",
 			fixNoGPU+"; across nodes use the Ray executor with Ray in the image, or vLLM's --nnodes/--node-rank multi-node mode", true)
 	}
 	if m := tfNotFound.FindStringSubmatch(t); m != nil {
-		return c.find(failure.ModelUnavailable, strings.Trim(m[1], "'\"`")+" is neither a directory on "+c.onNode()+" nor a Hugging Face model id this token can see (a path not mounted there, a misspelt id, or a private or gated repository)", fixModel, true)
+		return c.find(failure.ModelNotFound, strings.Trim(m[1], "'\"`")+" is neither a directory on "+c.onNode()+" nor a Hugging Face model id this token can see (a path not mounted there, a misspelt id, or a private or gated repository)", fixModel, true)
 	}
 	if m := hfOffline.FindStringSubmatch(t); m != nil {
 		what := "Hugging Face offline mode (HF_HUB_OFFLINE) is set on " + c.onNode() + " and the model is not in its cache"
 		if m[1] != "" {
 			what += " (it asked " + m[1] + ")"
 		}
-		return c.find(failure.ModelUnavailable, what, "serve the model's local path (mounted on every node), or fill each node's Hugging Face cache before setting HF_HUB_OFFLINE", true)
+		return c.find(failure.ModelOffline, what, fixOffline, true)
+	}
+	if m := gatedAccess.FindStringSubmatch(t); m != nil {
+		return c.find(failure.ModelGated, "Hugging Face refuses the gated model "+m[1]+": the token passed on "+c.onNode()+" lacks access",
+			"accept the model's terms on huggingface.co with the account whose token is passed as HF_TOKEN to every node's container, or mount downloaded weights and serve the local path", true)
 	}
 	if m := archDropped.FindStringSubmatch(t); m != nil {
 		if m[2] != "" {
@@ -174,7 +189,11 @@ func collectives(c ctx) *Finding {
 		if m[3] != "" {
 			took = " after " + m[3] + " ms"
 		}
-		return c.find(failure.NCCLError, op+" timed out"+took+": a peer rank stopped taking part (it died or hangs) or the network between the nodes stalls",
+		return c.find(failure.CollectiveTimeout, op+" timed out"+took+": a peer rank stopped taking part (it died or hangs) or the network between the nodes stalls",
+			"find the rank that failed first (its node's lines before the timeout); check the link between the nodes and that NCCL_SOCKET_IFNAME names the planned subnet's interface on every node", true)
+	}
+	if m := watchdogTimeAt.FindStringSubmatch(t); m != nil {
+		return c.find(failure.CollectiveTimeout, "NCCL work "+m[1]+" timed out in torch's watchdog: a peer rank stopped taking part (it died or hangs) or the network between the nodes stalls",
 			"find the rank that failed first (its node's lines before the timeout); check the link between the nodes and that NCCL_SOCKET_IFNAME names the planned subnet's interface on every node", true)
 	}
 	if watchdogWork.MatchString(t) {

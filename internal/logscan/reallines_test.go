@@ -42,7 +42,7 @@ var allTypes = []string{
 	failure.PlacementGroupPending, failure.C10dUnreachable, failure.NCCLNoInterface, failure.NCCLError, failure.GlooLoopback, failure.CUDAOutOfMemory,
 	failure.EngineDead, failure.DuplicateAddress, failure.GCSUnreachable, failure.InsufficientGPUs, failure.ModelUnsupported, failure.ModelUnavailable,
 	failure.KVCacheTooSmall, failure.InvalidParallelLayout, failure.GlooNoInterface, failure.ResourcesBusy, failure.RayDriverAttach, failure.ModelIncomplete,
-	failure.ImageLacksRay, failure.VersionMismatch,
+	failure.ImageLacksRay, failure.VersionMismatch, failure.ModelNotFound, failure.ModelGated, failure.GPUsNotVisible,
 }
 
 func TestRealLines(t *testing.T) {
