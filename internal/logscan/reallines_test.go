@@ -23,6 +23,7 @@ type realLine struct {
 	Note   string `json:"note"`
 	Reason string `json:"reason"` // why a row is not real
 	Diag   string `json:"diag"`   // a phrase the diagnosis must hold, where the line gives one
+	Date   string `json:"date"`   // the thread's date (YYYY-MM-DD) where its page shows one
 }
 
 func loadRealLines(t testing.TB) []realLine {
