@@ -88,6 +88,20 @@ var (
 	//   "CUDA error: " + cudaGetErrorString(err), and cudaGetErrorString(cudaErrorMemoryAllocation) is "out of memory".
 	cudaRuntimeOOM = regexp.MustCompile(`CUDA error: out of memory`)
 
+	// The same call's cudaGetErrorString(cudaErrorInvalidDevice), "invalid device ordinal": a process was told
+	// to use a GPU index its container does not have (fewer GPUs visible than the node's ranks).
+	cudaBadOrdinal = regexp.MustCompile(`CUDA error: invalid device ordinal`)
+
+	// vllm-project/vllm vllm/executor/ray_utils.py, initialize_ray_cluster (0.2–0.6; vllm/engine/ray_utils.py before):
+	//   raise ImportError("Ray is not installed. Please install Ray to use distributed serving.")
+	// (also "… to use multi-node serving." and "… to use distributed inference." in earlier releases).
+	vllmNoRay = regexp.MustCompile(`Ray is not installed\. Please install Ray to use (?:distributed|multi-node) (?:serving|inference)`)
+
+	// vllm-project/vllm vllm/v1/core/kv_cache_utils.py, _check_enough_kv_cache_memory: the message's fixed start,
+	//   f"To serve at least one request with the models's max seq len ({max_model_len}), …"
+	// so a line cut (or wrapped) before the sizes still classifies; the older rule reads the sizes when present.
+	kvStart = regexp.MustCompile(`To serve at least one request with the models?'s max seq len \((\d+)\)`)
+
 	// python/cpython Python/import.c: PyErr_Format(PyExc_ModuleNotFoundError, "No module named %R", name),
 	// as a traceback's exception line prints it; the bare phrase also appears in harmless notices.
 	noRayModule = regexp.MustCompile(`(?:ModuleNotFoundError|ImportError): No module named 'ray'`)
@@ -110,7 +124,7 @@ var familyWords = []string{
 	"atchdog", "NCCL work", "NCCL operations", "ocketProgress", "socketFinalizeAccept", "socketStartConnect",
 	"Net : Connection", "Proxy Call", "Cuda failure", "Got completion", "completed with error",
 	"could not select device driver", "Tensor parallel size", "is not a local folder", "offline mode",
-	"outgoing traffic", "is restricted", "deserializing header", "CUDA error: out of memory", "No module named 'ray'",
+	"outgoing traffic", "is restricted", "deserializing header", "CUDA error: out of memory", "CUDA error: invalid device ordinal", "To serve at least one request", "No module named 'ray'", "Ray is not installed",
 	"Unable to register worker", "Failed to register worker", "was supported in vLLM until", "not supported in-tree anymore",
 }
 
@@ -165,7 +179,15 @@ func families(c ctx) *Finding {
 		return c.find(failure.CUDAOutOfMemory, "the CUDA runtime ran out of GPU memory on "+c.onNode()+" (outside torch's allocator: CUDA graphs, NCCL buffers, or another process on the GPU)",
 			"lower --gpu-memory-utilization or --max-model-len, or use more GPUs; check nvidia-smi for other processes on that GPU", true)
 	}
-	if noRayModule.MatchString(t) {
+	if cudaBadOrdinal.MatchString(t) {
+		return c.find(failure.GPUsNotVisible, "a process on "+c.onNode()+" was told to use a GPU index its container does not have (CUDA: invalid device ordinal): the container sees fewer GPUs than the node's ranks",
+			fixNoGPU, true)
+	}
+	if m := kvStart.FindStringSubmatch(t); m != nil {
+		return c.find(failure.KVCacheTooSmall, "one request of max length "+m[1]+" needs more KV cache than the memory left after the weights",
+			"lower --max-model-len, or raise --gpu-memory-utilization, or spread the model over more GPUs", true)
+	}
+	if noRayModule.MatchString(t) || vllmNoRay.MatchString(t) {
 		return c.find(failure.ImageLacksRay, "the image's Python on "+c.onNode()+" has no ray module (stock vllm/vllm-openai images ship without Ray since v0.18.0)", fixRayImage, true)
 	}
 	if rayletRegister.MatchString(t) {
