@@ -128,6 +128,19 @@ var (
 	// for a weight shard (config.json and params.json are the older rule's).
 	tfNoShard = regexp.MustCompile(`(\S+) does not appear to have a file named ([\w.\-]+\.(?:safetensors|bin))\b`)
 
+	// Written after testdata/heldout5_lines.json showed them missed:
+	//
+	// NVIDIA/nccl src/misc/shmutils.cc, ncclShmOpen:
+	//   WARN("Error while %s shared memory segment %s (size %zu), error: %s (%d)", create ? "creating" : "attaching to", …)
+	ncclShm = regexp.MustCompile(`Error while (creating|attaching to) shared memory segment (\S*) \(size (\d+)\)`)
+	// huggingface/transformers src/transformers/utils/hub.py, cached_files: f"We couldn't connect to
+	// '{HUGGINGFACE_CO_RESOLVE_ENDPOINT}' to load this file, …" (or "… to load the files, …"); the endpoint
+	// is HF_ENDPOINT's value, a mirror or a URL with a trailing slash.
+	tfNoConnect = regexp.MustCompile(`We couldn't connect to '([^']+)' to load (?:this file|the files)`)
+	// pytorch/pytorch c10/cuda/driver_api.h, C10_CUDA_DRIVER_CHECK: TORCH_CHECK(false, "CUDA driver error: ", err_str),
+	// err_str being cuGetErrorString's "out of memory" for CUDA_ERROR_OUT_OF_MEMORY.
+	cudaDriverOOM = regexp.MustCompile(`CUDA driver error: out of memory`)
+
 	// python/cpython Python/import.c: PyErr_Format(PyExc_ModuleNotFoundError, "No module named %R", name),
 	// as a traceback's exception line prints it; the bare phrase also appears in harmless notices.
 	noRayModule = regexp.MustCompile(`(?:ModuleNotFoundError|ImportError): No module named 'ray'`)
@@ -150,7 +163,7 @@ var familyWords = []string{
 	"atchdog", "NCCL work", "NCCL operations", "ocketProgress", "socketFinalizeAccept", "socketStartConnect",
 	"Net : Connection", "Proxy Call", "Cuda failure", "Got completion", "completed with error",
 	"could not select device driver", "Tensor parallel size", "is not a local folder", "offline mode",
-	"outgoing traffic", "is restricted", "deserializing header", "CUDA error: out of memory", "CUDA error: invalid device ordinal", "To serve at least one request", "No module named 'ray'", "Ray is not installed", "nvidia-container-cli", "Found no NVIDIA driver", "Repo id must", "NCCL Error ", "Call to ibv_", "does not appear to have a file named",
+	"outgoing traffic", "is restricted", "deserializing header", "CUDA error: out of memory", "CUDA error: invalid device ordinal", "To serve at least one request", "No module named 'ray'", "Ray is not installed", "nvidia-container-cli", "Found no NVIDIA driver", "Repo id must", "NCCL Error ", "Call to ibv_", "does not appear to have a file named", "shared memory segment", "couldn't connect to", "CUDA driver error",
 	"Unable to register worker", "Failed to register worker", "was supported in vLLM until", "not supported in-tree anymore",
 }
 
@@ -231,6 +244,17 @@ func families(c ctx) *Finding {
 	}
 	if m := tfNoShard.FindStringSubmatch(t); m != nil {
 		return c.find(failure.ModelIncomplete, "the model "+strings.Trim(m[1], "'\"`")+" lacks the weight file "+m[2]+" on "+c.onNode()+" (a partial download or copy)", fixIncomplete, true)
+	}
+	if m := ncclShm.FindStringSubmatch(t); m != nil {
+		return c.find(failure.NCCLError, "NCCL on "+c.onNode()+" failed "+m[1]+" its shared-memory segment ("+m[3]+" bytes) in /dev/shm: the container's /dev/shm is too small or not shared between its ranks",
+			"start the node's container with --ipc=host or a larger --shm-size (NCCL's SHM transport needs it), or set NCCL_SHM_DISABLE=1", true)
+	}
+	if m := tfNoConnect.FindStringSubmatch(t); m != nil {
+		return c.find(failure.ModelOffline, c.onNode()+" cannot reach "+m[1]+" and the model is not in its Hugging Face cache", fixOffline, true)
+	}
+	if cudaDriverOOM.MatchString(t) {
+		return c.find(failure.CUDAOutOfMemory, "the CUDA driver ran out of GPU memory on "+c.onNode()+" (outside torch's allocator)",
+			"lower --gpu-memory-utilization or --max-model-len, or use more GPUs; check nvidia-smi for other processes on that GPU", true)
 	}
 	if noRayModule.MatchString(t) || vllmNoRay.MatchString(t) {
 		return c.find(failure.ImageLacksRay, "the image's Python on "+c.onNode()+" has no ray module (stock vllm/vllm-openai images ship without Ray since v0.18.0)", fixRayImage, true)
