@@ -11,7 +11,7 @@ DATA := $(CURDIR)/.tpdeploy-data
 .PHONY: test-table build test check lint deps dev demo demo-down bench faults fuzz clean lab-images lab-up lab-down
 
 build:
-	$(GO) build -o $(BIN)/ ./worker ./starter ./lab/netns ./lab/labctl
+	$(GO) build -o $(BIN)/ ./worker ./starter ./router ./lab/netns ./lab/labctl
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./scripts/proofread
 
 # The Temporal CLI (dev server + Web UI), built from the Go module proxy at a pinned

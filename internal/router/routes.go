@@ -10,6 +10,7 @@
 package router
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -114,4 +115,9 @@ func (r Routes) IDs() []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// MarshalRoutes is r as JSON, as ParseRoutes reads it.
+func MarshalRoutes(r Routes) ([]byte, error) {
+	return json.MarshalIndent(r, "", "  ")
 }
