@@ -24,6 +24,8 @@ type engine struct {
 	// auth is the Authorization header of the last request.
 	auth atomic.Value
 	hits atomic.Int64
+	// aborted counts streams whose request ended (the router closed it) before their end.
+	aborted atomic.Int64
 	// gate, when set, holds each request until it is closed (a long generation).
 	gate chan struct{}
 	// events, when set, is read before each streamed event after the first.
@@ -50,7 +52,12 @@ func newEngine(t *testing.T, name string) *engine {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := range 3 {
 			if i > 0 && e.events != nil {
-				<-e.events
+				select {
+				case <-e.events:
+				case <-r.Context().Done(): // the router let go: vLLM aborts the request
+					e.aborted.Add(1)
+					return
+				}
 			}
 			fmt.Fprintf(w, "data: {\"replica\": %q, \"i\": %d}\n\n", e.name, i)
 			w.(http.Flusher).Flush()
@@ -479,4 +486,56 @@ func TestAdmin(t *testing.T) {
 	if code, body := do("GET", "/metrics", ""); code != 200 || !strings.Contains(body, "tpdeploy_router_replica_available") {
 		t.Fatalf("%d %s", code, body)
 	}
+}
+
+// An engine that dies mid-stream cuts only that stream: the client sees it end early, the
+// request is counted aborted and leaves the replica, so a drain is not held by it; a client
+// that goes away mid-stream frees its replica too, and the engine's request ends with it.
+func TestCutStreamIsCountedAndReleased(t *testing.T) {
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"i\": 0}\n\n")
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // the engine's process is gone
+		}
+	}))
+	defer cut.Close()
+	slow := newEngine(t, "slow")
+	slow.events = make(chan struct{})
+	f := newRouter(t, Options{}, routes(Model{ID: "m", Replicas: []Replica{{Name: "cut", URL: cut.URL}}}, Model{ID: "s", Replicas: []Replica{{Name: "slow", URL: slow.srv.URL}}}))
+	resp, err := http.Post(f.router.URL+"/v1/completions", "application/json", strings.NewReader(`{"model": "m", "stream": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil && strings.Contains(string(b), "[DONE]") {
+		t.Fatalf("a cut stream ended cleanly: %s", b)
+	}
+	if !strings.Contains(string(b), `"i": 0`) {
+		t.Fatalf("the event before the cut did not arrive: %q (%v)", b, err)
+	}
+	waitFor(t, func() bool { return f.table.State()[0].Replicas[0].Outstanding == 0 })
+	if m := scrape(t, f); !strings.Contains(m, `tpdeploy_router_requests_total{code="aborted",model="m",replica="cut"} 1`) {
+		t.Fatalf("metrics:\n%s", m)
+	}
+	// The client leaves a stream mid-way.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", f.router.URL+"/v1/completions", strings.NewReader(`{"model": "s", "stream": true}`))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return f.table.State()[1].Replicas[0].Outstanding == 1 })
+	cancel()
+	resp.Body.Close()
+	ctxd, canceld := context.WithTimeout(context.Background(), 5*time.Second)
+	defer canceld()
+	if err := f.table.Drain(ctxd, "s", "slow"); err != nil {
+		t.Fatalf("a stream the client left still holds the replica: %v", err)
+	}
+	// The router's request to the engine ended with the client's, as vLLM then aborts it.
+	waitFor(t, func() bool { return slow.aborted.Load() == 1 })
 }

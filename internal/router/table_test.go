@@ -201,6 +201,7 @@ func TestEjectedReplicaIsSkippedThenRetried(t *testing.T) {
 	}
 }
 
+// Bad routes are refused naming the field; good ones parse from JSON or YAML.
 func TestRoutesValidate(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"models: [{id: ''}]", "models[0].id: empty"},
