@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, ready func(string)) error {
 		keyFile    = fs.String("api-key-file", envOr("TPDEPLOY_ROUTER_API_KEY_FILE", ""), "clients must send Authorization: Bearer KEY with one of this file's keys (one a line); empty: env TPDEPLOY_ROUTER_API_KEY, else no check")
 		upFile     = fs.String("upstream-key-file", envOr("TPDEPLOY_ROUTER_UPSTREAM_KEY_FILE", ""), "the engines' API key (the spec's secrets.api_key), sent in place of the client's; empty: env TPDEPLOY_ROUTER_UPSTREAM_KEY, else none")
 		hold       = fs.Duration("hold", 60*time.Second, "how long a request waits for a replica of its model (a swap of its only engine) before 503")
-		maxHeld    = fs.Int("max-held", 256, "requests held per model at most; more are answered 503 at once")
+		maxHeld    = fs.Int("max-held", 256, "requests held per model at most; more are answered 503 at once (0: none is held)")
 		retryAfter = fs.Duration("retry-after", 5*time.Second, "the Retry-After of a 503")
 		maxBody    = fs.Int64("max-body", 32<<20, "the largest request body in bytes (larger: 413)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
@@ -116,6 +116,9 @@ func run(ctx context.Context, args []string, ready func(string)) error {
 	}
 	metrics := router.NewMetrics(table)
 	opt := router.Options{Keys: keys, Hold: *hold, MaxHeld: *maxHeld, RetryAfter: *retryAfter, MaxBody: *maxBody, Metrics: metrics}
+	if *maxHeld <= 0 {
+		opt.MaxHeld = -1 // hold none: answer 503 at once
+	}
 	if len(upstream) == 1 {
 		opt.UpstreamKey = upstream[0]
 	}

@@ -28,7 +28,7 @@ type Options struct {
 	MaxBody int64
 	// Hold is how long a request waits for a replica of its model (default 60 s).
 	Hold time.Duration
-	// MaxHeld bounds the requests held per model (default 256).
+	// MaxHeld bounds the requests held per model (0: the default, 256; negative: hold none).
 	MaxHeld int
 	// RetryAfter is the Retry-After of a 503 (default 5 s).
 	RetryAfter time.Duration
@@ -231,7 +231,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			switch {
 			case errors.Is(err, ErrUnknownModel):
-				h.opt.Metrics.rejected(id, "unknown_model")
+				// Not the client's id as a label: any string would make a series.
+				h.opt.Metrics.rejected("", "unknown_model")
 				notFound(w, id)
 			case errors.Is(err, ErrQueueFull), errors.Is(err, ErrHoldTimeout):
 				h.opt.Metrics.rejected(id, reason(err))

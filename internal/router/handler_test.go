@@ -149,7 +149,7 @@ func TestRoutesByModel(t *testing.T) {
 	for _, want := range []string{
 		`tpdeploy_router_requests_total{code="200",model="llama",replica="b1"}`,
 		`tpdeploy_router_requests_total{code="200",model="qwen",replica="a"} 1`,
-		`tpdeploy_router_rejected_total{model="gpt-4",reason="unknown_model"} 1`,
+		`tpdeploy_router_rejected_total{model="",reason="unknown_model"} 1`,
 		`tpdeploy_router_outstanding{model="llama",replica="b2"} 0`,
 		`tpdeploy_router_replica_available{model="qwen",replica="a"} 1`,
 		`tpdeploy_router_request_duration_seconds_count{model="qwen",replica="a"} 1`,

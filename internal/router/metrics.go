@@ -21,7 +21,8 @@ const (
 	// last event): labels model, replica. A histogram.
 	MetricDuration = "tpdeploy_router_request_duration_seconds"
 	// MetricRejected counts requests the router answered itself: labels model (empty when
-	// the body named none) and reason (unknown_model, queue_full, hold_timeout,
+	// the body named none or a model the router does not front, so that clients cannot make
+	// series of their own) and reason (unknown_model, queue_full, hold_timeout,
 	// body_too_large, bad_json, no_model).
 	MetricRejected = "tpdeploy_router_rejected_total"
 	// MetricHoldDuration is how long held requests waited for a replica: label model.
