@@ -294,14 +294,13 @@ func (t *Table) Drain(ctx context.Context, modelID, name string) error {
 	}
 	idle := make(chan struct{})
 	rep.idle = append(rep.idle, idle)
-	left := rep.outstanding
 	t.mu.Unlock()
 	select {
 	case <-idle:
 		return nil
 	case <-ctx.Done():
 		t.mu.Lock()
-		left = rep.outstanding
+		left := rep.outstanding
 		t.mu.Unlock()
 		return fmt.Errorf("model %q replica %q: %d requests still in flight: %w", modelID, name, left, ctx.Err())
 	}
