@@ -11,7 +11,7 @@ DATA := $(CURDIR)/.tpdeploy-data
 .PHONY: test-table build test check lint deps dev demo demo-down bench faults fuzz clean lab-images lab-up lab-down
 
 build:
-	$(GO) build -o $(BIN)/ ./worker ./starter ./lab/netns ./lab/labctl
+	$(GO) build -o $(BIN)/ ./worker ./starter ./router ./lab/netns ./lab/labctl
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./scripts/proofread
 
 # The Temporal CLI (dev server + Web UI), built from the Go module proxy at a pinned
@@ -81,10 +81,13 @@ lab-down: build
 	$(BIN)/labctl down --prefix tpd-lab
 
 # Figures, not assertions: the 16-node plan, then (on a lab) the deploy workflow against the
-# hand-written script interleaved, the seed's failure 1, and history events per deploy.
+# hand-written script interleaved, the seed's failure 1, and history events per deploy; the
+# router's added latency and requests per second (TPDEPLOY_ROUTER_BIN=bin/router measures the
+# binary in a process of its own, TPDEPLOY_ROUTER_CPUS=0 on one core).
 bench: deps $(BIN)/temporal
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 5x ./activities ./internal/dataplane
 	$(GO) test -run '^$$' -bench PlanRing ./internal/netplan
+	$(GO) test -run '^$$' -bench Router -benchtime 20000x ./internal/router
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 1x ./e2e
 
 dev: $(BIN)/temporal

@@ -34,12 +34,13 @@ import (
 const (
 	NodeImage     = "tpdeploy/node:dev"
 	TemporalImage = "tpdeploy/temporal:dev"
+	RouterImage   = "tpdeploy/router:dev"
 )
 
 // LabelLab marks every container and network of a lab with its prefix.
 const LabelLab = "tpdeploy.lab"
 
-// BuildImages compiles the simulator, the node init and the worker (static; the worker
+// BuildImages compiles the simulator, the node init, the worker and the router (static; the worker
 // with build tag lab) and builds
 // the lab's images FROM scratch, each only when its inputs changed. temporalBin is the
 // pinned Temporal CLI (bin/temporal); empty skips the Temporal image.
@@ -50,7 +51,7 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 	}
 	defer os.RemoveAll(dir)
 	bins := map[string]string{}
-	for _, pkg := range []string{"./lab/sim", "./lab/nodeinit", "./worker"} {
+	for _, pkg := range []string{"./lab/sim", "./lab/nodeinit", "./worker", "./router"} {
 		var tags []string
 		if pkg == "./worker" {
 			// The lab's agent is a lab build: only it has the barriers the fault matrix
@@ -79,6 +80,7 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 	all = append(all, []images.Image{
 		{Tag: NodeImage, Files: map[string]string{"init": bins["nodeinit"], "worker": bins["worker"]}, Dirs: []string{"tmp", "run"},
 			Dockerfile: "FROM scratch\nCOPY init worker /\nCOPY tmp /tmp\nCOPY run /run\nENTRYPOINT [\"/init\", \"/worker\"]\n"},
+		RouterImageOf(bins["router"]),
 	}...)
 	if temporalBin != "" {
 		all = append(all, images.Image{Tag: TemporalImage, Files: map[string]string{"temporal": temporalBin}, Dirs: []string{"tmp"},
@@ -90,6 +92,13 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 		}
 	}
 	return nil
+}
+
+// RouterImageOf is the router's image (tpdeploy/router:dev) around its static binary:
+// FROM scratch, the admin socket's /run and a /tmp for the state file's writes.
+func RouterImageOf(bin string) images.Image {
+	return images.Image{Tag: RouterImage, Files: map[string]string{"router": bin}, Dirs: []string{"tmp", "run"},
+		Dockerfile: "FROM scratch\nCOPY router /\nCOPY tmp /tmp\nCOPY run /run\nEXPOSE 8000\nENTRYPOINT [\"/router\"]\n"}
 }
 
 // Config describes a lab.

@@ -1,0 +1,123 @@
+// Package router is tpdeploy's OpenAI-compatible front: one endpoint for every model a
+// fleet serves. A request is routed by its JSON body's `model` to the replica of that model
+// with the fewest requests outstanding; a replica marked down or draining gets none; while a
+// model has no replica to take a request (its only engine being replaced) new requests are
+// held in a bounded queue for a bounded time, then answered 503 with Retry-After.
+//
+// The routes (model → replicas) are the supervisors' state, pushed to the router (Set); the
+// router keeps no file of its own to edit by hand (docs/decisions.md, "The router's routes").
+// The choice of a replica (Table) is pure and I/O-free; Handler is the HTTP side.
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Routes is every model the router fronts, with its replicas.
+type Routes struct {
+	Models []Model `json:"models"`
+}
+
+// Model is one served model id (the name clients send as `model`, vLLM's
+// --served-model-name) and the replicas serving it. A model with no replica (or none up) is
+// known: its requests are held, not refused, as during the swap of its only engine.
+type Model struct {
+	ID       string    `json:"id"`
+	Replicas []Replica `json:"replicas"`
+}
+
+// Replica is one engine group serving a model: its OpenAI endpoint and its state as its
+// supervisor sees it.
+type Replica struct {
+	// Name identifies the replica within the model (e.g. the cluster's name, or
+	// CLUSTER/rN); metrics carry it.
+	Name string `json:"name"`
+	// URL is the engine's API base, http://HOST:PORT (no path).
+	URL string `json:"url"`
+	// Down marks a replica the canary or the supervisor's health check found bad: it gets
+	// no traffic.
+	Down bool `json:"down,omitempty"`
+	// Draining marks a replica about to be stopped: it gets no new requests, and the ones in
+	// flight finish (Table.Drain waits for them).
+	Draining bool `json:"draining,omitempty"`
+}
+
+// ParseRoutes reads routes in YAML or JSON and validates them.
+func ParseRoutes(b []byte) (Routes, error) {
+	var r Routes
+	if err := yaml.UnmarshalStrict(b, &r); err != nil {
+		return Routes{}, fmt.Errorf("routes: %w", err)
+	}
+	return r, r.Validate()
+}
+
+// Validate names every field that is wrong.
+func (r Routes) Validate() error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, m := range r.Models {
+		field := fmt.Sprintf("models[%d]", i)
+		switch {
+		case m.ID == "":
+			errs = append(errs, fmt.Errorf("%s.id: empty", field))
+		case seen[m.ID]:
+			errs = append(errs, fmt.Errorf("%s.id: %q listed twice", field, m.ID))
+		case strings.ContainsAny(m.ID, "\x00\n\r"):
+			errs = append(errs, fmt.Errorf("%s.id: %q has a control character", field, m.ID))
+		}
+		seen[m.ID] = true
+		names := map[string]bool{}
+		for j, rep := range m.Replicas {
+			rf := fmt.Sprintf("%s.replicas[%d]", field, j)
+			if rep.Name == "" {
+				errs = append(errs, fmt.Errorf("%s.name: empty", rf))
+			} else if names[rep.Name] {
+				errs = append(errs, fmt.Errorf("%s.name: %q listed twice in model %q", rf, rep.Name, m.ID))
+			}
+			names[rep.Name] = true
+			if err := checkURL(rep.URL); err != nil {
+				errs = append(errs, fmt.Errorf("%s.url: %w", rf, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: want http://HOST:PORT or https://HOST:PORT", s)
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("%q: no host", s)
+	case u.User != nil:
+		return fmt.Errorf("%q: credentials do not belong in a route (the router's --upstream-key-file)", s)
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("%q: the engine's base, without a path (requests keep theirs, e.g. /v1/completions)", s)
+	}
+	return nil
+}
+
+// IDs are the models' ids, sorted.
+func (r Routes) IDs() []string {
+	ids := make([]string, 0, len(r.Models))
+	for _, m := range r.Models {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// MarshalRoutes is r as JSON, as ParseRoutes reads it.
+func MarshalRoutes(r Routes) ([]byte, error) {
+	return json.MarshalIndent(r, "", "  ")
+}
