@@ -72,6 +72,7 @@ func run(ctx context.Context, args []string) error {
 		notBefore  = fs.String("intents-not-before", connect.EnvOr("TPDEPLOY_INTENTS_NOT_BEFORE", ""), "refuse every signed spec signed before this RFC 3339 time, e.g. 2026-05-01T00:00:00Z: raising it revokes every older spec (the later of it and the policy file's intents_not_before applies; env TPDEPLOY_INTENTS_NOT_BEFORE)")
 		pinned     = fs.Bool("require-pinned-images", false, "allow images only pinned by content, NAME[:TAG]@sha256:DIGEST (the image ID or its repository digest), never by tag alone (adds to the policy file's require_pinned_images; env TPDEPLOY_REQUIRE_PINNED_IMAGES)")
 		rdmaDevs   = fs.String("rdma-devices", connect.EnvOr("TPDEPLOY_RDMA_DEVICES", ""), "planned: map the plan's HCAs' /dev/infiniband/uverbsN into containers; none: map none (replaces the policy file's rdma_devices; env TPDEPLOY_RDMA_DEVICES)")
+		reserve    = fs.String("host-reserve", connect.EnvOr("TPDEPLOY_HOST_RESERVE", ""), "host memory no deploy may plan to take, e.g. 8GiB,10% (the larger applies; replaces the policy file's host_reserve; default max(8GiB, 10%); env TPDEPLOY_HOST_RESERVE)")
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
@@ -125,6 +126,7 @@ func run(ctx context.Context, args []string) error {
 	ctr.HostRoot = *hostRoot
 	ctr.Sysfs = *ctrSysfs
 	allow.RDMA = *rdmaDevs
+	allow.HostReserve = *reserve
 	allow.NotBefore = *notBefore
 	allow.RequirePinned = *pinned
 	if err != nil {

@@ -118,6 +118,9 @@ type ProbeRequest struct {
 	// SpecGPUs is the spec's count, used when detection finds none.
 	SpecGPUs   int    `json:"spec_gpus"`
 	DockerHost string `json:"docker_host"`
+	// UnifiedMemory is the spec's nodes[].unified_memory: when set, it replaces what the
+	// agent finds of whether the GPUs compute in host memory.
+	UnifiedMemory *bool `json:"unified_memory,omitempty"`
 }
 
 // ListenRequest asks a node to open short-lived reachability listeners.
