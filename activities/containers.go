@@ -353,12 +353,16 @@ func (cs *Containers) PreflightNode(ctx context.Context, req contract.PreflightR
 	if err != nil {
 		return contract.PreflightResult{}, err
 	}
+	res := contract.PreflightResult{Node: cs.name, ImageID: id}
 	if req.Spec != nil {
 		if err := cs.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
 			return contract.PreflightResult{}, err
 		}
+		if res.Memory, err = cs.admitMemory(ctx, *req.Spec, req.Plan); err != nil {
+			return res, err
+		}
 	}
-	return contract.PreflightResult{Node: cs.name, ImageID: id}, nil
+	return res, nil
 }
 
 // RemoveContainers stops and removes the cluster's containers on this node (only the

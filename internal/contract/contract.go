@@ -11,6 +11,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/internal/dataplane"
 	"github.com/tpdeploy/tpdeploy/internal/failure"
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/netplan"
 	"github.com/tpdeploy/tpdeploy/internal/release"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
@@ -66,6 +67,8 @@ const (
 	ErrRetriesExhausted   = failure.RetriesExhausted
 	ErrCanceled           = failure.Canceled
 	ErrCompensationFailed = failure.CompensationFailed
+	ErrHostMemory         = failure.HostMemoryInsufficient
+	ErrLoadStalled        = failure.LoadStalled
 
 	// Raised by the workflows themselves, not by an activity.
 	ErrSpecInvalid     = failure.SpecInvalid
@@ -182,6 +185,9 @@ type PreflightRequest struct {
 type PreflightResult struct {
 	Node    string `json:"node"`
 	ImageID string `json:"image_id"`
+	// Memory is the node's host-memory budget for the spec (nil without a spec, or from
+	// an agent too old to make one).
+	Memory *hostmem.Budget `json:"memory,omitempty"`
 }
 
 // StartRayRequest starts Ray (head or worker) on a node.

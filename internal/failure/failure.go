@@ -51,6 +51,10 @@ const (
 	ModelUnavailable = "ModelUnavailable"
 	ModelUnsupported = "ModelUnsupported"
 
+	// Host memory and the load (package hostmem).
+	HostMemoryInsufficient = "HostMemoryInsufficient"
+	LoadStalled            = "LoadStalled"
+
 	// Ray and placement.
 	RayGCSUnreachable     = "RayGCSUnreachable"
 	PlacementMismatch     = "PlacementMismatch"
@@ -134,6 +138,9 @@ var All = []Failure{
 	{ModelServerGone, false, "the head's model server or the copy's key is gone (closed, expired, an agent restarted); the deploy copies again with new keys, up to three times"},
 	{ModelUnavailable, false, "the weights cannot be had: Hugging Face refused (401/403, gated), no such repository, or the path lacks config.json or weight files"},
 	{ModelUnsupported, false, "the image's vLLM (or transformers) does not know the model's architecture: use a newer image"},
+
+	{HostMemoryInsufficient, false, "a node's host memory cannot hold what the deploy would put on it (its share of the weights and, on unified memory, the KV cache `--gpu-memory-utilization` takes, the engine's and NCCL's buffers, the node policy's host_reserve): refused at preflight, before any container starts; the node, what it needs and what is available are named"},
+	{LoadStalled, false, "vLLM made no progress while loading (no output line, no shard, no phase) for `timeouts.load_stall`, default 5m: the node and the last progress seen are named (a wedged engine, a hung rank)"},
 
 	{RayGCSUnreachable, true, "the agent could not read Ray's node table from the head's GCS"},
 	{PlacementMismatch, false, "a node registered with Ray under another address than the plan's (vLLM would wait about 42 minutes for its placement group)"},

@@ -116,7 +116,8 @@ type Input struct {
 	GPUMemoryUtilization float64
 	// MultiNode says the ranks talk over the network (NCCL's host buffers count).
 	MultiNode bool
-	// Reserve is the node policy's host reserve (zero: DefaultReserve).
+	// Reserve is the node policy's host reserve (nil: the facts' ReserveBytes, which the
+	// node's agent computed from its policy, else DefaultReserve).
 	Reserve *Reserve
 }
 
@@ -180,6 +181,9 @@ func Decide(in Input) Budget {
 		need += b.WeightBytes + b.KVBytes
 	}
 	b.ReserveBytes = res.Of(f.TotalBytes)
+	if in.Reserve == nil && f.ReserveBytes > 0 {
+		b.ReserveBytes = f.ReserveBytes // the node's policy, as its agent reported it
+	}
 	b.NeedBytes = need + b.ReserveBytes
 	b.Fits = b.NeedBytes <= b.AvailableBytes
 	return b
@@ -188,11 +192,15 @@ func Decide(in Input) Budget {
 // Summary says what the node needs and has, for a refusal or `starter plan`.
 func (b Budget) Summary() string {
 	parts := []string{}
+	weights := "weights " + Human(b.WeightBytes)
+	if b.WeightBytes == 0 {
+		weights = "weights (size unknown here)"
+	}
 	if b.Unified {
-		parts = append(parts, fmt.Sprintf("weights %s + KV cache %s (unified memory, --gpu-memory-utilization %g of %s)",
-			Human(b.WeightBytes), Human(b.KVBytes), b.Utilization, Human(b.TotalBytes)))
+		parts = append(parts, fmt.Sprintf("%s + KV cache %s (unified memory, --gpu-memory-utilization %g of %s)",
+			weights, Human(b.KVBytes), b.Utilization, Human(b.TotalBytes)))
 	} else {
-		parts = append(parts, fmt.Sprintf("weights %s on the GPUs", Human(b.WeightBytes)))
+		parts = append(parts, weights+" on the GPUs")
 	}
 	parts = append(parts, fmt.Sprintf("engine %s (%d ranks, estimate)", Human(b.EngineBytes), b.Ranks))
 	if b.NCCLBytes > 0 {
