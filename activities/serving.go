@@ -189,6 +189,10 @@ func (w *watch) line(text string) error {
 	if ph := logscan.Phase(line.Text); ph != "" {
 		w.p.Phase = ph
 	}
+	if !waitingNotice(line.Text) && strings.TrimSpace(line.Text) != "" {
+		w.p.Lines++
+		w.p.LastLine = clipLine(line.Text)
+	}
 	if sp, ok := logscan.ParseProgress(line.Text); ok {
 		w.p.ShardsLoaded, w.p.ShardsTotal, w.p.Percent, w.p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining
 	}
@@ -303,6 +307,21 @@ func (w *watch) containerRunning(ctx context.Context) error {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s exited with code %d", what, st.ExitCode), contract.ErrContainerExited, nil)
 	}
 	return nil
+}
+
+// waitingNotices are lines a process prints again and again while it waits, which say
+// nothing moved: vLLM's shared-memory broadcast queue while its readers do not read
+// (vllm/distributed/device_communicators/shm_broadcast.py, "No available shared memory
+// broadcast block found in 60 seconds"), and Ray's autoscaler's wait for resources.
+var waitingNotices = []string{"No available shared memory broadcast block found", "Warning: The following resource request cannot be scheduled right now"}
+
+func waitingNotice(text string) bool {
+	for _, n := range waitingNotices {
+		if strings.Contains(text, n) {
+			return true
+		}
+	}
+	return false
 }
 
 func clipLine(s string) string {

@@ -318,6 +318,11 @@ type ServingProgress struct {
 	SeenAtSince int       `json:"seen_at_since,omitempty"`
 	// Warnings are non-fatal findings in vLLM's output (e.g. Gloo's loopback fallback).
 	Warnings []string `json:"warnings,omitempty"`
+	// Lines counts vLLM's output lines that say it moved on (every line but the notices
+	// a waiting process repeats), and LastLine is the last of them: the workflow ends a
+	// load whose count stands still for timeouts.load_stall (LoadStalled).
+	Lines    int    `json:"lines,omitempty"`
+	LastLine string `json:"last_line,omitempty"`
 }
 
 // RemoveRequest removes a cluster's containers on one node, optionally only some roles.
