@@ -206,6 +206,9 @@ func vllmArgs(c spec.Cluster) []string {
 	return append(cmd, c.Model.ExtraArgs...)
 }
 
+// EngineOOMScoreAdj is the engine containers' oom_score_adj (Docker's OomScoreAdj).
+const EngineOOMScoreAdj = 500
+
 // createOptions renders the spec for the engine.
 func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 	hc := &container.HostConfig{
@@ -217,6 +220,9 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 		// gains privileges either.
 		CapDrop:     []string{"NET_RAW"},
 		SecurityOpt: []string{"no-new-privileges:true"},
+		// Should the kernel have to kill for memory, an engine goes before the agent
+		// (which protects itself, guard.go) and the Docker engine (-500 by default).
+		OomScoreAdj: EngineOOMScoreAdj,
 	}
 	for _, d := range s.Devices {
 		host, ctr, _ := strings.Cut(d, ":")

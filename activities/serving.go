@@ -150,6 +150,9 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 		if len(lines) > 0 {
 			return true, nil
 		}
+		if err := w.guardStopped(); err != nil {
+			return false, err
+		}
 		if f := w.scan.Flush(); f != nil && f.Fatal {
 			return false, findingError(f)
 		}
@@ -289,6 +292,25 @@ func findingError(f *logscan.Finding) error {
 // containerRunning fails when the container vLLM runs in (the Ray head's, or the node's
 // own in mp mode) is gone or stopped.
 func (w *watch) containerRunning(ctx context.Context) error {
+	err := w.containerStillRunning(ctx)
+	if err != nil {
+		if gerr := w.guardStopped(); gerr != nil {
+			return gerr
+		}
+	}
+	return err
+}
+
+// guardStopped is HostMemoryPressure when this node's memory guard stopped the cluster's
+// engines: what ended vLLM then is the guard, whatever the container's exit says.
+func (w *watch) guardStopped() error {
+	if t, ok := w.v.guard.trip(w.req.Spec.Name); ok {
+		return temporal.NewNonRetryableApplicationError(t.Message(w.v.name), contract.ErrHostMemoryPressure, nil, t)
+	}
+	return nil
+}
+
+func (w *watch) containerStillRunning(ctx context.Context) error {
 	what := "the ray head container " + w.req.Container.Name + ", where vllm runs,"
 	if strings.HasSuffix(w.req.Container.Name, "_"+contract.RoleVLLM) {
 		what = "vllm's container " + w.req.Container.Name

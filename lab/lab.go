@@ -372,8 +372,8 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
 			// The lab's nodes share one development machine: the policy's host reserve is a
 			// small node's, not the default max(8 GiB, 10 %) of a real one, which the
-			// machine's other work would eat into.
-			"TPDEPLOY_HOST_RESERVE=256MiB",
+			// machine's other work would eat into; so is the memory guard's floor.
+			"TPDEPLOY_HOST_RESERVE=256MiB", "TPDEPLOY_MEMORY_FLOOR=128MiB",
 			// vLLM's API key, for specs with secrets.api_key {env: VLLM_API_KEY}.
 			"VLLM_API_KEY=" + l.APIKey,
 			// Every agent exports its metrics on its management address, as on a fleet

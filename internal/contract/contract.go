@@ -69,6 +69,7 @@ const (
 	ErrCompensationFailed = failure.CompensationFailed
 	ErrHostMemory         = failure.HostMemoryInsufficient
 	ErrLoadStalled        = failure.LoadStalled
+	ErrHostMemoryPressure = failure.HostMemoryPressure
 
 	// Raised by the workflows themselves, not by an activity.
 	ErrSpecInvalid     = failure.SpecInvalid

@@ -54,6 +54,7 @@ const (
 	// Host memory and the load (package hostmem).
 	HostMemoryInsufficient = "HostMemoryInsufficient"
 	LoadStalled            = "LoadStalled"
+	HostMemoryPressure     = "HostMemoryPressure"
 
 	// Ray and placement.
 	RayGCSUnreachable     = "RayGCSUnreachable"
@@ -140,6 +141,7 @@ var All = []Failure{
 	{ModelUnsupported, false, "the image's vLLM (or transformers) does not know the model's architecture: use a newer image"},
 
 	{HostMemoryInsufficient, false, "a node's host memory cannot hold what the deploy would put on it (its share of the weights and, on unified memory, the KV cache `--gpu-memory-utilization` takes, the engine's and NCCL's buffers, the node policy's host_reserve): refused at preflight, before any container starts; the node, what it needs and what is available are named"},
+	{HostMemoryPressure, false, "a node's available host memory fell below its agent's guard floor (policy memory_floor, default max(1 GiB, 2 %)) while its engine ran: the agent stopped the engine containers (SIGTERM, then SIGKILL) before the host could wedge; the lowest MemAvailable seen is named"},
 	{LoadStalled, false, "vLLM made no progress while loading (no output line, no shard, no phase) for `timeouts.load_stall`, default 5m: the node and the last progress seen are named (a wedged engine, a hung rank)"},
 
 	{RayGCSUnreachable, true, "the agent could not read Ray's node table from the head's GCS"},

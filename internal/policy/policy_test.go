@@ -515,3 +515,19 @@ func TestHostReserve(t *testing.T) {
 		t.Fatalf("a bad host_reserve: %v", err)
 	}
 }
+
+// memory_floor: the default is max(1 GiB, 2 %); the file's and the flag's replace it.
+func TestMemoryFloor(t *testing.T) {
+	if got := Default().MemoryFloor; got != hostmem.DefaultFloor {
+		t.Fatalf("default: %+v", got)
+	}
+	if p, err := Parse([]byte("memory_floor: 512MiB\n"), "x", Overrides{}); err != nil || p.MemoryFloor != (hostmem.Reserve{Bytes: 512 * hostmem.MiB}) {
+		t.Fatalf("file: %+v, %v", p.MemoryFloor, err)
+	}
+	if p, _ := Parse(nil, "x", Overrides{MemoryFloor: "5%"}); p.MemoryFloor != (hostmem.Reserve{Percent: 5}) {
+		t.Fatalf("flag: %+v", p.MemoryFloor)
+	}
+	if _, err := Parse([]byte("memory_floor: low\n"), "x", Overrides{}); err == nil || !strings.Contains(err.Error(), "memory_floor") {
+		t.Fatalf("a bad memory_floor: %v", err)
+	}
+}

@@ -1,0 +1,120 @@
+package activities
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"go.uber.org/zap"
+
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+)
+
+// GuardGrace is how long a stopped engine container has after SIGTERM before the engine
+// kills it: short, since memory is running out.
+const GuardGrace = 3 * time.Second
+
+// agentOOMScoreAdj is the agent's own oom_score_adj: should the kernel have to kill for
+// memory, it takes an engine (EngineOOMScoreAdj) first, not the agent that would clean up.
+const agentOOMScoreAdj = -900
+
+// memGuard is what the guard found, per cluster, for the watches to report.
+type memGuard struct {
+	mu    sync.Mutex
+	trips map[string]hostmem.Trip
+}
+
+func (g *memGuard) record(cluster string, t hostmem.Trip) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.trips == nil {
+		g.trips = map[string]hostmem.Trip{}
+	}
+	g.trips[cluster] = t
+}
+
+// trip is the guard's stop of cluster's engines within the last ten minutes, if any.
+func (g *memGuard) trip(cluster string) (hostmem.Trip, bool) {
+	if g == nil {
+		return hostmem.Trip{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t, ok := g.trips[cluster]
+	return t, ok && time.Since(t.At) < 10*time.Minute
+}
+
+// GuardMemory samples the node's memory every second while engine containers of any
+// cluster run on it (the default engine's), keeping the lowest MemAvailable seen; below
+// the policy's memory_floor it stops them (SIGTERM, then SIGKILL after GuardGrace) and
+// records the trip, which the node's serving watch then reports as HostMemoryPressure.
+// It protects the agent's own OOM score first. It returns when ctx ends.
+func (a *Agent) GuardMemory(ctx context.Context) {
+	b, d := a.base, a.Containers.docker
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-900"), 0o644); err != nil {
+		b.logger().Warn("cannot protect the agent's oom_score_adj (needs CAP_SYS_RESOURCE)", zap.Int("want", agentOOMScoreAdj), zap.Error(err))
+	}
+	floor := hostmem.DefaultFloor
+	if b.policy != nil {
+		floor = b.policy.MemoryFloor
+	}
+	var g hostmem.Guard
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		f := d.sys.memory(b.policy)
+		if f.Error != "" {
+			continue
+		}
+		g.Floor = floor.Of(f.TotalBytes)
+		eng, _, err := d.engine(policy.DefaultDockerHost)
+		if err != nil {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		flt := client.Filters{}
+		flt.Add("label", LabelNode+"="+b.name)
+		list, err := eng.ContainerList(lctx, client.ContainerListOptions{Filters: flt})
+		cancel()
+		if err != nil {
+			continue
+		}
+		var engines []container.Summary
+		for _, c := range list.Items {
+			if c.Labels[LabelCluster] != "" && !strings.HasSuffix(c.Labels[LabelRole], "proof") {
+				engines = append(engines, c)
+			}
+		}
+		if !g.Observe(f, len(engines) > 0) {
+			continue
+		}
+		t := hostmem.Trip{Lowest: g.Lowest, Floor: g.Floor, Total: f.TotalBytes, PSIFull: f.PSIFull, At: time.Now()}
+		b.logger().Error("host memory below the guard's floor: stopping the engine containers",
+			zap.Int64("available", f.AvailableBytes), zap.Int64("lowest", g.Lowest), zap.Int64("floor", g.Floor), zap.Int("containers", len(engines)))
+		secs := int(GuardGrace.Seconds())
+		var wg sync.WaitGroup
+		for _, c := range engines {
+			b.guard.record(c.Labels[LabelCluster], t)
+			wg.Add(1)
+			go func(id string) {
+				defer wg.Done()
+				sctx, cancel := context.WithTimeout(ctx, GuardGrace+5*time.Second)
+				defer cancel()
+				if _, err := eng.ContainerStop(sctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil {
+					b.logger().Warn("guard: stop "+id[:min(12, len(id))], zap.Error(err))
+				}
+			}(c.ID)
+		}
+		wg.Wait()
+	}
+}
