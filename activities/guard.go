@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -27,6 +28,10 @@ const agentOOMScoreAdj = -900
 type memGuard struct {
 	mu    sync.Mutex
 	trips map[string]hostmem.Trip
+	// active is set when the agent starts a container (ensureContainer) and cleared when
+	// the guard finds none running: the guard asks Docker only when memory is below the
+	// floor, never every second (the lab's fault proxies count and fault engine calls).
+	active atomic.Bool
 }
 
 func (g *memGuard) record(cluster string, t hostmem.Trip) {
@@ -49,9 +54,10 @@ func (g *memGuard) trip(cluster string) (hostmem.Trip, bool) {
 	return t, ok && time.Since(t.At) < 10*time.Minute
 }
 
-// GuardMemory samples the node's memory every second while engine containers of any
-// cluster run on it (the default engine's), keeping the lowest MemAvailable seen; below
-// the policy's memory_floor it stops them (SIGTERM, then SIGKILL after GuardGrace) and
+// GuardMemory samples the node's memory every second (procfs and the cgroup only), keeping
+// the lowest MemAvailable seen since the agent last started a container; below the
+// policy's memory_floor it lists the engine containers of every cluster on the node (the
+// default engine's) and stops them (SIGTERM, then SIGKILL after GuardGrace) and
 // records the trip, which the node's serving watch then reports as HostMemoryPressure.
 // It protects the agent's own OOM score first. It returns when ctx ends.
 func (a *Agent) GuardMemory(ctx context.Context) {
@@ -63,6 +69,9 @@ func (a *Agent) GuardMemory(ctx context.Context) {
 	if b.policy != nil {
 		floor = b.policy.MemoryFloor
 	}
+	// Engines may already run (the agent restarted beside them): the first sample below
+	// the floor asks Docker.
+	b.guard.active.Store(true)
 	var g hostmem.Guard
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -77,6 +86,9 @@ func (a *Agent) GuardMemory(ctx context.Context) {
 			continue
 		}
 		g.Floor = floor.Of(f.TotalBytes)
+		if !g.Observe(f, b.guard.active.Load()) {
+			continue
+		}
 		eng, _, err := d.engine(policy.DefaultDockerHost)
 		if err != nil {
 			continue
@@ -95,7 +107,9 @@ func (a *Agent) GuardMemory(ctx context.Context) {
 				engines = append(engines, c)
 			}
 		}
-		if !g.Observe(f, len(engines) > 0) {
+		b.guard.active.Store(false)
+		if len(engines) == 0 {
+			g.Observe(f, false)
 			continue
 		}
 		t := hostmem.Trip{Lowest: g.Lowest, Floor: g.Floor, Total: f.TotalBytes, PSIFull: f.PSIFull, At: time.Now()}
