@@ -56,3 +56,18 @@ func TestMemoryFactsFromProcAndCgroup(t *testing.T) {
 		t.Errorf("no meminfo: %+v", f)
 	}
 }
+
+// BenchmarkProbeMemoryFacts is what the memory facts add to every probe, and what the
+// guard reads every second: /proc/meminfo, the pressure file and the memory cgroup of
+// this machine, parsed.
+func BenchmarkProbeMemoryFacts(b *testing.B) {
+	s := sysfs{}
+	pol := policy.Default()
+	s.memory(&pol) // the unified-memory answer is asked once per agent
+	b.ResetTimer()
+	for b.Loop() {
+		if f := s.memory(&pol); f.Error != "" {
+			b.Fatal(f.Error)
+		}
+	}
+}
