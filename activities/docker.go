@@ -39,6 +39,7 @@ type docker struct {
 func (d *docker) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (contract.ContainerRef, error) {
 	if d.guard != nil {
 		d.guard.active.Store(true) // the memory guard follows from now on (guard.go)
+		d.guard.clear(s.Labels[LabelCluster])
 	}
 	if err := d.containerAllowed(s); err != nil {
 		return contract.ContainerRef{}, err

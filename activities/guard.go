@@ -43,6 +43,13 @@ func (g *memGuard) record(cluster string, t hostmem.Trip) {
 	g.trips[cluster] = t
 }
 
+// clear forgets cluster's trip: the cluster starts a container again (a new deploy).
+func (g *memGuard) clear(cluster string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.trips, cluster)
+}
+
 // trip is the guard's stop of cluster's engines within the last ten minutes, if any.
 func (g *memGuard) trip(cluster string) (hostmem.Trip, bool) {
 	if g == nil {

@@ -49,6 +49,10 @@ func TestWatchReportsTheGuardsStop(t *testing.T) {
 	if err := w.guardStopped(); !errors.As(err, &ae) || ae.Type() != contract.ErrHostMemoryPressure || !strings.Contains(ae.Error(), "700 MiB available (the lowest seen)") {
 		t.Fatalf("the guard's stop: %v", err)
 	}
+	a.base.guard.clear("c")
+	if err := w.guardStopped(); err != nil {
+		t.Fatalf("a trip cleared by a new start: %v", err)
+	}
 	a.base.guard.record("c", hostmem.Trip{Lowest: 700 * hostmem.MiB, At: time.Now().Add(-time.Hour)})
 	if err := w.guardStopped(); err != nil {
 		t.Fatalf("an old trip: %v", err)
