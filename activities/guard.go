@@ -3,7 +3,6 @@ package activities
 import (
 	"context"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/zap"
 
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
@@ -92,50 +92,71 @@ func (a *Agent) GuardMemory(ctx context.Context) {
 		if f.Error != "" {
 			continue
 		}
-		g.Floor = floor.Of(f.TotalBytes)
-		if !g.Observe(f, b.guard.active.Load()) {
-			continue
-		}
-		eng, _, err := d.engine(policy.DefaultDockerHost)
-		if err != nil {
-			continue
-		}
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		flt := client.Filters{}
-		flt.Add("label", LabelNode+"="+b.name)
-		list, err := eng.ContainerList(lctx, client.ContainerListOptions{Filters: flt})
-		cancel()
-		if err != nil {
-			continue
-		}
-		var engines []container.Summary
-		for _, c := range list.Items {
-			if c.Labels[LabelCluster] != "" && !strings.HasSuffix(c.Labels[LabelRole], "proof") {
-				engines = append(engines, c)
-			}
-		}
-		b.guard.active.Store(false)
-		if len(engines) == 0 {
-			g.Observe(f, false)
-			continue
-		}
-		t := hostmem.Trip{Lowest: g.Lowest, Floor: g.Floor, Total: f.TotalBytes, PSIFull: f.PSIFull, At: time.Now()}
-		b.logger().Error("host memory below the guard's floor: stopping the engine containers",
-			zap.Int64("available", f.AvailableBytes), zap.Int64("lowest", g.Lowest), zap.Int64("floor", g.Floor), zap.Int("containers", len(engines)))
-		secs := int(GuardGrace.Seconds())
-		var wg sync.WaitGroup
-		for _, c := range engines {
-			b.guard.record(c.Labels[LabelCluster], t)
-			wg.Add(1)
-			go func(id string) {
-				defer wg.Done()
-				sctx, cancel := context.WithTimeout(ctx, GuardGrace+5*time.Second)
-				defer cancel()
-				if _, err := eng.ContainerStop(sctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil {
-					b.logger().Warn("guard: stop "+id[:min(12, len(id))], zap.Error(err))
-				}
-			}(c.ID)
-		}
-		wg.Wait()
+		b.guardOnce(ctx, &g, floor, f, func() (guardEngine, error) {
+			eng, _, err := d.engine(policy.DefaultDockerHost)
+			return eng, err
+		})
 	}
+}
+
+// guardEngine is what the guard asks of the Docker engine.
+type guardEngine interface {
+	ContainerList(ctx context.Context, o client.ContainerListOptions) (client.ContainerListResult, error)
+	ContainerStop(ctx context.Context, id string, o client.ContainerStopOptions) (client.ContainerStopResult, error)
+}
+
+// guardOnce takes one sample: above the floor it only follows the lowest; below, it asks
+// the engine for the node's engine containers, stops them all at once (SIGTERM, SIGKILL
+// after GuardGrace) and records the trip for each of their clusters. It returns the IDs
+// it stopped.
+func (b *nodeBase) guardOnce(ctx context.Context, g *hostmem.Guard, floor hostmem.Reserve, f hostmem.Facts, engine func() (guardEngine, error)) []string {
+	g.Floor = floor.Of(f.TotalBytes)
+	if !g.Observe(f, b.guard.active.Load()) {
+		return nil
+	}
+	eng, err := engine()
+	if err != nil {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	flt := client.Filters{}
+	flt.Add("label", LabelNode+"="+b.name)
+	list, err := eng.ContainerList(lctx, client.ContainerListOptions{Filters: flt})
+	cancel()
+	if err != nil {
+		return nil
+	}
+	var engines []container.Summary
+	for _, c := range list.Items {
+		if c.Labels[LabelCluster] != "" && c.Labels[LabelRole] != contract.RoleProof {
+			engines = append(engines, c)
+		}
+	}
+	b.guard.active.Store(false)
+	if len(engines) == 0 {
+		g.Observe(f, false)
+		return nil
+	}
+	t := hostmem.Trip{Lowest: g.Lowest, Floor: g.Floor, Total: f.TotalBytes, PSIFull: f.PSIFull, At: time.Now()}
+	b.logger().Error("host memory below the guard's floor: stopping the engine containers",
+		zap.Int64("available", f.AvailableBytes), zap.Int64("lowest", g.Lowest), zap.Int64("floor", g.Floor), zap.Int("containers", len(engines)))
+	secs := int(GuardGrace.Seconds())
+	var wg sync.WaitGroup
+	var stopped []string
+	for _, c := range engines {
+		b.guard.record(c.Labels[LabelCluster], t)
+		stopped = append(stopped, c.ID)
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, GuardGrace+5*time.Second)
+			defer cancel()
+			if _, err := eng.ContainerStop(sctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil {
+				b.logger().Warn("guard: stop "+id[:min(12, len(id))], zap.Error(err))
+			}
+		}(c.ID)
+	}
+	wg.Wait()
+	g.Observe(f, false)
+	return stopped
 }
