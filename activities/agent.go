@@ -74,7 +74,7 @@ func New(c Config) *Agent {
 		d := policy.Default()
 		pol = &d
 	}
-	base := &nodeBase{name: c.Name, log: c.Log, policy: pol}
+	base := &nodeBase{name: c.Name, log: c.Log, policy: pol, guard: &memGuard{}}
 	if base.log == nil {
 		base.log = zap.NewNop()
 	}
@@ -115,6 +115,8 @@ type nodeBase struct {
 	log  *zap.Logger
 	// policy is nil only for tests' unrestricted agents (Config.unrestricted).
 	policy *policy.Policy
+	// guard is what the memory guard found (GuardMemory), for the serving watches.
+	guard *memGuard
 }
 
 // checkNode refuses a task meant for another node: a mis-routed task must not act here.

@@ -206,6 +206,9 @@ func vllmArgs(c spec.Cluster) []string {
 	return append(cmd, c.Model.ExtraArgs...)
 }
 
+// EngineOOMScoreAdj is the engine containers' oom_score_adj (Docker's OomScoreAdj).
+const EngineOOMScoreAdj = 500
+
 // createOptions renders the spec for the engine.
 func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 	hc := &container.HostConfig{
@@ -217,6 +220,9 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 		// gains privileges either.
 		CapDrop:     []string{"NET_RAW"},
 		SecurityOpt: []string{"no-new-privileges:true"},
+		// Should the kernel have to kill for memory, an engine goes before the agent
+		// (which protects itself, guard.go) and the Docker engine (-500 by default).
+		OomScoreAdj: EngineOOMScoreAdj,
 	}
 	for _, d := range s.Devices {
 		host, ctr, _ := strings.Cut(d, ":")
@@ -353,12 +359,16 @@ func (cs *Containers) PreflightNode(ctx context.Context, req contract.PreflightR
 	if err != nil {
 		return contract.PreflightResult{}, err
 	}
+	res := contract.PreflightResult{Node: cs.name, ImageID: id}
 	if req.Spec != nil {
 		if err := cs.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
 			return contract.PreflightResult{}, err
 		}
+		if res.Memory, err = cs.admitMemory(ctx, *req.Spec, req.Plan); err != nil {
+			return res, err
+		}
 	}
-	return contract.PreflightResult{Node: cs.name, ImageID: id}, nil
+	return res, nil
 }
 
 // RemoveContainers stops and removes the cluster's containers on this node (only the

@@ -37,6 +37,10 @@ type docker struct {
 // with the same spec hash is reused (and started if it is stopped — a crash between
 // create and start leaves exactly that), one with another hash is replaced.
 func (d *docker) ensureContainer(ctx context.Context, host string, s containerSpec, replace bool) (contract.ContainerRef, error) {
+	if d.guard != nil {
+		d.guard.active.Store(true) // the memory guard follows from now on (guard.go)
+		d.guard.clear(s.Labels[LabelCluster])
+	}
 	if err := d.containerAllowed(s); err != nil {
 		return contract.ContainerRef{}, err
 	}

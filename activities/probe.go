@@ -52,6 +52,11 @@ func (pr *Probe) ProbeNode(ctx context.Context, req contract.ProbeRequest) (netp
 	p.DefaultRoute = defaultRoute(h, p.Links)
 	p.RDMA = pr.sys.rdmaDevices()
 	p.GPUs, p.GPUSource = pr.sys.gpus(req.SpecGPUs)
+	mem := pr.sys.memory(pr.policy)
+	if req.UnifiedMemory != nil {
+		mem.Unified, mem.UnifiedSource = *req.UnifiedMemory, "spec"
+	}
+	p.Memory = &mem
 	if err := pr.allowed(func(pol policy.Policy) error { return pol.CheckDockerHost(cmp.Or(req.DockerHost, DefaultDockerHost)) }); err != nil {
 		p.Docker = netplan.DockerInfo{Error: err.Error()}
 	} else {

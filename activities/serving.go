@@ -150,6 +150,9 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 		if len(lines) > 0 {
 			return true, nil
 		}
+		if err := w.guardStopped(); err != nil {
+			return false, err
+		}
 		if f := w.scan.Flush(); f != nil && f.Fatal {
 			return false, findingError(f)
 		}
@@ -188,6 +191,10 @@ func (w *watch) line(text string) error {
 	}
 	if ph := logscan.Phase(line.Text); ph != "" {
 		w.p.Phase = ph
+	}
+	if !waitingNotice(line.Text) && strings.TrimSpace(line.Text) != "" {
+		w.p.Lines++
+		w.p.LastLine = clipLine(line.Text)
 	}
 	if sp, ok := logscan.ParseProgress(line.Text); ok {
 		w.p.ShardsLoaded, w.p.ShardsTotal, w.p.Percent, w.p.ETA = sp.Loaded, sp.Total, sp.Percent, sp.Remaining
@@ -285,6 +292,25 @@ func findingError(f *logscan.Finding) error {
 // containerRunning fails when the container vLLM runs in (the Ray head's, or the node's
 // own in mp mode) is gone or stopped.
 func (w *watch) containerRunning(ctx context.Context) error {
+	err := w.containerStillRunning(ctx)
+	if err != nil {
+		if gerr := w.guardStopped(); gerr != nil {
+			return gerr
+		}
+	}
+	return err
+}
+
+// guardStopped is HostMemoryPressure when this node's memory guard stopped the cluster's
+// engines: what ended vLLM then is the guard, whatever the container's exit says.
+func (w *watch) guardStopped() error {
+	if t, ok := w.v.guard.trip(w.req.Spec.Name); ok {
+		return temporal.NewNonRetryableApplicationError(t.Message(w.v.name), contract.ErrHostMemoryPressure, nil, t)
+	}
+	return nil
+}
+
+func (w *watch) containerStillRunning(ctx context.Context) error {
 	what := "the ray head container " + w.req.Container.Name + ", where vllm runs,"
 	if strings.HasSuffix(w.req.Container.Name, "_"+contract.RoleVLLM) {
 		what = "vllm's container " + w.req.Container.Name
@@ -303,6 +329,21 @@ func (w *watch) containerRunning(ctx context.Context) error {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s exited with code %d", what, st.ExitCode), contract.ErrContainerExited, nil)
 	}
 	return nil
+}
+
+// waitingNotices are lines a process prints again and again while it waits, which say
+// nothing moved: vLLM's shared-memory broadcast queue while its readers do not read
+// (vllm/distributed/device_communicators/shm_broadcast.py, "No available shared memory
+// broadcast block found in 60 seconds"), and Ray's autoscaler's wait for resources.
+var waitingNotices = []string{"No available shared memory broadcast block found", "Warning: The following resource request cannot be scheduled right now"}
+
+func waitingNotice(text string) bool {
+	for _, n := range waitingNotices {
+		if strings.Contains(text, n) {
+			return true
+		}
+	}
+	return false
 }
 
 func clipLine(s string) string {

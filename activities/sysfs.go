@@ -17,6 +17,8 @@ type sysfs struct {
 	sysRoot, procRoot string
 	// bootIDFile overrides the kernel's boot ID.
 	bootIDFile string
+	// cgroupRoot overrides where the memory cgroup is read (tests; default /sys/fs/cgroup).
+	cgroupRoot string
 }
 
 func (s sysfs) sys(parts ...string) string {

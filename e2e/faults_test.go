@@ -280,6 +280,10 @@ func runCell(t *testing.T, name string, st faultStep, f fault) (r cellResult) {
 	})
 	if st.Name == "loading" {
 		slowLoading(&c.spec)
+		// A frozen load (engine wedged, rank hung) ends LoadStalled after this much
+		// silence, not at timeouts.serving; the simulator prints a line at least every
+		// shard (0.5 s) while it loads.
+		c.spec.Timeouts.LoadStall = spec.Duration(30 * time.Second)
 	}
 	if st.Name == "steady" {
 		// Short canary settings, so that a wedged engine is an incident within seconds (the

@@ -123,6 +123,10 @@ type Config struct {
 	// is its image. Empty is DefaultRelease. Every release's image is built and allowed on
 	// every node either way.
 	Release string
+	// NodeMemory, when set, is every node container's memory limit in bytes (cgroup v2's
+	// memory.max, v1's limit_in_bytes): its agent then reads its memory facts from that
+	// cgroup (package hostmem), as a memory-limited node.
+	NodeMemory int64
 	// Topology is the lab's network shape: "" the seed's (one fast network, no RDMA), or
 	// TopologySpark: two DGX Sparks, each CX-7 port two rails (fast, 10.200.I.0/24, and
 	// fast2, 10.201.I.0/24, both MTU 9000), each with a simulated RoCE HCA in the node's
@@ -158,6 +162,8 @@ type Lab struct {
 	TrustedKey  string
 	eng         *client.Client
 	proxies     map[string]*faultproxy.Proxy
+	// memory is the limit run gives the container it creates (Config.NodeMemory, for nodes).
+	memory int64
 }
 
 // Proxy is the fault proxy in front of a node's engine (Config.FaultProxies), or nil.
@@ -373,6 +379,10 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			// The simulator's own settings (pacing, faults) are node env like NCCL_DEBUG.
 			"TPDEPLOY_ALLOW_ENV=TPDEPLOY_SIM_*",
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
+			// The lab's nodes share one development machine: the policy's host reserve is a
+			// small node's, not the default max(8 GiB, 10 %) of a real one, which the
+			// machine's other work would eat into; so is the memory guard's floor.
+			"TPDEPLOY_HOST_RESERVE=256MiB", "TPDEPLOY_MEMORY_FLOOR=128MiB",
 			// vLLM's API key, for specs with secrets.api_key {env: VLLM_API_KEY}.
 			"VLLM_API_KEY=" + l.APIKey,
 			// Every agent exports its metrics on its management address, as on a fleet
@@ -415,9 +425,11 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			// the agent reads them, and its containers see them as a real node's do.
 			env = append(env, "TPDEPLOY_SYS_ROOT="+filepath.Join(root, "sys"), "TPDEPLOY_CONTAINER_SYSFS="+filepath.Join(root, "sys"))
 		}
+		l.memory = cfg.NodeMemory
 		err := l.run(ctx, n.Container, &container.Config{
 			Image: NodeImage, Hostname: n.Name, Env: env, Labels: map[string]string{LabelLab: l.Prefix, "tpdeploy.lab.node": n.Name},
 		}, nets, []string{"NET_ADMIN"}, socket+":/var/run/docker.sock", barriers+":"+nodeBarrierDir, root+":"+root)
+		l.memory = 0
 		if err != nil {
 			return err
 		}
@@ -444,7 +456,8 @@ func (l *Lab) run(ctx context.Context, name string, cfg *container.Config, nets 
 	}
 	created, err := l.eng.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: name, Config: cfg,
-		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(l.Prefix + "-mgmt"), Binds: binds, CapAdd: caps},
+		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(l.Prefix + "-mgmt"), Binds: binds, CapAdd: caps,
+			Resources: container.Resources{Memory: l.memory}},
 		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
 			l.Prefix + "-mgmt": ep("mgmt"),
 		}},

@@ -22,6 +22,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/internal/connect"
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/netplan"
 	"github.com/tpdeploy/tpdeploy/internal/release"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
@@ -548,6 +549,8 @@ func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
 	}
 	_ = tw.Flush()
 
+	printMemory(w, s, rep)
+
 	if rep.Plan == nil {
 		fmt.Fprintf(w, "\nNo plan:\n  %s\n", strings.ReplaceAll(rep.Error, "\n", "\n  "))
 		return
@@ -587,6 +590,49 @@ func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
 	}
 	if rep.Error != "" {
 		fmt.Fprintf(w, "\nBut: %s\n", rep.Error)
+	}
+}
+
+// printMemory shows each node's host memory and the budget the spec would take of it
+// (hostmem.Decide, as the node's preflight decides it; the model's size is counted there,
+// from the node's files, so here only where unified memory's utilization share covers it).
+func printMemory(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
+	util, err := hostmem.UtilizationFromArgs(s.Model.ExtraArgs)
+	if err != nil {
+		util = 0
+	}
+	printed := false
+	for _, p := range rep.Probes {
+		if p.Memory == nil {
+			continue
+		}
+		if !printed {
+			fmt.Fprintf(w, "\nHost memory (admission at preflight; estimates marked)\n")
+			printed = true
+		}
+		f := *p.Memory
+		if f.Error != "" {
+			fmt.Fprintf(w, "  %s: unknown (%s)\n", p.Node, f.Error)
+			continue
+		}
+		if n, ok := s.Node(p.Node); ok && n.UnifiedMemory != nil {
+			f.Unified, f.UnifiedSource = *n.UnifiedMemory, "spec"
+		}
+		b := hostmem.Decide(hostmem.Input{Node: p.Node, Facts: f, Ranks: netplan.RanksOn(s, rep.Plan, p.Node), WorldSize: s.WorldSize(),
+			GPUMemoryUtilization: util, MultiNode: len(s.Nodes) > 1})
+		verdict := "fits"
+		if !b.Fits {
+			verdict = "DOES NOT FIT: " + b.Fix()
+		}
+		mem := "discrete GPU memory"
+		if f.Unified {
+			mem = "unified memory (" + f.UnifiedSource + ")"
+		}
+		psi := ""
+		if f.PSISome != nil {
+			psi = fmt.Sprintf(", pressure some %.2f%%", *f.PSISome)
+		}
+		fmt.Fprintf(w, "  %s: %s, %s%s: %s; %s\n", p.Node, mem, f.Source, psi, b.Summary(), verdict)
 	}
 }
 

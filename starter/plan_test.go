@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/netplan"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -40,5 +41,30 @@ func TestPlanDrawsTheDataPlane(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "0 rail(s) used") {
 		t.Errorf("a ring's plan reports rails:\n%s", out.String())
+	}
+}
+
+// `starter plan` gives each node's host-memory budget: a Spark at vLLM's default
+// utilization does not fit, a discrete node does, each with what it needs and has.
+func TestPlanShowsEachNodesMemoryBudget(t *testing.T) {
+	some := 0.5
+	yes := true
+	s := spec.Cluster{Parallel: spec.Parallel{Tensor: 2}, Nodes: []spec.Node{{Name: "spark-1", UnifiedMemory: &yes}, {Name: "h200"}}}
+	rep := workflows.PlanReport{Probes: []netplan.NodeProbe{
+		{Node: "spark-1", Memory: &hostmem.Facts{TotalBytes: 120 * hostmem.GiB, AvailableBytes: 110 * hostmem.GiB, Source: "meminfo", PSISome: &some, ReserveBytes: 12 * hostmem.GiB}},
+		{Node: "h200", Memory: &hostmem.Facts{TotalBytes: 1000 * hostmem.GiB, AvailableBytes: 900 * hostmem.GiB, Source: "meminfo", ReserveBytes: 100 * hostmem.GiB}},
+	}}
+	var out bytes.Buffer
+	printPlan(&out, s, rep)
+	for _, w := range []string{
+		"Host memory",
+		"spark-1: unified memory (spec), meminfo, pressure some 0.50%: needs",
+		"110.0 GiB available of 120.0 GiB; DOES NOT FIT: lower --gpu-memory-utilization",
+		"h200: discrete GPU memory, meminfo: needs 102.2 GiB",
+		"900.0 GiB available of 1000.0 GiB; fits",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("plan lacks %q:\n%s", w, out.String())
+		}
 	}
 }

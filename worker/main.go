@@ -72,6 +72,8 @@ func run(ctx context.Context, args []string) error {
 		notBefore  = fs.String("intents-not-before", connect.EnvOr("TPDEPLOY_INTENTS_NOT_BEFORE", ""), "refuse every signed spec signed before this RFC 3339 time, e.g. 2026-05-01T00:00:00Z: raising it revokes every older spec (the later of it and the policy file's intents_not_before applies; env TPDEPLOY_INTENTS_NOT_BEFORE)")
 		pinned     = fs.Bool("require-pinned-images", false, "allow images only pinned by content, NAME[:TAG]@sha256:DIGEST (the image ID or its repository digest), never by tag alone (adds to the policy file's require_pinned_images; env TPDEPLOY_REQUIRE_PINNED_IMAGES)")
 		rdmaDevs   = fs.String("rdma-devices", connect.EnvOr("TPDEPLOY_RDMA_DEVICES", ""), "planned: map the plan's HCAs' /dev/infiniband/uverbsN into containers; none: map none (replaces the policy file's rdma_devices; env TPDEPLOY_RDMA_DEVICES)")
+		reserve    = fs.String("host-reserve", connect.EnvOr("TPDEPLOY_HOST_RESERVE", ""), "host memory no deploy may plan to take, e.g. 8GiB,10% (the larger applies; replaces the policy file's host_reserve; default max(8GiB, 10%); env TPDEPLOY_HOST_RESERVE)")
+		floor      = fs.String("memory-floor", connect.EnvOr("TPDEPLOY_MEMORY_FLOOR", ""), "below this much host memory available the agent stops the node's engine containers, e.g. 1GiB,2% (the larger applies; replaces the policy file's memory_floor; default max(1GiB, 2%); env TPDEPLOY_MEMORY_FLOOR)")
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
@@ -125,6 +127,8 @@ func run(ctx context.Context, args []string) error {
 	ctr.HostRoot = *hostRoot
 	ctr.Sysfs = *ctrSysfs
 	allow.RDMA = *rdmaDevs
+	allow.HostReserve = *reserve
+	allow.MemoryFloor = *floor
 	allow.NotBefore = *notBefore
 	allow.RequirePinned = *pinned
 	if err != nil {
@@ -203,6 +207,7 @@ func run(ctx context.Context, args []string) error {
 	live.Set(true, "polling "+contract.WorkflowQueue+" and "+contract.NodeQueue(*node))
 	z.Info("node agent serving", zap.String("queue", contract.NodeQueue(*node)))
 	go informWorkflows(ctx, c, *node, agent.Probe, z)
+	go agent.GuardMemory(ctx)
 	go reconcile(ctx, control.Controller{Client: c, DataConverter: copts.DataConverter}, agent.Containers, z)
 	select {
 	case <-ctx.Done():

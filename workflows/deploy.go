@@ -14,6 +14,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/dataplane"
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/metrics"
 	"github.com/tpdeploy/tpdeploy/internal/netplan"
 	"github.com/tpdeploy/tpdeploy/internal/release"
@@ -95,7 +96,9 @@ type State struct {
 	// Staged is the deployment that served when this deploy began (of another spec):
 	// everything that stops nothing ran beside it first (stage.go).
 	Staged *Staging `json:"staged,omitempty"`
-	Error  string   `json:"error,omitempty"`
+	// Memory is every node's host-memory budget as its preflight made it.
+	Memory []hostmem.Budget `json:"memory,omitempty"`
+	Error  string           `json:"error,omitempty"`
 }
 
 // DeployCluster deploys one model across the spec's nodes. Every run takes the cluster's
@@ -352,12 +355,17 @@ func (d *deployment) deploymentRef() contract.Deployment {
 func (d *deployment) preflight(ctx workflow.Context) error {
 	return d.step(ctx, PhasePreflight, fmt.Sprintf("preflight: image %s on %d nodes", d.spec.Image, len(d.spec.Nodes)), func() error {
 		o := deployStep(d.spec.Timeouts.Preflight.D(), stepAttempts)
+		d.state.Memory = nil
 		err := forEachNode(ctx, "preflight", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
 			return workflow.ExecuteActivity(d.onNode(ctx, node, "preflight "+node, o), contract.ActivityPreflightNode,
 				contract.PreflightRequest{Node: node, DockerHost: n.DockerHost, Image: d.spec.Image, Spec: &d.spec,
 					Plan: d.state.Plan, Deployment: d.deploymentRef(), Intent: d.req.Intent})
-		}, func(string, contract.PreflightResult) {})
+		}, func(_ string, r contract.PreflightResult) {
+			if r.Memory != nil {
+				d.state.Memory = append(d.state.Memory, *r.Memory)
+			}
+		})
 		if err != nil {
 			return err
 		}

@@ -973,3 +973,49 @@ func TestDeployRecordsMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A load that stops making progress — no new line, no shard, for timeouts.load_stall —
+// ends LoadStalled naming the node and the last progress seen, with the usual
+// compensations, long before timeouts.serving; a load whose output moves on does not.
+func TestStalledLoadEndsLoadStalled(t *testing.T) {
+	stuck := contract.ServingProgress{Phase: "loading", ShardsLoaded: 4, ShardsTotal: 30, Percent: 13, Lines: 41,
+		LastLine: "Loading safetensors checkpoint shards:  13% Completed | 4/30", Elapsed: 10 * time.Second}
+	f := fakeagents.New()
+	f.WatchSteps = []contract.ServingProgress{{Phase: "loading", ShardsLoaded: 3, ShardsTotal: 30, Lines: 40, Elapsed: 10 * time.Second}}
+	for range 20 {
+		f.WatchSteps = append(f.WatchSteps, stuck)
+	}
+	env := newEnv(t, f)
+	s := fakeagents.SeedSpec()
+	s.Timeouts.LoadStall = spec.Duration(time.Minute)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrLoadStalled {
+		t.Fatalf("a stalled load: %v", err)
+	}
+	for _, w := range []string{"node-a", "no progress for 1m0s", "timeouts.load_stall 1m0s", "loading weights: 4/30 shards on node-a", "last line: Loading safetensors checkpoint shards:  13% Completed | 4/30"} {
+		if !strings.Contains(app.Message(), w) {
+			t.Errorf("message lacks %q:\n%s", w, app.Message())
+		}
+	}
+	// The first stuck report moved it (a new shard); six more of 10 s each stand still.
+	if f.WatchCalls != 8 {
+		t.Errorf("WatchServing called %d times, want 8", f.WatchCalls)
+	}
+	if got := fakeagents.Calls(f, "RemoveContainers"); !slices.Equal(got, []string{"RemoveContainers node-a vllm", "RemoveContainers node-b ray-worker", "RemoveContainers node-a ray-head"}) {
+		t.Errorf("compensations = %q", got)
+	}
+
+	// Output that moves on, even with no new shard, is progress.
+	f = fakeagents.New()
+	f.WatchSteps = nil
+	for i := range 12 {
+		f.WatchSteps = append(f.WatchSteps, contract.ServingProgress{Phase: "warming", ShardsLoaded: 30, ShardsTotal: 30, Lines: 100 + i, Elapsed: 10 * time.Second})
+	}
+	f.WatchSteps = append(f.WatchSteps, contract.ServingProgress{Phase: "serving", Serving: true, ShardsLoaded: 30, ShardsTotal: 30, Lines: 200})
+	env = newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("a load whose output moves on: %v", err)
+	}
+}

@@ -100,7 +100,7 @@ func (d *deployment) probe(ctx workflow.Context) error {
 		err := forEachNode(ctx, "probe", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 			n, _ := d.spec.Node(node)
 			return workflow.ExecuteActivity(d.onNode(ctx, node, "probe "+node, o), contract.ActivityProbeNode,
-				contract.ProbeRequest{Node: node, SpecGPUs: n.GPUs, DockerHost: n.DockerHost})
+				contract.ProbeRequest{Node: node, SpecGPUs: n.GPUs, DockerHost: n.DockerHost, UnifiedMemory: n.UnifiedMemory})
 		}, func(node string, p netplan.NodeProbe) { got[node] = p })
 		if err != nil {
 			return err

@@ -46,6 +46,14 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 		}
 		deadline := workflow.Now(ctx).Add(d.spec.Timeouts.Serving.D())
 		cursor := contract.ServingProgress{}
+		// The load's progress: a new output line or a new shard moves it; standing still
+		// for timeouts.load_stall ends the wait (a wedged engine, a hung rank print
+		// nothing more, and the serving bound is half an hour).
+		// The time standing still is the workflow's clock, or the watches' own measure of
+		// how long they followed (recorded in their results), whichever is longer.
+		stall := d.spec.Timeouts.LoadStallTimeout()
+		moved := workflow.Now(ctx)
+		var watched time.Duration
 		for {
 			var p contract.ServingProgress
 			var err error
@@ -74,6 +82,18 @@ func (d *deployment) waitServing(ctx workflow.Context) error {
 			}
 			if p.Serving {
 				return nil
+			}
+			if p.Lines != cursor.Lines || p.ShardsLoaded != cursor.ShardsLoaded || p.Phase != cursor.Phase {
+				moved, watched = workflow.Now(ctx), 0
+			} else if watched += p.Elapsed; max(workflow.Now(ctx).Sub(moved), watched) >= stall {
+				still := max(workflow.Now(ctx).Sub(moved), watched)
+				last := p.LastLine
+				if last == "" {
+					last = "no output yet"
+				}
+				return &stepError{Step: "wait until serving", Node: head, Type: contract.ErrLoadStalled,
+					Msg: fmt.Sprintf("vllm on %s made no progress for %s (timeouts.load_stall %s): %s; last line: %s",
+						head, still.Round(time.Second), stall, describeProgress(p, head), last)}
 			}
 			if !workflow.Now(ctx).Before(deadline) {
 				return &stepError{Step: "wait until serving", Node: head, Type: contract.ErrStepTimeout,

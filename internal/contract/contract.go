@@ -11,6 +11,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/internal/dataplane"
 	"github.com/tpdeploy/tpdeploy/internal/failure"
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/netplan"
 	"github.com/tpdeploy/tpdeploy/internal/release"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
@@ -71,6 +72,9 @@ const (
 	ErrRetriesExhausted   = failure.RetriesExhausted
 	ErrCanceled           = failure.Canceled
 	ErrCompensationFailed = failure.CompensationFailed
+	ErrHostMemory         = failure.HostMemoryInsufficient
+	ErrLoadStalled        = failure.LoadStalled
+	ErrHostMemoryPressure = failure.HostMemoryPressure
 
 	// Raised by the workflows themselves, not by an activity.
 	ErrSpecInvalid     = failure.SpecInvalid
@@ -123,6 +127,9 @@ type ProbeRequest struct {
 	// SpecGPUs is the spec's count, used when detection finds none.
 	SpecGPUs   int    `json:"spec_gpus"`
 	DockerHost string `json:"docker_host"`
+	// UnifiedMemory is the spec's nodes[].unified_memory: when set, it replaces what the
+	// agent finds of whether the GPUs compute in host memory.
+	UnifiedMemory *bool `json:"unified_memory,omitempty"`
 }
 
 // ListenRequest asks a node to open short-lived reachability listeners.
@@ -184,6 +191,9 @@ type PreflightRequest struct {
 type PreflightResult struct {
 	Node    string `json:"node"`
 	ImageID string `json:"image_id"`
+	// Memory is the node's host-memory budget for the spec (nil without a spec, or from
+	// an agent too old to make one).
+	Memory *hostmem.Budget `json:"memory,omitempty"`
 }
 
 // StartRayRequest starts Ray (head or worker) on a node.
@@ -314,6 +324,11 @@ type ServingProgress struct {
 	SeenAtSince int       `json:"seen_at_since,omitempty"`
 	// Warnings are non-fatal findings in vLLM's output (e.g. Gloo's loopback fallback).
 	Warnings []string `json:"warnings,omitempty"`
+	// Lines counts vLLM's output lines that say it moved on (every line but the notices
+	// a waiting process repeats), and LastLine is the last of them: the workflow ends a
+	// load whose count stands still for timeouts.load_stall (LoadStalled).
+	Lines    int    `json:"lines,omitempty"`
+	LastLine string `json:"last_line,omitempty"`
 }
 
 // RemoveRequest removes a cluster's containers on one node, optionally only some roles.

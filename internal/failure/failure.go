@@ -55,6 +55,11 @@ const (
 	ModelOffline     = "ModelOffline"
 	ModelUnsupported = "ModelUnsupported"
 
+	// Host memory and the load (package hostmem).
+	HostMemoryInsufficient = "HostMemoryInsufficient"
+	LoadStalled            = "LoadStalled"
+	HostMemoryPressure     = "HostMemoryPressure"
+
 	// Ray and placement.
 	RayGCSUnreachable     = "RayGCSUnreachable"
 	PlacementMismatch     = "PlacementMismatch"
@@ -143,6 +148,10 @@ var All = []Failure{
 	{ModelGated, false, "the model's Hugging Face repository is gated and the token has no access: accept its terms on huggingface.co with the account whose HF_TOKEN every node's container gets, or serve downloaded weights"},
 	{ModelOffline, false, "Hugging Face is off (HF_HUB_OFFLINE) or unreachable from the node and the model is not in its cache: fill every node's cache first, or serve a mounted local path"},
 	{ModelUnsupported, false, "the image's vLLM (or transformers) does not know the model's architecture: use a newer image"},
+
+	{HostMemoryInsufficient, false, "a node's host memory cannot hold what the deploy would put on it (its share of the weights and, on unified memory, the KV cache `--gpu-memory-utilization` takes, the engine's and NCCL's buffers, the node policy's host_reserve): refused at preflight, before any container starts; the node, what it needs and what is available are named"},
+	{HostMemoryPressure, false, "a node's available host memory fell below its agent's guard floor (policy memory_floor, default max(1 GiB, 2 %)) while its engine ran: the agent stopped the engine containers (SIGTERM, then SIGKILL) before the host could wedge; the lowest MemAvailable seen is named"},
+	{LoadStalled, false, "vLLM made no progress while loading (no output line, no shard, no phase) for `timeouts.load_stall`, default 5m: the node and the last progress seen are named (a wedged engine, a hung rank)"},
 
 	{RayGCSUnreachable, true, "the agent could not read Ray's node table from the head's GCS"},
 	{PlacementMismatch, false, "a node registered with Ray under another address than the plan's (vLLM would wait about 42 minutes for its placement group)"},

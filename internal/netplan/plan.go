@@ -829,3 +829,24 @@ func joinPrefixes(ps []netip.Prefix) string {
 	}
 	return strings.Join(s, ",")
 }
+
+// RanksOn is how many of the deploy's ranks the node holds: the plan's GPUs, taken node by
+// node in the spec's order (Ray's bundles and vLLM's --node-rank both fill them so) until
+// tensor × pipeline are placed; without a plan, the spec's count or one per node.
+func RanksOn(c spec.Cluster, plan *Plan, node string) int {
+	left := c.WorldSize()
+	for _, n := range c.Nodes {
+		gpus := max(n.GPUs, 1)
+		if plan != nil {
+			if np, ok := plan.Node(n.Name); ok && np.GPUs > 0 {
+				gpus = np.GPUs
+			}
+		}
+		take := min(gpus, left)
+		left -= take
+		if n.Name == node {
+			return take
+		}
+	}
+	return 0
+}

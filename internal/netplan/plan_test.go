@@ -694,3 +694,16 @@ func TestChooseHonoursPinnedAddresses(t *testing.T) {
 		t.Errorf("a pinned address the node does not hold: %v", err)
 	}
 }
+
+func TestRanksOn(t *testing.T) {
+	c := spec.Cluster{Parallel: spec.Parallel{Tensor: 4, Pipeline: 1}, Nodes: []spec.Node{{Name: "a"}, {Name: "b"}, {Name: "c"}}}
+	plan := &Plan{Nodes: []NodePlan{{Name: "a", GPUs: 2}, {Name: "b", GPUs: 8}, {Name: "c", GPUs: 8}}}
+	for node, want := range map[string]int{"a": 2, "b": 2, "c": 0, "x": 0} {
+		if got := RanksOn(c, plan, node); got != want {
+			t.Errorf("%s: %d ranks, want %d", node, got, want)
+		}
+	}
+	if got := RanksOn(c, nil, "a"); got != 1 {
+		t.Errorf("without a plan: %d", got)
+	}
+}

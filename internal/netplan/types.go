@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -24,6 +26,8 @@ type NodeProbe struct {
 	GPUs         int           `json:"gpus"`
 	// GPUSource says where GPUs came from: "detected" or "spec".
 	GPUSource string `json:"gpu_source"`
+	// Memory is the node's host memory (nil from an agent too old to say).
+	Memory *hostmem.Facts `json:"memory,omitempty"`
 }
 
 // Link is one network interface.

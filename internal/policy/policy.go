@@ -17,6 +17,8 @@
 //	require_pinned_images: true   # images only as NAME[:TAG]@sha256:DIGEST, by content
 //	trusted_keys: [{id: alice, ed25519: "BASE64 of 32 bytes"}]
 //	intents_not_before: "2026-05-01T00:00:00Z"   # refuse every spec signed earlier
+//	host_reserve: "8GiB,10%"   # host memory no deploy may plan to take: the larger applies (the default)
+//	memory_floor: "1GiB,2%"    # below this available, the agent stops the engines (the default)
 //
 // With trusted_keys set, the agent acts (containers, vLLM, model files, removals) only on
 // requests carrying a spec signed by one of those keys (package intent), and only as that
@@ -52,6 +54,7 @@ import (
 	"github.com/distribution/reference"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/intent"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
@@ -173,6 +176,12 @@ type Policy struct {
 	// NotBefore, when set, revokes every signed intent signed before it (its signed_at):
 	// raising it revokes every older spec at once, while specs signed since still act.
 	NotBefore time.Time
+	// HostReserve is the host memory a deploy's budget keeps free for the OS, Docker and
+	// the agent (hostmem.Decide); the default is hostmem.DefaultReserve.
+	HostReserve hostmem.Reserve
+	// MemoryFloor is the guard's floor: below it available, the agent stops the node's
+	// engine containers (hostmem.Guard); the default is hostmem.DefaultFloor.
+	MemoryFloor hostmem.Reserve
 	// File is the policy file an operator edits to change it (DefaultFile when none was read).
 	File  string
 	ports []portRange
@@ -192,6 +201,10 @@ type Overrides struct {
 	RDMA string
 	// RequirePinned, when true, requires pinned images whatever the file says.
 	RequirePinned bool
+	// HostReserve, when set, replaces the file's host_reserve ("8GiB,10%", "512MiB").
+	HostReserve string
+	// MemoryFloor, when set, replaces the file's memory_floor.
+	MemoryFloor string
 	// TrustedKeys are "ID=BASE64" or "BASE64" (the ID is then the key's fingerprint).
 	TrustedKeys []string
 	// NotBefore, RFC 3339, revokes intents signed earlier; the later of it and the
@@ -225,6 +238,8 @@ type file struct {
 	Pinned      bool              `json:"require_pinned_images"`
 	TrustedKeys []trustedKeyEntry `json:"trusted_keys"`
 	NotBefore   *string           `json:"intents_not_before"`
+	HostReserve *string           `json:"host_reserve"`
+	MemoryFloor *string           `json:"memory_floor"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -288,6 +303,30 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		p.RDMA = add.RDMA
 	}
 	var problems []error
+	p.HostReserve = hostmem.DefaultReserve
+	for _, r := range []*string{f.HostReserve, &add.HostReserve} {
+		if r == nil || *r == "" {
+			continue
+		}
+		res, err := hostmem.ParseReserve(*r)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		p.HostReserve = res
+	}
+	p.MemoryFloor = hostmem.DefaultFloor
+	for _, r := range []*string{f.MemoryFloor, &add.MemoryFloor} {
+		if r == nil || *r == "" {
+			continue
+		}
+		res, err := hostmem.ParseReserve(*r)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("memory_floor: %w", err))
+			continue
+		}
+		p.MemoryFloor = res
+	}
 	if p.RDMA != RDMAPlanned && p.RDMA != RDMANone {
 		problems = append(problems, fmt.Errorf("%s: %q must be %q or %q", SettingRDMA, p.RDMA, RDMAPlanned, RDMANone))
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/intent"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
@@ -494,5 +495,39 @@ func TestExamplesPassTheDefaults(t *testing.T) {
 				t.Errorf("%s node %s: %v", file, n.Name, err)
 			}
 		}
+	}
+}
+
+// host_reserve: the default is max(8 GiB, 10 %), the file's replaces it, the flag the file's,
+// and a bad value refuses the policy.
+func TestHostReserve(t *testing.T) {
+	if got := Default().HostReserve; got != hostmem.DefaultReserve {
+		t.Fatalf("default: %+v", got)
+	}
+	p, err := Parse([]byte("host_reserve: \"4GiB,5%\"\n"), "x", Overrides{})
+	if err != nil || p.HostReserve != (hostmem.Reserve{Bytes: 4 * hostmem.GiB, Percent: 5}) {
+		t.Fatalf("file: %+v, %v", p.HostReserve, err)
+	}
+	if p, _ := Parse([]byte("host_reserve: 4GiB\n"), "x", Overrides{HostReserve: "256MiB"}); p.HostReserve != (hostmem.Reserve{Bytes: 256 * hostmem.MiB}) {
+		t.Fatalf("flag: %+v", p.HostReserve)
+	}
+	if _, err := Parse([]byte("host_reserve: plenty\n"), "x", Overrides{}); err == nil || !strings.Contains(err.Error(), "host_reserve") {
+		t.Fatalf("a bad host_reserve: %v", err)
+	}
+}
+
+// memory_floor: the default is max(1 GiB, 2 %); the file's and the flag's replace it.
+func TestMemoryFloor(t *testing.T) {
+	if got := Default().MemoryFloor; got != hostmem.DefaultFloor {
+		t.Fatalf("default: %+v", got)
+	}
+	if p, err := Parse([]byte("memory_floor: 512MiB\n"), "x", Overrides{}); err != nil || p.MemoryFloor != (hostmem.Reserve{Bytes: 512 * hostmem.MiB}) {
+		t.Fatalf("file: %+v, %v", p.MemoryFloor, err)
+	}
+	if p, _ := Parse(nil, "x", Overrides{MemoryFloor: "5%"}); p.MemoryFloor != (hostmem.Reserve{Percent: 5}) {
+		t.Fatalf("flag: %+v", p.MemoryFloor)
+	}
+	if _, err := Parse([]byte("memory_floor: low\n"), "x", Overrides{}); err == nil || !strings.Contains(err.Error(), "memory_floor") {
+		t.Fatalf("a bad memory_floor: %v", err)
 	}
 }

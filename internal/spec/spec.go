@@ -151,6 +151,10 @@ type Node struct {
 	// holds): signed with the spec, every agent then refuses a plan that puts this node, or
 	// the Ray head or rendezvous it joins, at another address.
 	Address string `json:"address,omitempty"`
+	// UnifiedMemory, when set, says whether this node's GPUs compute in host memory (a
+	// DGX Spark's GB10): it replaces what the agent detects (docs/operations.md, "Host
+	// memory"). On unified memory --gpu-memory-utilization is a share of the host's RAM.
+	UnifiedMemory *bool `json:"unified_memory,omitempty"`
 }
 
 // Network holds the operator's preferences for the subnet choice.
@@ -223,6 +227,9 @@ type Timeouts struct {
 	Teardown  Duration `json:"teardown,omitempty"`
 	// ModelSync bounds the copy of a model to the nodes that lack it (model.sync).
 	ModelSync Duration `json:"model_sync,omitempty"`
+	// LoadStall ends a deploy whose vLLM has made no progress (no output, no shard, no
+	// phase) for this long while it loads (LoadStalled), rather than at timeouts.serving.
+	LoadStall Duration `json:"load_stall,omitempty"`
 }
 
 // Roles.
@@ -263,6 +270,22 @@ func (t Timeouts) ModelSyncTimeout() time.Duration {
 		return t.ModelSync.D()
 	}
 	return DefaultModelSyncTimeout
+}
+
+// DefaultLoadStall bounds a load without progress when timeouts.load_stall is not set (not
+// filled in by WithDefaults, like model_sync, so existing specs keep their hash). vLLM
+// prints a line at least at every shard and at every phase of its start-up (profiling,
+// CUDA graph capture, the API server), and its slowest silent phase seen in the lab's
+// measurements and upstream threads, CUDA graph capture of a large model or torch.compile,
+// takes a few minutes: five minutes is past that and well short of timeouts.serving.
+const DefaultLoadStall = 5 * time.Minute
+
+// LoadStallTimeout is timeouts.load_stall, or its default.
+func (t Timeouts) LoadStallTimeout() time.Duration {
+	if t.LoadStall > 0 {
+		return t.LoadStall.D()
+	}
+	return DefaultLoadStall
 }
 
 // Parse decodes a YAML or JSON spec strictly (unknown fields and duplicate keys are errors),
@@ -431,6 +454,7 @@ func (t Timeouts) withDefaults() Timeouts {
 		Serving:   pick(t.Serving, d.Serving),
 		Teardown:  pick(t.Teardown, d.Teardown),
 		ModelSync: t.ModelSync,
+		LoadStall: t.LoadStall,
 	}
 }
 

@@ -1,0 +1,110 @@
+package activities
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+)
+
+// cgroupRoot is where the agent finds its memory cgroup: in a container (the lab's
+// nodes) the container's own, in its cgroup namespace; on a host the hierarchy's root,
+// which has no limit (package hostmem says which files it reads).
+const cgroupRoot = "/sys/fs/cgroup"
+
+// memory reads the node's memory facts: /proc/meminfo and the kernel's PSI, bounded by the
+// memory cgroup when the agent's node is a limited container; the reserve is the node
+// policy's. Whether the GPUs use host memory is asked once per agent (unifiedGPU).
+func (s sysfs) memory(pol *policy.Policy) hostmem.Facts {
+	b, err := os.ReadFile(s.proc("meminfo"))
+	if err != nil {
+		return hostmem.Facts{Error: "meminfo: " + err.Error()}
+	}
+	mi, err := hostmem.ParseMeminfo(string(b))
+	if err != nil {
+		return hostmem.Facts{Error: err.Error()}
+	}
+	f := hostmem.Combine(mi, s.cgroup())
+	pressure := s.proc("pressure/memory")
+	if f.Source == "cgroup2" {
+		pressure = filepath.Join(s.cgroupDir(), "memory.pressure")
+	}
+	if b, err := os.ReadFile(pressure); err == nil {
+		if p, err := hostmem.ParsePSI(string(b)); err == nil {
+			f.WithPSI(p)
+		}
+	}
+	res := hostmem.DefaultReserve
+	if pol != nil {
+		res = pol.HostReserve
+	}
+	f.ReserveBytes = res.Of(f.TotalBytes)
+	f.Unified, f.UnifiedSource = unifiedGPU(s)
+	return f
+}
+
+func (s sysfs) cgroupDir() string {
+	if s.cgroupRoot != "" {
+		return s.cgroupRoot
+	}
+	return cgroupRoot
+}
+
+// cgroup is the agent's memory cgroup, v2 or v1, or nil when neither can be read.
+func (s sysfs) cgroup() *hostmem.Cgroup {
+	dir := s.cgroupDir()
+	read := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		return string(b)
+	}
+	if max := read("memory.max"); max != "" {
+		if c, err := hostmem.ParseCgroup2(max, read("memory.current"), read("memory.stat")); err == nil {
+			return &c
+		}
+	}
+	if limit := read("memory/memory.limit_in_bytes"); limit != "" {
+		if c, err := hostmem.ParseCgroup1(limit, read("memory/memory.usage_in_bytes"), read("memory/memory.stat")); err == nil {
+			return &c
+		}
+	}
+	return nil
+}
+
+var unifiedOnce struct {
+	sync.Once
+	unified bool
+	source  string
+}
+
+// unifiedGPU says whether the node's GPUs compute in host memory: `nvidia-smi -q` where
+// it is installed (hostmem.ParseNvidiaSMI), else the model the driver names in procfs.
+// The answer cannot change while the agent runs, so it is asked once.
+func unifiedGPU(s sysfs) (bool, string) {
+	unifiedOnce.Do(func() {
+		if path, err := exec.LookPath("nvidia-smi"); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if out, err := exec.CommandContext(ctx, path, "-q").Output(); err == nil {
+				if u, n := hostmem.ParseNvidiaSMI(string(out)); n > 0 {
+					unifiedOnce.unified, unifiedOnce.source = u, "nvidia-smi"
+					return
+				}
+			}
+		}
+		infos, _ := filepath.Glob(s.proc("driver/nvidia/gpus/*/information"))
+		for _, name := range infos {
+			if b, err := os.ReadFile(name); err == nil {
+				if _, u := hostmem.ParseProcModel(string(b)); u {
+					unifiedOnce.unified, unifiedOnce.source = true, "proc"
+					return
+				}
+			}
+		}
+	})
+	return unifiedOnce.unified, unifiedOnce.source
+}

@@ -1,0 +1,73 @@
+package activities
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+)
+
+// The agent reads a limited container's facts from its cgroup (v2 here, v1 below), and a
+// host's from /proc, with the policy's reserve; the files are the real formats
+// (internal/hostmem/testdata).
+func TestMemoryFactsFromProcAndCgroup(t *testing.T) {
+	td := filepath.Join("..", "internal", "hostmem", "testdata")
+	cp := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(td, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proc, cg2, cg1, none := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	cp("meminfo.h200", filepath.Join(proc, "meminfo"))
+	cp("pressure.h200", filepath.Join(proc, "pressure/memory"))
+	cp("cg2.max", filepath.Join(cg2, "memory.max"))
+	cp("cg2.current", filepath.Join(cg2, "memory.current"))
+	cp("cg2.stat", filepath.Join(cg2, "memory.stat"))
+	cp("cg2.pressure", filepath.Join(cg2, "memory.pressure"))
+	cp("cg1.limit_in_bytes", filepath.Join(cg1, "memory/memory.limit_in_bytes"))
+	cp("cg1.usage_in_bytes", filepath.Join(cg1, "memory/memory.usage_in_bytes"))
+	cp("cg1.stat", filepath.Join(cg1, "memory/memory.stat"))
+	pol := policy.Default()
+	pol.HostReserve = hostmem.Reserve{Bytes: 256 * hostmem.MiB}
+
+	f := sysfs{procRoot: proc, cgroupRoot: cg2}.memory(&pol)
+	if f.Source != "cgroup2" || f.TotalBytes != hostmem.GiB || f.AvailableBytes != 448*hostmem.MiB || f.PSISome == nil || *f.PSISome != 12.5 || f.ReserveBytes != 256*hostmem.MiB {
+		t.Errorf("cgroup v2: %+v", f)
+	}
+	f = sysfs{procRoot: proc, cgroupRoot: cg1}.memory(&pol)
+	if f.Source != "cgroup1" || f.TotalBytes != 512*hostmem.MiB || f.AvailableBytes <= 0 || f.PSISome == nil {
+		t.Errorf("cgroup v1: %+v", f)
+	}
+	f = sysfs{procRoot: proc, cgroupRoot: none}.memory(nil)
+	if f.Source != "meminfo" || f.TotalBytes < 100*hostmem.GiB || f.ReserveBytes != hostmem.DefaultReserve.Of(f.TotalBytes) || f.Error != "" {
+		t.Errorf("host: %+v", f)
+	}
+	if f := (sysfs{procRoot: none, cgroupRoot: none}).memory(nil); f.Error == "" {
+		t.Errorf("no meminfo: %+v", f)
+	}
+}
+
+// BenchmarkProbeMemoryFacts is what the memory facts add to every probe, and what the
+// guard reads every second: /proc/meminfo, the pressure file and the memory cgroup of
+// this machine, parsed.
+func BenchmarkProbeMemoryFacts(b *testing.B) {
+	s := sysfs{}
+	pol := policy.Default()
+	s.memory(&pol) // the unified-memory answer is asked once per agent
+	b.ResetTimer()
+	for b.Loop() {
+		if f := s.memory(&pol); f.Error != "" {
+			b.Fatal(f.Error)
+		}
+	}
+}
