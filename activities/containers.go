@@ -303,9 +303,9 @@ func (cs *Containers) specAllowed(c spec.Cluster) error {
 	return cs.allowed(func(p policy.Policy) error {
 		var hostDir error
 		if c.Model.HostDir != "" {
-			hostDir = p.CheckMount(c.Model.HostDir)
+			hostDir = p.CheckBind(c.Model.HostDir, true)
 		}
-		return errors.Join(p.CheckImage(c.Image), p.CheckDockerHost(n.DockerHost), p.CheckMount(c.HFCache), hostDir,
+		return errors.Join(p.CheckImage(c.Image), p.CheckDockerHost(n.DockerHost), p.CheckBind(c.HFCache, false), hostDir,
 			p.CheckPorts(c.Ports.VLLM, c.Ports.Ray, c.Ports.Dashboard))
 	})
 }

@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string) error {
 		usage     string
 	}{
 		{&allow.Images, "allow-image", "TPDEPLOY_ALLOW_IMAGES", "also allow images matching this glob, e.g. 'registry.internal/vllm/*:*' (repeatable, comma-separated; default policy: vllm/vllm-openai:*)"},
-		{&allow.Mounts, "allow-mount", "TPDEPLOY_ALLOW_MOUNTS", "also allow bind mounts of host paths under this directory (repeatable; default policy: /root/.cache/huggingface, /models)"},
+		{&allow.Mounts, "allow-mount", "TPDEPLOY_ALLOW_MOUNTS", "also allow this host directory: read, served, written and bind-mounted (itself; below it only with DIR:ro, read-only) (repeatable; default policy: /root/.cache/huggingface, /models:ro)"},
 		{&allow.DockerHosts, "allow-docker-host", "TPDEPLOY_ALLOW_DOCKER_HOSTS", "also allow this docker_host, e.g. tcp://10.0.0.5:2376 (repeatable; default policy: " + policy.DefaultDockerHost + ")"},
 		{&allow.Ports, "allow-ports", "TPDEPLOY_ALLOW_PORTS", "also allow these container ports, e.g. 80 or 9000-9100 (repeatable; default policy: 1024-65535)"},
 		{&allow.Env, "allow-env", "TPDEPLOY_ALLOW_ENV", "also allow node env variables matching this glob, e.g. 'SITE_*' (repeatable; code-executing ones such as LD_PRELOAD are never allowed, code-loading ones such as TRITON_PTXAS_PATH only by their exact name)"},
