@@ -63,9 +63,9 @@ func run(ctx context.Context, args []string) error {
 		bootIDFile = fs.String("boot-id-file", connect.EnvOr("TPDEPLOY_BOOT_ID_FILE", ""), "read the boot ID from this file instead of the kernel's (env TPDEPLOY_BOOT_ID_FILE)")
 		defaults   = activities.DefaultContainerOptions()
 		ctrNetwork = fs.String("container-network", connect.EnvOr("TPDEPLOY_CONTAINER_NETWORK", defaults.Network), "network mode of the node's containers: host, or container:NAME when the node is itself a container (env TPDEPLOY_CONTAINER_NETWORK)")
-		ctrIPC     = fs.String("ipc", connect.EnvSetOr("TPDEPLOY_IPC", defaults.IPC), "IPC mode of the node's containers; empty for Docker's default (env TPDEPLOY_IPC)")
+		ctrIPC     = fs.String("ipc", connect.EnvSetOr("TPDEPLOY_IPC", defaults.IPC), "IPC mode of the node's containers: private (each its own /dev/shm of --shm-size), or shareable; never host (env TPDEPLOY_IPC)")
 		ctrGPUs    = fs.String("gpus", connect.EnvOr("TPDEPLOY_GPUS", defaults.GPUs), "GPUs given to containers: all, none or a count (env TPDEPLOY_GPUS)")
-		shmSize    = fs.String("shm-size", connect.EnvOr("TPDEPLOY_SHM_SIZE", "10g"), "size of /dev/shm when IPC is not host (env TPDEPLOY_SHM_SIZE)")
+		shmSize    = fs.String("shm-size", connect.EnvOr("TPDEPLOY_SHM_SIZE", "10g"), "size of each container's /dev/shm: vLLM's run_cluster.sh gives 10.24g (env TPDEPLOY_SHM_SIZE)")
 		hostRoot   = fs.String("host-root", connect.EnvOr("TPDEPLOY_HOST_ROOT", ""), "a directory standing for this node's / when several simulated nodes share one host (the lab): the spec's host paths (hf_cache, model.host_dir) are taken under it; empty on real nodes (env TPDEPLOY_HOST_ROOT)")
 		sysRoot    = fs.String("sys-root", connect.EnvOr("TPDEPLOY_SYS_ROOT", ""), "read sysfs (links' speeds, RDMA devices) here instead of /sys (the lab's simulated nodes); empty on real nodes (env TPDEPLOY_SYS_ROOT)")
 		ctrSysfs   = fs.String("container-sysfs", connect.EnvOr("TPDEPLOY_CONTAINER_SYSFS", ""), "a directory standing for the node's /sys that its containers see at "+activities.ContainerSysfs+" (the lab); empty on real nodes, whose containers see the kernel's (env TPDEPLOY_CONTAINER_SYSFS)")
@@ -233,6 +233,12 @@ func containerOptions(network, ipc, gpus, shm, ulimits string) (activities.Conta
 	o.Network, o.IPC, o.GPUs = network, ipc, gpus
 	if network == "" {
 		return o, errors.New("--container-network: empty (host, or container:NAME)")
+	}
+	switch {
+	case ipc == "":
+		o.IPC = activities.IPCPrivate
+	case ipc == "host" || strings.HasPrefix(ipc, "container:"):
+		return o, fmt.Errorf("--ipc %s: it would share /dev/shm and SysV IPC with other containers (every cluster's, with host); leave it %s, the default (each container has its own, of --shm-size)", ipc, activities.IPCPrivate)
 	}
 	n, err := units.RAMInBytes(shm)
 	if err != nil {

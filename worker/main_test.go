@@ -122,3 +122,17 @@ func httpGet(url string) (int, string, error) {
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
 }
+
+// Issue #36, item 7: the host's IPC namespace would share /dev/shm with every cluster's
+// containers on the node; the agent refuses to start with it.
+func TestContainerOptionsRefuseTheHostsIPC(t *testing.T) {
+	for _, ipc := range []string{"host", "container:other"} {
+		if _, err := containerOptions("host", ipc, "all", "10g", ""); err == nil || !strings.Contains(err.Error(), "--ipc "+ipc) {
+			t.Errorf("--ipc %s: %v; want a refusal naming the flag", ipc, err)
+		}
+	}
+	o, err := containerOptions("host", "", "all", "10g", "")
+	if err != nil || o.IPC != "private" || o.ShmSize != 10<<30 {
+		t.Errorf("default: %+v, %v; want private IPC with a 10 GiB /dev/shm", o, err)
+	}
+}
