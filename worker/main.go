@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -146,6 +147,7 @@ func run(ctx context.Context, args []string) error {
 		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA), zap.Bool("require_pinned_images", nodePolicy.RequirePinned),
 		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()), zap.Time("intents_not_before", nodePolicy.NotBefore))
 	if !nodePolicy.Enforced() {
+		fmt.Fprint(stderr, unsignedBanner(*node, nodePolicy.File))
 		z.Warn("no trusted_keys in the node policy: this agent acts on unsigned requests from anyone who can start a workflow in the namespace, within the rest of its policy; set trusted_keys (docs/security.md)",
 			zap.String("file", nodePolicy.File))
 	}
@@ -321,4 +323,22 @@ func reconcile(ctx context.Context, ctl control.Controller, containers *activiti
 		case <-time.After(time.Duration(attempt+1) * time.Second):
 		}
 	}
+}
+
+// stderr is where the agent's start-up warnings go, whatever the log level (tests swap it).
+var stderr io.Writer = os.Stderr
+
+// unsignedBanner is the warning an agent without trusted_keys prints at start: the
+// production default is signed intent (docs/security.md), and an unsigned agent acts on
+// requests from anyone who can start a workflow in the namespace.
+func unsignedBanner(node, file string) string {
+	return fmt.Sprintf(`
+*** WARNING: tpdeploy agent %s runs UNSIGNED ***
+*** No trusted_keys in its policy (%s): it acts on requests from anyone who can start a
+*** workflow in the namespace, bounded only by the rest of the policy. Production agents
+*** run signed: make a key with "starter keygen -o operator.key", add the public key it
+*** prints to trusted_keys (or --trust-key ID=BASE64, TPDEPLOY_TRUSTED_KEYS) and restart
+*** the agent; sign with starter --sign-key-file operator.key (docs/security.md).
+
+`, node, file)
 }
