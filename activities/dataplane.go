@@ -46,6 +46,11 @@ func (dp *DataPlane) ProveDataPlane(ctx context.Context, req contract.ProofReque
 	if err := dp.checkNode(req.Node); err != nil {
 		return contract.ProofResult{}, err
 	}
+	if req.Fresh != nil {
+		if err := dp.checkSpec(req.Fresh.Spec); err != nil {
+			return contract.ProofResult{}, err
+		}
+	}
 	if err := dp.proofAllowed(ctx, req); err != nil {
 		return contract.ProofResult{}, err
 	}
@@ -58,9 +63,6 @@ func (dp *DataPlane) ProveDataPlane(ctx context.Context, req contract.ProofReque
 		rank.LinkGbps += float64(d.RateMbps) / 1000
 	}
 	if req.Fresh != nil {
-		if err := dp.checkSpec(req.Fresh.Spec); err != nil {
-			return contract.ProofResult{}, err
-		}
 		return dp.proveInFreshContainer(ctx, req, rank)
 	}
 	info, err := eng.ContainerInspect(ctx, req.Container, client.ContainerInspectOptions{})

@@ -71,11 +71,13 @@ func (e endlessExec) ExecInspect(context.Context, string, client.ExecInspectOpti
 // at its deadline even when the container neither ends nor stops printing.
 func TestProofExecIsCappedAndEndsAtItsDeadline(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		print int // bytes printed before the container goes silent, never ending
+		name   string
+		print  int // bytes printed before the container goes silent, never ending
+		within time.Duration
 	}{
-		{"silent after a line", 100},
-		{"printing without end", 64 << 20},
+		{"silent after a line", 100, 300 * time.Millisecond},
+		// Long enough for the cap to be reached first, even under the race detector.
+		{"printing without end", 64 << 20, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := endlessExec{conns: make(chan net.Conn, 1)}
@@ -97,11 +99,11 @@ func TestProofExecIsCappedAndEndsAtItsDeadline(t *testing.T) {
 			start := time.Now()
 			go func() {
 				defer close(done)
-				out, _, err = execBounded(context.Background(), eng, "c", []string{"python3"}, nil, 300*time.Millisecond)
+				out, _, err = execBounded(context.Background(), eng, "c", []string{"python3"}, nil, tc.within)
 			}()
 			select {
 			case <-done:
-			case <-time.After(10 * time.Second):
+			case <-time.After(tc.within + 10*time.Second):
 				t.Fatal("the exec did not return at its deadline")
 			}
 			if len(out) > maxExecOutput {
