@@ -44,11 +44,16 @@ type ContainerOptions struct {
 	// Network is the container network mode: "host" on real nodes, "container:NAME" in
 	// the lab (which is what host networking is for a node that is itself a container).
 	Network string `json:"network"`
-	// IPC is the IPC mode: "host" on real nodes (NCCL's shared memory), "" for Docker's.
+	// IPC is the IPC mode: "private" (the default): each container has its own IPC
+	// namespace and /dev/shm of ShmSize. Never "host": that would share the host's /dev/shm
+	// (vLLM's shared-memory broadcast rings, NCCL's segments) and SysV IPC with every
+	// other cluster's containers on the node. A node's processes of one cluster (vLLM's
+	// workers, Ray's) run in one container, so they need no IPC namespace shared with another.
 	IPC string `json:"ipc"`
 	// GPUs is "all", "none", or a count.
 	GPUs string `json:"gpus"`
-	// ShmSize is /dev/shm's size in bytes (0: Docker's default). Ignored with IPC host.
+	// ShmSize is /dev/shm's size in bytes (0: Docker's default, 64 MiB, too small for
+	// PyTorch's shared memory: vLLM's docs ask for --ipc=host or --shm-size).
 	ShmSize int64 `json:"shm_size"`
 	// Ulimits are docker run --ulimit values, e.g. memlock=-1:-1. Some engines refuse
 	// memlock, hence configurable.
@@ -78,11 +83,15 @@ func (o ContainerOptions) HostPath(p string) string {
 	return filepath.Join(o.HostRoot, p)
 }
 
-// DefaultContainerOptions are a real GPU node's: what vLLM's run_cluster.sh and the DGX
-// Spark launchers use.
+// IPCPrivate is Docker's IPC mode of a namespace no other container can join.
+const IPCPrivate = "private"
+
+// DefaultContainerOptions are a real GPU node's: what vLLM's run_cluster.sh uses (host
+// network, all GPUs, --shm-size 10.24g), but an IPC namespace per container rather than
+// the host's (#36).
 func DefaultContainerOptions() ContainerOptions {
 	return ContainerOptions{
-		Network: "host", IPC: "host", GPUs: "all", ShmSize: 10 << 30,
+		Network: "host", IPC: IPCPrivate, GPUs: "all", ShmSize: 10 << 30,
 		Ulimits: []string{"memlock=-1:-1", "stack=67108864:67108864"}, StopTimeout: 30 * time.Second,
 	}
 }
@@ -149,12 +158,26 @@ func roleSpec(c spec.Cluster, d contract.Deployment, node, role string, o Contai
 	if c.Model.HostDir != "" {
 		binds = append(binds, o.HostPath(c.Model.HostDir)+":"+c.Model.Path+":ro")
 	}
-	return containerSpec{
+	s := containerSpec{
 		Name: contract.ContainerName(c.Name, node, role), Image: c.Image,
 		Labels:  map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node},
 		Binds:   binds,
 		Options: o,
 	}
+	// Every capability is dropped (createOptions); a port below 1024, where the node's
+	// policy allows one, is bound only with NET_BIND_SERVICE.
+	if p := c.Ports; min(nonZero(p.VLLM), nonZero(p.Ray), nonZero(p.Dashboard), nonZero(p.Master)) < 1024 {
+		s.CapAdd = []string{"NET_BIND_SERVICE"}
+	}
+	return s
+}
+
+// nonZero is p, or a port above every privileged one when p is unset.
+func nonZero(p int) int {
+	if p == 0 {
+		return 1 << 16
+	}
+	return p
 }
 
 // hfCacheMount is where stock vLLM images look for the Hugging Face cache.
@@ -215,10 +238,14 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 		NetworkMode: container.NetworkMode(s.Options.Network),
 		IpcMode:     container.IpcMode(s.Options.IPC),
 		Binds:       s.Binds,
-		// On the host's network a raw socket sniffs and spoofs the node's traffic; no
-		// process of vLLM's, Ray's or NCCL's needs one. No setuid binary in the image
-		// gains privileges either.
-		CapDrop:     []string{"NET_RAW"},
+		// No capability of Docker's default set is one vLLM, Ray or NCCL use: they run as
+		// the root that owns the image's files and the cache (no DAC_OVERRIDE, CHOWN,
+		// FOWNER needed), change no user (SETUID, SETGID), make no device (MKNOD: a node
+		// planted in the shared cache), and on the host's network a raw socket (NET_RAW)
+		// would sniff and spoof the node's traffic. What the plan needs is added back
+		// (CapAdd: IPC_LOCK with RDMA, NET_BIND_SERVICE for a port below 1024). No setuid
+		// binary in the image gains privileges either.
+		CapDrop:     []string{"ALL"},
 		SecurityOpt: []string{"no-new-privileges:true"},
 		// Should the kernel have to kill for memory, an engine goes before the agent
 		// (which protects itself, guard.go) and the Docker engine (-500 by default).
@@ -231,6 +258,9 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 	hc.CapAdd = s.CapAdd
 	if s.Options.Sysfs != "" {
 		hc.Binds = append(append([]string(nil), hc.Binds...), s.Options.Sysfs+":"+ContainerSysfs+":ro")
+	}
+	if hc.IpcMode == "" {
+		hc.IpcMode = IPCPrivate
 	}
 	if s.Options.ShmSize > 0 && s.Options.IPC != "host" {
 		hc.ShmSize = s.Options.ShmSize
@@ -309,9 +339,9 @@ func (cs *Containers) specAllowed(c spec.Cluster) error {
 	return cs.allowed(func(p policy.Policy) error {
 		var hostDir error
 		if c.Model.HostDir != "" {
-			hostDir = p.CheckMount(c.Model.HostDir)
+			hostDir = p.CheckBind(c.Model.HostDir, true)
 		}
-		return errors.Join(p.CheckImage(c.Image), p.CheckDockerHost(n.DockerHost), p.CheckMount(c.HFCache), hostDir,
+		return errors.Join(p.CheckImage(c.Image), p.CheckDockerHost(n.DockerHost), p.CheckBind(c.HFCache, false), hostDir,
 			p.CheckPorts(c.Ports.VLLM, c.Ports.Ray, c.Ports.Dashboard))
 	})
 }

@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"path"
 	"sort"
 	"strconv"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/dataplane"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
 // DataPlane runs this node's rank of the data-plane proof (ProveDataPlane).
@@ -43,6 +46,14 @@ func (dp *DataPlane) ProveDataPlane(ctx context.Context, req contract.ProofReque
 	if err := dp.checkNode(req.Node); err != nil {
 		return contract.ProofResult{}, err
 	}
+	if req.Fresh != nil {
+		if err := dp.checkSpec(req.Fresh.Spec); err != nil {
+			return contract.ProofResult{}, err
+		}
+	}
+	if err := dp.proofAllowed(ctx, req); err != nil {
+		return contract.ProofResult{}, err
+	}
 	eng, addr, err := dp.docker.engine(req.DockerHost)
 	if err != nil {
 		return contract.ProofResult{}, err
@@ -52,9 +63,6 @@ func (dp *DataPlane) ProveDataPlane(ctx context.Context, req contract.ProofReque
 		rank.LinkGbps += float64(d.RateMbps) / 1000
 	}
 	if req.Fresh != nil {
-		if err := dp.checkSpec(req.Fresh.Spec); err != nil {
-			return contract.ProofResult{}, err
-		}
 		return dp.proveInFreshContainer(ctx, req, rank)
 	}
 	info, err := eng.ContainerInspect(ctx, req.Container, client.ContainerInspectOptions{})
@@ -64,8 +72,15 @@ func (dp *DataPlane) ProveDataPlane(ctx context.Context, req contract.ProofReque
 	if err != nil {
 		return contract.ProofResult{}, engineError(addr, "inspect "+req.Container, err)
 	}
-	// The proof runs only in what the agent itself started: a Ray container of its node.
-	if err := dp.docker.ownContainer(req.Container, info.Container.Config, "", contract.RoleRayHead, contract.RoleRayWorker); err != nil {
+	// The proof runs only in what the agent itself started: a Ray container of its node
+	// (of the signed spec's cluster, with trusted_keys).
+	cluster := ""
+	if c, err := dp.signedSpec(ctx); err != nil {
+		return contract.ProofResult{}, err
+	} else if c != nil {
+		cluster = c.Name
+	}
+	if err := dp.docker.ownContainer(req.Container, info.Container.Config, cluster, contract.RoleRayHead, contract.RoleRayWorker); err != nil {
 		return contract.ProofResult{}, err
 	}
 	if hc := info.Container.HostConfig; hc != nil {
@@ -85,10 +100,52 @@ func (dp *DataPlane) ProveDataPlane(ctx context.Context, req contract.ProofReque
 	env := proofEnv(req)
 	dp.logger().Info("data-plane proof", zap.String("container", req.Container), zap.Int("rank", req.Rank), zap.Int("world", req.World), zap.String("master", req.Master))
 	out, code, err := execBounded(ctx, eng, req.Container, []string{"python3", dataplane.ProgramPath}, env, req.Timeout+30*time.Second)
+	if errors.Is(err, errExecOutput) {
+		return contract.ProofResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: the proof in %s: %v", dp.name, req.Container, err), contract.ErrBadRequest, nil)
+	}
 	if err != nil {
 		return contract.ProofResult{}, engineError(addr, "run the proof in "+req.Container, err)
 	}
 	return proofResult(rank, req, out, code), nil
+}
+
+// maxProofTimeout bounds a proof's own timeout (the workflow asks for 90 seconds): the
+// exec, and the step, end within it and 30 seconds more.
+const maxProofTimeout = 10 * time.Minute
+
+// maxProofWorld bounds the ranks of a proof.
+const maxProofWorld = 512
+
+// proofAllowed checks what a proof request says beside its container: its timeout and
+// ranks bounded, its master (every rank dials it; rank 0 serves its store there) an
+// address and port in this node's subnets, and, with signed intent, the signed spec's
+// head at the spec's master port, its ranks the signed spec's.
+func (dp *DataPlane) proofAllowed(ctx context.Context, req contract.ProofRequest) error {
+	if req.Timeout <= 0 || req.Timeout > maxProofTimeout {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: the proof's timeout %s is not between 0 and %s", dp.name, req.Timeout, maxProofTimeout), contract.ErrBadRequest, nil)
+	}
+	if req.World < 1 || req.World > maxProofWorld || req.Rank < 0 || req.Rank >= req.World {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: the proof's rank %d of %d is out of range (world 1 to %d)", dp.name, req.Rank, req.World, maxProofWorld), contract.ErrBadRequest, nil)
+	}
+	ap, err := netip.ParseAddrPort(req.Master)
+	if err != nil {
+		return dp.deny("the proof's master %q is not an address and port", req.Master)
+	}
+	if err := dp.allowed(func(p policy.Policy) error { return p.CheckPorts(int(ap.Port())) }); err != nil {
+		return err
+	}
+	if err := dp.net.checkDial(ap); err != nil {
+		return err
+	}
+	c, err := dp.signedSpec(ctx)
+	if err != nil || c == nil {
+		return err
+	}
+	d := c.WithDefaults()
+	if req.World != len(d.Nodes) || req.Rank != d.NodeRank(dp.name) {
+		return dp.deny("signed intent: the proof's rank %d of %d is not node %s's of the signed spec (%d of %d)", req.Rank, req.World, dp.name, d.NodeRank(dp.name), len(d.Nodes))
+	}
+	return dp.signedJoin(d, req.Master, d.Ports.MasterPort(), "the proof's master")
 }
 
 // proofEnv is what the proof's program reads, and NCCL's INFO lines.
@@ -224,7 +281,9 @@ func hcaList(req contract.ProofRequest) []string {
 }
 
 // execBounded runs cmd in a container to its end (or until within passes), returning its
-// output (stdout then stderr) and exit code.
+// output (stdout then stderr, each at most maxExecOutput: more is errExecOutput) and exit
+// code; when within passes, what it printed so far and -1. The read ends with the
+// deadline: closing the connection is what unblocks a read a container never ends.
 func execBounded(ctx context.Context, eng containerEngine, ctr string, cmd, env []string, within time.Duration) (string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
@@ -237,11 +296,16 @@ func execBounded(ctx context.Context, eng containerEngine, ctr string, cmd, env 
 		return "", 0, err
 	}
 	defer att.Close()
-	var out, errOut bytes.Buffer
-	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil && ctx.Err() == nil {
+	stop := context.AfterFunc(ctx, att.Close)
+	defer stop()
+	out, errOut := &cappedBuffer{max: maxExecOutput}, &cappedBuffer{max: maxExecOutput}
+	if _, err := stdcopy.StdCopy(out, errOut, att.Reader); err != nil && ctx.Err() == nil {
 		return "", 0, err
 	}
-	text := out.String() + errOut.String()
+	text := out.buf.String() + errOut.buf.String()
+	if ctx.Err() != nil {
+		return text, -1, nil // timed out: the output says how far it got
+	}
 	for i := 0; i < 100; i++ {
 		in, err := eng.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
 		if err != nil {

@@ -116,7 +116,9 @@ func (d *docker) containerAllowed(s containerSpec) error {
 		errs := []error{p.CheckImage(s.Image), p.CheckEnv(envNames(s.Env)...)}
 		for _, b := range s.Binds {
 			src, _, _ := strings.Cut(b, ":")
-			errs = append(errs, p.CheckMount(d.mounts.nodePath(src))) // the policy names the node's paths
+			// The policy names the node's paths; a source the engine would resolve again
+			// must be one no container can swap (policy.CheckBind).
+			errs = append(errs, p.CheckBind(d.mounts.nodePath(src), strings.HasSuffix(b, ":ro")))
 		}
 		return errors.Join(errs...)
 	})

@@ -114,6 +114,10 @@ func TestPinnedAddressesBindThePlan(t *testing.T) {
 			r := rank(head)
 			return contract.ProofRequest{Node: "node-b", DockerHost: spec.DefaultDockerHost, Plan: ownPlan, Rank: 1, World: 2, Master: at(attacker, 29501), Timeout: time.Second, Fresh: &r}
 		}(), "the proof's master " + at(attacker, 29501) + " (the head node-a's) is " + attacker.String()},
+		{"proof's master at the attacker's, in the Ray container", contract.ActivityProveDataPlane,
+			contract.ProofRequest{Node: "node-b", DockerHost: spec.DefaultDockerHost, Container: contract.ContainerName(c.Name, "node-b", contract.RoleRayWorker),
+				Plan: ownPlan, Rank: 1, World: 2, Master: at(attacker, 29501), Timeout: time.Second, Intent: in},
+			"the proof's master " + at(attacker, 29501) + " (the head node-a's) is " + attacker.String()},
 		{"model copy from the attacker's server", contract.ActivitySyncModel, contract.SyncModelRequest{Node: "node-b", From: netip.AddrPortFrom(attacker, 40000), Key: strings.Repeat("0", 64), Addr: own.Addr(),
 			Root: snapshot, Layout: contract.ModelLayoutHF, Files: []weights.File{{Name: "config.json", Size: 2}}, Intent: in},
 			"the model server " + at(attacker, 40000) + " (the head node-a's) is " + attacker.String() + ", not the signed spec's nodes[0].address " + head.String()},

@@ -126,7 +126,7 @@ func TestForeignWorkflowGetsPolicyDeniedForEveryPrimitive(t *testing.T) {
 			contract.StartRayRequest{Node: "node-a", Deployment: d, Spec: c, Plan: netplan.NodePlan{Name: "node-a", Address: own.Addr(), Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}},
 			[]string{"LD_PRELOAD"}},
 		{"an hf_cache under the allowed mount that links to /", contract.ActivityStartRayHead,
-			contract.StartRayRequest{Node: "node-a", Deployment: d, Spec: linked, Plan: plan}, []string{"root-link", "symbolic link"}},
+			contract.StartRayRequest{Node: "node-a", Deployment: d, Spec: linked, Plan: plan}, []string{"root-link", "may mount read-write"}},
 		{"the model scan through that link", contract.ActivityModelManifest,
 			contract.ModelManifestRequest{Node: "node-a", HFCache: filepath.Join(cache, "root-link"), Repo: "etc/x"}, []string{"root-link", "symbolic link"}},
 		{"a secret file outside secret_dirs", contract.ActivityLaunchVLLM,

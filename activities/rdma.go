@@ -74,7 +74,7 @@ func (d *docker) rdmaMapping(np netplan.NodePlan) rdmaMapping {
 func (d *docker) withRDMA(s containerSpec, np netplan.NodePlan) containerSpec {
 	m := d.rdmaMapping(np)
 	if len(m.Devices) > 0 {
-		s.Devices, s.CapAdd = m.Devices, []string{"IPC_LOCK"}
+		s.Devices, s.CapAdd = m.Devices, append(slices.Clip(s.CapAdd), "IPC_LOCK")
 	}
 	if m.Note != "" {
 		d.logger().Warn("rdma devices", zap.String("container", s.Name), zap.Strings("mapped", m.Mapped), zap.String("note", m.Note))

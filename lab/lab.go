@@ -371,7 +371,7 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		}
 		env := []string{
 			"TPDEPLOY_NODE=" + n.Name, "TEMPORAL_ADDRESS=" + l.Temporal,
-			"TPDEPLOY_CONTAINER_NETWORK=container:" + n.Container, "TPDEPLOY_IPC=", "TPDEPLOY_GPUS=none",
+			"TPDEPLOY_CONTAINER_NETWORK=container:" + n.Container, "TPDEPLOY_GPUS=none",
 			// This engine, like some real ones, refuses memlock for containers.
 			"TPDEPLOY_ULIMITS=",
 			// The lab's images are the simulator's; a real node's policy allows vLLM's.

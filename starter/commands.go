@@ -664,13 +664,15 @@ func cmdCodecServer(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := flag.NewFlagSet("codec-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: starter codec-server --codec-key-file FILE [--addr 127.0.0.1:8081] [--ui-origin URL]\n\n"+
+		fmt.Fprintf(stderr, "Usage: starter codec-server --codec-key-file FILE [--addr 127.0.0.1:8081] [--ui-origin URL] [--host NAME] [--allow-encode]\n\n"+
 			"Whoever reaches this server can decrypt payloads: keep it on loopback or behind the UI's access control.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	addr := fs.String("addr", "127.0.0.1:8081", "address to listen on")
 	keyFile := fs.String("codec-key-file", connect.EnvOr(codec.KeyFileEnv, ""), "the agents' codec key file (env "+codec.KeyFileEnv+")")
-	origins := fs.String("ui-origin", codec.DefaultUIOrigin, "comma-separated browser origins of the Temporal UI allowed to call it (CORS)")
+	origins := fs.String("ui-origin", codec.DefaultUIOrigin, "comma-separated browser origins of the Temporal UI allowed to call it (CORS); a request from another origin is refused")
+	hosts := fs.String("host", "", "comma-separated host names (or host:port) it answers besides loopback's, e.g. the name the UI reaches it by; any other Host header is refused (DNS rebinding)")
+	encode := fs.Bool("allow-encode", false, "answer /encode too (the UI's Start Workflow and Signal forms): whoever reaches it can then make payloads every agent accepts")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -689,8 +691,16 @@ func cmdCodecServer(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("codec server: %w", err)
 	}
-	srv := &http.Server{Handler: codec.NewHTTPHandler(c.AllowPlaintext(), strings.Split(*origins, ",")...), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(stdout, "codec server on http://%s (encrypting with key %s; UI origins %s)\n", ln.Addr(), c.KeyID(), *origins)
+	o := codec.HandlerOptions{Origins: strings.Split(*origins, ","), Encode: *encode}
+	if *hosts != "" {
+		o.Hosts = strings.Split(*hosts, ",")
+	}
+	srv := &http.Server{Handler: codec.NewHTTPHandler(c.AllowPlaintext(), o), ReadHeaderTimeout: 10 * time.Second}
+	what := "decoding only"
+	if *encode {
+		what = "encoding with key " + c.KeyID() + " and decoding"
+	}
+	fmt.Fprintf(stdout, "codec server on http://%s (%s; UI origins %s)\n", ln.Addr(), what, *origins)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

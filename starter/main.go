@@ -35,7 +35,7 @@ Commands:
   schedule create CLUSTER -f spec.yaml --every 24h | --cron '0 3 * * *'
                                   redeploy on a schedule (no-op while the spec is unchanged and serving)
   schedule list [--json] | pause CLUSTER | unpause CLUSTER | delete CLUSTER
-  codec-server --codec-key-file FILE [--addr 127.0.0.1:8081] [--ui-origin URL]
+  codec-server --codec-key-file FILE [--addr 127.0.0.1:8081] [--ui-origin URL] [--host NAME] [--allow-encode]
                                   decrypt payloads for the Temporal UI and CLI (their codec endpoint)
   keygen -o FILE                  write a new operator signing key (ed25519, mode 0600); print its
                                   public key for the agents' trusted_keys

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -63,9 +64,9 @@ func run(ctx context.Context, args []string) error {
 		bootIDFile = fs.String("boot-id-file", connect.EnvOr("TPDEPLOY_BOOT_ID_FILE", ""), "read the boot ID from this file instead of the kernel's (env TPDEPLOY_BOOT_ID_FILE)")
 		defaults   = activities.DefaultContainerOptions()
 		ctrNetwork = fs.String("container-network", connect.EnvOr("TPDEPLOY_CONTAINER_NETWORK", defaults.Network), "network mode of the node's containers: host, or container:NAME when the node is itself a container (env TPDEPLOY_CONTAINER_NETWORK)")
-		ctrIPC     = fs.String("ipc", connect.EnvSetOr("TPDEPLOY_IPC", defaults.IPC), "IPC mode of the node's containers; empty for Docker's default (env TPDEPLOY_IPC)")
+		ctrIPC     = fs.String("ipc", connect.EnvSetOr("TPDEPLOY_IPC", defaults.IPC), "IPC mode of the node's containers: private (each its own /dev/shm of --shm-size), or shareable; never host (env TPDEPLOY_IPC)")
 		ctrGPUs    = fs.String("gpus", connect.EnvOr("TPDEPLOY_GPUS", defaults.GPUs), "GPUs given to containers: all, none or a count (env TPDEPLOY_GPUS)")
-		shmSize    = fs.String("shm-size", connect.EnvOr("TPDEPLOY_SHM_SIZE", "10g"), "size of /dev/shm when IPC is not host (env TPDEPLOY_SHM_SIZE)")
+		shmSize    = fs.String("shm-size", connect.EnvOr("TPDEPLOY_SHM_SIZE", "10g"), "size of each container's /dev/shm: vLLM's run_cluster.sh gives 10.24g (env TPDEPLOY_SHM_SIZE)")
 		hostRoot   = fs.String("host-root", connect.EnvOr("TPDEPLOY_HOST_ROOT", ""), "a directory standing for this node's / when several simulated nodes share one host (the lab): the spec's host paths (hf_cache, model.host_dir) are taken under it; empty on real nodes (env TPDEPLOY_HOST_ROOT)")
 		sysRoot    = fs.String("sys-root", connect.EnvOr("TPDEPLOY_SYS_ROOT", ""), "read sysfs (links' speeds, RDMA devices) here instead of /sys (the lab's simulated nodes); empty on real nodes (env TPDEPLOY_SYS_ROOT)")
 		ctrSysfs   = fs.String("container-sysfs", connect.EnvOr("TPDEPLOY_CONTAINER_SYSFS", ""), "a directory standing for the node's /sys that its containers see at "+activities.ContainerSysfs+" (the lab); empty on real nodes, whose containers see the kernel's (env TPDEPLOY_CONTAINER_SYSFS)")
@@ -89,7 +90,7 @@ func run(ctx context.Context, args []string) error {
 		usage     string
 	}{
 		{&allow.Images, "allow-image", "TPDEPLOY_ALLOW_IMAGES", "also allow images matching this glob, e.g. 'registry.internal/vllm/*:*' (repeatable, comma-separated; default policy: vllm/vllm-openai:*)"},
-		{&allow.Mounts, "allow-mount", "TPDEPLOY_ALLOW_MOUNTS", "also allow bind mounts of host paths under this directory (repeatable; default policy: /root/.cache/huggingface, /models)"},
+		{&allow.Mounts, "allow-mount", "TPDEPLOY_ALLOW_MOUNTS", "also allow this host directory: read, served, written and bind-mounted (itself; below it only with DIR:ro, read-only) (repeatable; default policy: /root/.cache/huggingface, /models:ro)"},
 		{&allow.DockerHosts, "allow-docker-host", "TPDEPLOY_ALLOW_DOCKER_HOSTS", "also allow this docker_host, e.g. tcp://10.0.0.5:2376 (repeatable; default policy: " + policy.DefaultDockerHost + ")"},
 		{&allow.Ports, "allow-ports", "TPDEPLOY_ALLOW_PORTS", "also allow these container ports, e.g. 80 or 9000-9100 (repeatable; default policy: 1024-65535)"},
 		{&allow.Env, "allow-env", "TPDEPLOY_ALLOW_ENV", "also allow node env variables matching this glob, e.g. 'SITE_*' (repeatable; code-executing ones such as LD_PRELOAD are never allowed, code-loading ones such as TRITON_PTXAS_PATH only by their exact name)"},
@@ -150,6 +151,7 @@ func run(ctx context.Context, args []string) error {
 		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA), zap.Bool("require_pinned_images", nodePolicy.RequirePinned),
 		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()), zap.Time("intents_not_before", nodePolicy.NotBefore))
 	if !nodePolicy.Enforced() {
+		fmt.Fprint(stderr, unsignedBanner(*node, nodePolicy.File))
 		z.Warn("no trusted_keys in the node policy: this agent acts on unsigned requests from anyone who can start a workflow in the namespace, within the rest of its policy; set trusted_keys (docs/security.md)",
 			zap.String("file", nodePolicy.File))
 	}
@@ -239,6 +241,12 @@ func containerOptions(network, ipc, gpus, shm, ulimits string) (activities.Conta
 	if network == "" {
 		return o, errors.New("--container-network: empty (host, or container:NAME)")
 	}
+	switch {
+	case ipc == "":
+		o.IPC = activities.IPCPrivate
+	case ipc == "host" || strings.HasPrefix(ipc, "container:"):
+		return o, fmt.Errorf("--ipc %s: it would share /dev/shm and SysV IPC with other containers (every cluster's, with host); leave it %s, the default (each container has its own, of --shm-size)", ipc, activities.IPCPrivate)
+	}
 	n, err := units.RAMInBytes(shm)
 	if err != nil {
 		return o, fmt.Errorf("--shm-size %q: %w", shm, err)
@@ -320,4 +328,22 @@ func reconcile(ctx context.Context, ctl control.Controller, containers *activiti
 		case <-time.After(time.Duration(attempt+1) * time.Second):
 		}
 	}
+}
+
+// stderr is where the agent's start-up warnings go, whatever the log level (tests swap it).
+var stderr io.Writer = os.Stderr
+
+// unsignedBanner is the warning an agent without trusted_keys prints at start: the
+// production default is signed intent (docs/security.md), and an unsigned agent acts on
+// requests from anyone who can start a workflow in the namespace.
+func unsignedBanner(node, file string) string {
+	return fmt.Sprintf(`
+*** WARNING: tpdeploy agent %s runs UNSIGNED ***
+*** No trusted_keys in its policy (%s): it acts on requests from anyone who can start a
+*** workflow in the namespace, bounded only by the rest of the policy. Production agents
+*** run signed: make a key with "starter keygen -o operator.key", add the public key it
+*** prints to trusted_keys (or --trust-key ID=BASE64, TPDEPLOY_TRUSTED_KEYS) and restart
+*** the agent; sign with starter --sign-key-file operator.key (docs/security.md).
+
+`, node, file)
 }

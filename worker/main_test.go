@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tpdeploy/tpdeploy/internal/intent"
 	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
@@ -121,4 +123,58 @@ func httpGet(url string) (int, string, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
+}
+
+// Issue #36, item 7: the host's IPC namespace would share /dev/shm with every cluster's
+// containers on the node; the agent refuses to start with it.
+func TestContainerOptionsRefuseTheHostsIPC(t *testing.T) {
+	for _, ipc := range []string{"host", "container:other"} {
+		if _, err := containerOptions("host", ipc, "all", "10g", ""); err == nil || !strings.Contains(err.Error(), "--ipc "+ipc) {
+			t.Errorf("--ipc %s: %v; want a refusal naming the flag", ipc, err)
+		}
+	}
+	o, err := containerOptions("host", "", "all", "10g", "")
+	if err != nil || o.IPC != "private" || o.ShmSize != 10<<30 {
+		t.Errorf("default: %+v, %v; want private IPC with a 10 GiB /dev/shm", o, err)
+	}
+}
+
+// Issue #36, item 10: an agent without trusted_keys acts on unsigned requests from anyone
+// who can start a workflow in the namespace; it says so at start, loudly, on stderr
+// whatever the log level, and says nothing of the kind with a trusted key.
+func TestAgentWarnsLoudlyWhenItRunsUnsigned(t *testing.T) {
+	pub, _, err := intent.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, policy string
+		loud         bool
+	}{
+		{"no trusted_keys", "allowed_mounts: [/models]\n", true},
+		{"a trusted key", "trusted_keys: [{id: ops, ed25519: \"" + intent.PublicKeyString(pub) + "\"}]\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			old := stderr
+			stderr = &buf
+			t.Cleanup(func() { stderr = old })
+			// An every-interface metrics address ends the start right after the policy.
+			err := run(context.Background(), []string{"--node", "node-a", "--policy-file", writePolicy(t, tc.policy), "--log-level", "error", "--metrics-addr", "0.0.0.0:9464"})
+			if err == nil {
+				t.Fatal("started")
+			}
+			out := buf.String()
+			if got := strings.Contains(out, "UNSIGNED"); got != tc.loud {
+				t.Errorf("banner %v, want %v:\n%s", got, tc.loud, out)
+			}
+			if tc.loud {
+				for _, w := range []string{"trusted_keys", "starter keygen", "--trust-key", "docs/security.md"} {
+					if !strings.Contains(out, w) {
+						t.Errorf("the warning does not say %q:\n%s", w, out)
+					}
+				}
+			}
+		})
+	}
 }

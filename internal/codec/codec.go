@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
@@ -51,6 +52,69 @@ type Codec struct {
 	source string // where the keys came from, for error messages
 	// plaintext lets unencrypted payloads through Decode (AllowPlaintext).
 	plaintext bool
+	// ns and workflow are the workflow the SDK encodes or decodes for
+	// (WithSerializationContext); empty without one.
+	ns, workflow string
+}
+
+// MetadataBinding is the metadata key of the workflow a payload was encrypted for
+// (binding): its namespace and workflow ID, which are part of the associated data, so a
+// payload copied into another workflow's history fails to decrypt there.
+const MetadataBinding = "encryption-binding"
+
+// binding is a payload's MetadataBinding value.
+func binding(ns, workflow string) string {
+	return "tpdeploy-aad v1\nnamespace " + ns + "\nworkflow " + workflow
+}
+
+var _ converter.PayloadCodecWithSerializationContext = (*Codec)(nil)
+
+// WithSerializationContext returns a copy of c bound to the workflow the SDK serializes
+// for: what it encodes carries that workflow's namespace and ID in its associated data, and
+// it decodes only payloads bound to that workflow (or bound to none: those written without
+// a workflow, as the Temporal UI's Start Workflow form does through the codec server). The
+// SDK gives no run ID (a start's input is encoded before the server makes the run), so a
+// payload can still be replayed into another run of the same workflow ID.
+func (c *Codec) WithSerializationContext(sc converter.SerializationContext) converter.PayloadCodec {
+	cp := *c
+	switch x := sc.(type) {
+	case converter.WorkflowSerializationContext:
+		cp.ns, cp.workflow = x.Namespace, x.WorkflowID
+	case converter.ActivitySerializationContext:
+		cp.ns, cp.workflow = x.Namespace, x.WorkflowID
+	default:
+		cp.ns, cp.workflow = "", ""
+	}
+	if cp.workflow == "" {
+		cp.ns = ""
+	}
+	return &cp
+}
+
+// bindsTo says whether a payload bound to b may be decoded for c's workflow: its own, or,
+// for a schedule, whose client encodes an action's input for the action's ID while the
+// server runs it as ID-TIME (RFC 3339), one of the schedule's runs.
+func (c *Codec) bindsTo(b string) bool {
+	if c.workflow == "" || b == "" || b == binding(c.ns, c.workflow) {
+		return true
+	}
+	for i := len(c.workflow) - 1; i > 0; i-- {
+		if c.workflow[i] != '-' {
+			continue
+		}
+		if _, err := time.Parse(time.RFC3339, c.workflow[i+1:]); err == nil && b == binding(c.ns, c.workflow[:i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// aad is the associated data of a payload encrypted with key id for binding b.
+func aad(id, b string) []byte {
+	if b == "" {
+		return []byte(id)
+	}
+	return []byte(id + "\n" + b)
 }
 
 // AllowPlaintext returns a copy of c whose Decode passes unencrypted payloads through
@@ -173,13 +237,16 @@ func (c *Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error
 		if _, err := rand.Read(nonce); err != nil {
 			return payloads, fmt.Errorf("encrypt payload: %w", err)
 		}
-		out[i] = &commonpb.Payload{
-			Metadata: map[string][]byte{
-				converter.MetadataEncoding: []byte(Encoding),
-				MetadataKeyID:              []byte(k.id),
-			},
-			Data: k.aead.Seal(nonce, nonce, plain, []byte(k.id)),
+		meta := map[string][]byte{
+			converter.MetadataEncoding: []byte(Encoding),
+			MetadataKeyID:              []byte(k.id),
 		}
+		b := ""
+		if c.workflow != "" {
+			b = binding(c.ns, c.workflow)
+			meta[MetadataBinding] = []byte(b)
+		}
+		out[i] = &commonpb.Payload{Metadata: meta, Data: k.aead.Seal(nonce, nonce, plain, aad(k.id, b))}
 	}
 	return out, nil
 }
@@ -206,7 +273,12 @@ func (c *Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error
 		if len(p.Data) < n+k.aead.Overhead() {
 			return payloads, fmt.Errorf("decrypt payload (key %s): %d bytes is too short", id, len(p.Data))
 		}
-		plain, err := k.aead.Open(nil, p.Data[:n], p.Data[n:], []byte(id))
+		b := string(p.GetMetadata()[MetadataBinding])
+		if !c.bindsTo(b) {
+			return payloads, fmt.Errorf("decrypt payload (key %s): it was encrypted for another workflow (%s), not namespace %s workflow %s: refused (copied from another history?)",
+				id, strings.ReplaceAll(strings.TrimPrefix(b, "tpdeploy-aad v1\n"), "\n", ", "), c.ns, c.workflow)
+		}
+		plain, err := k.aead.Open(nil, p.Data[:n], p.Data[n:], aad(id, b))
 		if err != nil {
 			return payloads, fmt.Errorf("decrypt payload (key %s): %w", id, err)
 		}

@@ -194,7 +194,7 @@ func TestLoadNamesTheFile(t *testing.T) {
 
 func TestHTTPHandlerDecodesForTheUI(t *testing.T) {
 	c := mustNew(t, newKey(t))
-	srv := httptest.NewServer(NewHTTPHandler(c, DefaultUIOrigin))
+	srv := httptest.NewServer(NewHTTPHandler(c, HandlerOptions{Origins: []string{DefaultUIOrigin}}))
 	defer srv.Close()
 
 	// The UI's preflight.

@@ -168,7 +168,7 @@ func TestHistoryHoldsOnlyCiphertext(t *testing.T) {
 	}
 
 	// The codec server lets the Temporal CLI (and the UI, pointed at it) read the history.
-	codecSrv := httptest.NewServer(codec.NewHTTPHandler(mustCodec(t, keyFile), codec.DefaultUIOrigin))
+	codecSrv := httptest.NewServer(codec.NewHTTPHandler(mustCodec(t, keyFile), codec.HandlerOptions{Origins: []string{codec.DefaultUIOrigin}}))
 	defer codecSrv.Close()
 	without := payloadData(t, showWorkflow(t, ctx, okRun.GetID()))
 	with := payloadData(t, showWorkflow(t, ctx, okRun.GetID(), "--codec-endpoint", codecSrv.URL))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/readiness"
 )
 
 // The canary: /health answers 200 while vLLM's EngineCore is frozen (its process alive,
@@ -64,7 +65,8 @@ func newCanary(req contract.CanaryRequest) *canary {
 	}
 	req.Timeout = max(req.Timeout, 100*time.Millisecond)
 	req.Failures = max(req.Failures, 1)
-	return &canary{req: req, results: make(chan canaryResult), client: &http.Client{}}
+	// No redirect is followed: the key would go on to wherever the answer points.
+	return &canary{req: req, results: make(chan canaryResult), client: &http.Client{CheckRedirect: readiness.NoRedirects}}
 }
 
 // aim points the canary at a serving endpoint, or (nil) holds it while nothing serves.
@@ -109,6 +111,21 @@ func (c *canary) run(ctx context.Context) {
 	}
 }
 
+// maxReplyRecorded bounds what the canary keeps of an error answer (it goes into the
+// supervisor's state and history): vLLM's error JSON fits.
+const maxReplyRecorded = 256
+
+// printable is an answer's text as it may be recorded: control characters (a terminal's
+// escapes) as spaces, trimmed.
+func printable(b []byte) string {
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(string(b), "?")))
+}
+
 // probe sends one canary and judges it.
 func (c *canary) probe(ctx context.Context, t canaryTarget) canaryResult {
 	before, haveBefore := generatedTokens(ctx, t.endpoint)
@@ -128,11 +145,11 @@ func (c *canary) probe(ctx context.Context, t canaryTarget) canaryResult {
 	took := time.Since(start)
 	if err == nil {
 		defer resp.Body.Close()
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxReplyRecorded))
 		if resp.StatusCode == http.StatusOK {
 			return canaryResult{ok: true, detail: fmt.Sprintf("one token in %s", took.Round(time.Millisecond))}
 		}
-		return canaryResult{detail: fmt.Sprintf("answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))}
+		return canaryResult{detail: fmt.Sprintf("answered %s: %s", resp.Status, printable(msg))}
 	}
 	if rctx.Err() == nil || ctx.Err() != nil {
 		return canaryResult{detail: err.Error()}

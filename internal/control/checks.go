@@ -2,7 +2,9 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
@@ -41,7 +43,12 @@ func (c *Checks) CheckDeployment(ctx context.Context, req contract.CheckDeployme
 	}
 	chk.Endpoint = st.Result.Endpoint
 	chk.Plan = &st.Result.Plan
-	if err := c.ready(ctx, st, chk.Endpoint); err != nil {
+	endpoint, err := servingEndpoint(st)
+	if err != nil {
+		chk.Detail = err.Error()
+		return chk, nil
+	}
+	if err := c.ready(ctx, st, endpoint); err != nil {
 		chk.Detail = err.Error()
 		return chk, nil
 	}
@@ -94,4 +101,36 @@ func fetcher(apiKey string) func(ctx context.Context, url string) ([]byte, error
 	return func(ctx context.Context, url string) ([]byte, error) {
 		return readiness.Get(ctx, hc, url, apiKey, 1<<20)
 	}
+}
+
+// servingEndpoint is where a deploy serves, derived from its spec and plan: the head's
+// planned address (the spec's nodes[].address when it pins one, inside network.subnet when
+// that is pinned) at the spec's ports.vllm. The deploy's result must name exactly that,
+// and its Ray address the head's at ports.ray: the checks and the canary dial nothing else.
+// (Anyone who can start a workflow under the deploy's ID can make a result of their own;
+// a result naming another endpoint would have every agent's checks dial it.)
+func servingEndpoint(st Status) (string, error) {
+	if st.Spec == nil || st.Result == nil {
+		return "", errors.New("no spec or no result to derive the endpoint from")
+	}
+	d := st.Spec.WithDefaults()
+	head := d.Head()
+	np, ok := st.Result.Plan.Node(head.Name)
+	if !ok || !np.Address.IsValid() {
+		return "", fmt.Errorf("the deploy's plan has no address for the head %s", head.Name)
+	}
+	if pin := head.PinnedAddress(); pin.IsValid() && pin != np.Address {
+		return "", fmt.Errorf("the deploy's plan puts the head %s at %s, not the spec's nodes[].address %s", head.Name, np.Address, pin)
+	}
+	if sub := d.Network.PinnedSubnet(); sub.IsValid() && !sub.Contains(np.Address) {
+		return "", fmt.Errorf("the deploy's plan puts the head %s at %s, outside the spec's network.subnet %s", head.Name, np.Address, sub)
+	}
+	want := fmt.Sprintf("http://%s:%d", np.Address, d.Ports.VLLM)
+	if st.Result.Endpoint != want {
+		return "", fmt.Errorf("the deploy's result names the endpoint %q, not %s (the head %s's planned address at ports.vllm): not checked", st.Result.Endpoint, want, head.Name)
+	}
+	if ra := st.Result.Plan.RayAddress; ra != "" && ra != netip.AddrPortFrom(np.Address, uint16(d.Ports.Ray)).String() {
+		return "", fmt.Errorf("the deploy's plan names Ray's address %s, not the head %s's at ports.ray: not checked", ra, head.Name)
+	}
+	return want, nil
 }

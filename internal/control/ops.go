@@ -123,8 +123,8 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 			canaryFails, unanswered = 0, false
 		default:
 			h.Deploying = false
-			if st.Result != nil && st.Spec != nil {
-				cn.aim(&canaryTarget{endpoint: st.Result.Endpoint, served: st.Spec.Model.ServedName, key: c.endpointKey(st, st.Result.Endpoint)})
+			if ep, err := servingEndpoint(st); err == nil {
+				cn.aim(&canaryTarget{endpoint: ep, served: st.Spec.Model.ServedName, key: c.endpointKey(st, ep)})
 			} else {
 				cn.aim(nil)
 			}
@@ -263,7 +263,11 @@ func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := c.ready(ctx, st, st.Result.Endpoint); err != nil {
+	endpoint, err := servingEndpoint(st)
+	if err != nil {
+		return err.Error(), false
+	}
+	if err := c.ready(ctx, st, endpoint); err != nil {
 		return err.Error(), false
 	}
 	plan := st.Result.Plan

@@ -6,7 +6,7 @@
 //
 //	# /etc/tpdeploy/policy.yaml — a setting given here replaces its default
 //	allowed_images: ["vllm/vllm-openai:*", "registry.internal/vllm/*:*"]
-//	allowed_mounts: [/root/.cache/huggingface, /models]
+//	allowed_mounts: [/root/.cache/huggingface, "/models:ro"]   # :ro: containers mount it, and below it, read-only
 //	allowed_docker_hosts: ["unix:///var/run/docker.sock"]
 //	allowed_ports: ["1024-65535"]
 //	allowed_env: [NCCL_DEBUG, "MY_SITE_*", TRITON_PTXAS_PATH]   # a code-loading name only exactly
@@ -68,8 +68,10 @@ const DefaultDockerHost = "unix:///var/run/docker.sock"
 // Defaults: the stock vLLM images, the Hugging Face cache and /models, the local engine,
 // unprivileged ports.
 var (
-	DefaultImages      = []string{"vllm/vllm-openai:*"}
-	DefaultMounts      = []string{"/root/.cache/huggingface", "/models"}
+	DefaultImages = []string{"vllm/vllm-openai:*"}
+	// DefaultMounts: the HF cache, which containers mount read-write, and /models, whose
+	// directories (model.host_dir) they mount read-only (":ro", CheckBind).
+	DefaultMounts      = []string{"/root/.cache/huggingface", "/models" + ReadOnlySuffix}
 	DefaultDockerHosts = []string{DefaultDockerHost}
 	DefaultPorts       = []string{"1024-65535"}
 	// DefaultEnv are variables vLLM, Ray, torch, NCCL, UCX, CUDA and the Hugging Face
@@ -156,14 +158,17 @@ const (
 
 // Policy is what this node allows. Build it with Default, Parse or Load.
 type Policy struct {
-	Images      []string // glob patterns (path.Match) of image references
-	Mounts      []string // absolute host path prefixes
-	DockerHosts []string // Docker engine addresses, exactly
-	Ports       []string // port ranges, "1024-65535" or "8000"
-	Env         []string // glob patterns of environment variable names
-	ExtraArgs   []string // vLLM options model.extra_args may give, exactly, in vLLM's spelling
-	SecretDirs  []string // absolute directories secret files may be read from
-	SecretEnv   []string // agent variables secret references may name, exactly
+	Images []string // glob patterns (path.Match) of image references
+	Mounts []string // absolute host path prefixes
+	// ReadOnlyMounts are the Mounts given with ":ro": containers bind them, and the
+	// directories below them, only read-only (CheckBind).
+	ReadOnlyMounts []string
+	DockerHosts    []string // Docker engine addresses, exactly
+	Ports          []string // port ranges, "1024-65535" or "8000"
+	Env            []string // glob patterns of environment variable names
+	ExtraArgs      []string // vLLM options model.extra_args may give, exactly, in vLLM's spelling
+	SecretDirs     []string // absolute directories secret files may be read from
+	SecretEnv      []string // agent variables secret references may name, exactly
 	// RDMA is RDMAPlanned or RDMANone.
 	RDMA string
 	// RequirePinned allows an image only by content: NAME[:TAG]@sha256:DIGEST, where the
@@ -336,11 +341,15 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		}
 	}
 	for i, m := range p.Mounts {
+		m, ro := strings.CutSuffix(m, ReadOnlySuffix)
 		if !filepath.IsAbs(m) {
 			problems = append(problems, fmt.Errorf("%s: %q is not an absolute path", SettingMounts, m))
 			continue
 		}
 		p.Mounts[i] = filepath.Clean(m)
+		if ro {
+			p.ReadOnlyMounts = append(p.ReadOnlyMounts, p.Mounts[i])
+		}
 	}
 	for i, d := range p.SecretDirs {
 		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" {
@@ -441,6 +450,8 @@ type DeniedError struct {
 	Allowed []string
 	File    string
 	Flag    string
+	// Hint, when set, is the advice given instead of adding the value to the setting.
+	Hint string
 }
 
 func (e *DeniedError) Error() string {
@@ -451,6 +462,10 @@ func (e *DeniedError) Error() string {
 	verb, it := "is", "it"
 	if strings.HasSuffix(e.What, "s") {
 		verb, it = "are", "them"
+	}
+	if e.Hint != "" {
+		return fmt.Sprintf("%s %s %s not allowed by this node's policy (%s: %s, in %s or %s): %s",
+			e.What, e.Value, verb, e.Setting, allowed, e.File, e.Flag, e.Hint)
 	}
 	return fmt.Sprintf("%s %s %s not allowed by this node's policy (%s: %s); add %s to %s in %s or %s",
 		e.What, e.Value, verb, e.Setting, allowed, it, e.Setting, e.File, e.Flag)
@@ -547,6 +562,69 @@ func (p Policy) CheckMount(hostPath string) error {
 		}
 	}
 	return denied
+}
+
+// ReadOnlySuffix marks an allowed_mounts entry whose directories containers bind only
+// read-only ("/models:ro").
+const ReadOnlySuffix = ":ro"
+
+// CheckBind allows a bind mount's source only where no container tpdeploy starts can swap
+// it. The engine resolves a source path again when it starts the container, after the
+// agent checked it; a container that can write a directory above the source (any
+// container binding that directory read-write) can replace the source by a link to / in
+// between. So:
+//   - a read-write source (hf_cache) must be an allowed mount itself, not one given with
+//     ":ro" (a directory below a mount would sit in a directory another cluster's
+//     container may write);
+//   - a read-only source (model.host_dir) must be an allowed mount, or lie below one given
+//     with ":ro", which no container binds read-write;
+//   - and no source may lie below an allowed mount containers may bind read-write.
+//
+// Together: the only directories containers write are allowed mounts without ":ro", and
+// no bind source lies below one, so none can be swapped.
+func (p Policy) CheckBind(hostPath string, readOnly bool) error {
+	if err := p.CheckMount(hostPath); err != nil {
+		return err
+	}
+	clean := filepath.Clean(hostPath)
+	ro := func(m string) bool { return slices.Contains(p.ReadOnlyMounts, m) }
+	var equal, belowRO bool
+	for _, m := range p.Mounts {
+		switch {
+		case m == clean:
+			equal = true
+		case m == "/" || strings.HasPrefix(clean, m+"/"):
+			if !ro(m) {
+				return &DeniedError{What: "bind source", Value: strconv.Quote(hostPath) + fmt.Sprintf(" (below %s, which containers may mount read-write and so could replace it by a link before the engine mounts it)", m),
+					Setting: SettingMounts, Allowed: p.mountList(), File: p.File, Flag: FlagMount, Hint: "use an allowed mount itself, or a directory below one given as DIR" + ReadOnlySuffix}
+			}
+			belowRO = true
+		}
+	}
+	switch {
+	case !readOnly && !equal:
+		return &DeniedError{What: "read-write bind source", Value: strconv.Quote(hostPath) + " (not an allowed mount itself)",
+			Setting: SettingMounts, Allowed: p.mountList(), File: p.File, Flag: FlagMount, Hint: "hf_cache must be one of allowed_mounts exactly (containers write it, so a directory below a mount could be swapped by another cluster's container)"}
+	case !readOnly && ro(clean):
+		return &DeniedError{What: "read-write bind source", Value: strconv.Quote(hostPath) + " (allowed only read-only: " + clean + ReadOnlySuffix + ")",
+			Setting: SettingMounts, Allowed: p.mountList(), File: p.File, Flag: FlagMount, Hint: "hf_cache must be an allowed mount without " + ReadOnlySuffix}
+	case readOnly && !equal && !belowRO:
+		return &DeniedError{What: "read-only bind source", Value: strconv.Quote(hostPath), Setting: SettingMounts, Allowed: p.mountList(), File: p.File, Flag: FlagMount,
+			Hint: "model.host_dir must be an allowed mount, or below one given as DIR" + ReadOnlySuffix}
+	}
+	return nil
+}
+
+// mountList is allowed_mounts as the operator writes it (":ro" included).
+func (p Policy) mountList() []string {
+	out := make([]string, len(p.Mounts))
+	for i, m := range p.Mounts {
+		out[i] = m
+		if slices.Contains(p.ReadOnlyMounts, m) {
+			out[i] += ReadOnlySuffix
+		}
+	}
+	return out
 }
 
 // CheckEnv allows variable names matching allowed_env, never one that makes a program
