@@ -239,6 +239,9 @@ type engine struct {
 	// queue to the actors); onDead tells the API server the engine died.
 	mq     net.Conn
 	onDead func()
+	// timeout is the executor's deadline on a step's reply (executeTimeout); zero is none.
+	timeout    time.Duration
+	timeoutErr error
 }
 
 func (e *engine) print(line string) {
@@ -618,7 +621,7 @@ func (e *engine) raw(line string) {
 		e.out(line)
 		return
 	}
-	emit(fmt.Sprintf("(EngineCore_DP0 pid=%d) %s", os.Getpid(), line))
+	emit(fmt.Sprintf("(%s pid=%d) %s", engineCoreName(e.flags.rel), os.Getpid(), line))
 }
 
 // relayWorkerLogs prints the remote ranks' lines as Ray forwards them to the driver.
@@ -790,8 +793,23 @@ func (a *apiServer) serve(ctx context.Context) error {
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Application startup complete.", os.Getpid()))
 	srv := &http.Server{Handler: authenticate(a.api(), apiTokens(f))}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
+	exited := make(chan struct{})
+	go a.watchdog(ctx, func() {
+		// uvicorn's shutdown once should_exit is set, as `vllm serve` prints it.
+		pid := os.Getpid()
+		emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Shutting down", pid))
+		_ = srv.Close()
+		emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Waiting for application shutdown.", pid))
+		emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Application shutdown complete.", pid))
+		emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Finished server process [%d]", pid, pid))
+		close(exited)
+	})
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
 	}
 	return nil
 }
@@ -845,7 +863,12 @@ func (a *apiServer) api() http.Handler {
 			return // the client went away: the request is aborted
 		}
 		if out.Err != "" {
-			apiError(w, http.StatusServiceUnavailable, "EngineDeadError", "EngineCore encountered an issue.")
+			// EngineDeadError reaches the app's engine error handler: 500, type
+			// InternalServerError, the exception's text (vllm/entrypoints/serve/
+			// exception_handling/handlers/vllm_error.py engine_error_handler and
+			// error_response.py create_error_response; older launchers answered a bare
+			// Response(status_code=500), launcher.py runtime_exception_handler).
+			apiError(w, http.StatusInternalServerError, "InternalServerError", engineDeadMessage)
 			return
 		}
 		writeJSON(w, map[string]any{"id": "cmpl-" + randomHex(32), "object": "text_completion", "created": time.Now().Unix(), "model": req.Model,
@@ -907,6 +930,9 @@ func completion(prompt string, tokens int) (string, int) {
 	}
 	return " " + strings.Join(out, " "), len(out)
 }
+
+// engineDeadMessage is EngineDeadError's text (vllm/v1/engine/exceptions.py).
+const engineDeadMessage = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 func apiError(w http.ResponseWriter, code int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/json")
