@@ -24,7 +24,7 @@ import (
 )
 
 // The canary's settings in the lab's tests: short, so that a test sees the incident in
-// seconds (the defaults are 60s, 30s, 2).
+// seconds (the defaults are 30s, 20s, 2).
 var testCanary = spec.Canary{Every: spec.Duration(3 * time.Second), Timeout: spec.Duration(2 * time.Second), Failures: 2}
 
 // processIn finds the process whose command line starts with title among the cluster's

@@ -186,8 +186,8 @@ func (a *apiServer) route(ctx context.Context, msgs <-chan engineMsg, core *chil
 }
 
 // engineCoreName is EngineCore's process name in its log prefix and in the client's
-// monitor: EngineCore_DP<rank> up to 0.17, EngineCore from 0.18 (vLLM PR #36822: the DP
-// suffix only with data parallelism).
+// monitor: EngineCore_DP<rank> up to 0.17, EngineCore from 0.18 (lab/README.md: real lines
+// of 0.14 and of 0.20 show each; vLLM PR #36822 is named for the change).
 func engineCoreName(r release) string {
 	if atLeast(r.vllm, "0.18") {
 		return "EngineCore"
@@ -313,8 +313,9 @@ func engineCoreMain(in procInput) error {
 	if f.backend == "mp" {
 		err = e.startMP(ctx, e.world/max(f.nnodes, 1))
 	} else {
-		e.v2 = f.rel.rayV2()
-		err = e.start(ctx)
+		if e.v2, err = f.rel.rayV2Switch(); err == nil {
+			err = e.start(ctx)
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,8 @@ func TestAHungStepTimesOutWithUpstreamsError(t *testing.T) {
 }
 
 func TestEngineCoreIsNamedAsItsRelease(t *testing.T) {
-	// vLLM PR #36822 (0.18): "EngineCore", the DP suffix only with data parallelism.
+	// 0.14's lines read (EngineCore_DP0 pid=N) (vllm#32468), 0.20's (EngineCore pid=N)
+	// (vllm#41647, verl#6583).
 	for v, want := range map[string]string{"0.11.0": "EngineCore_DP0", "0.17.1": "EngineCore_DP0", "0.18.0": "EngineCore", "0.22.1": "EngineCore"} {
 		if got := engineCoreName(release{vllm: v}); got != want {
 			t.Errorf("%s: %q, want %q", v, got, want)
@@ -141,6 +143,50 @@ func TestTheWatchdogEndsTheServerUnlessKeptAlive(t *testing.T) {
 			if c.exit {
 				t.Errorf("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=%q: the server did not end", c.env)
 			}
+		}
+	}
+}
+
+// vllm/engine/arg_utils.py create_engine_config: assert world_size % self.nnodes == 0,
+// (f"world_size={world_size} must be divisible by nnodes={self.nnodes}.").
+func TestMPDivisibilityIsArgUtilsAssert(t *testing.T) {
+	if got, want := mpDivisibility(3, 2), "world_size=3 must be divisible by nnodes=2."; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// vllm/utils/network_utils.py get_ip: warnings.warn("Failed to get the IP address, using
+// 0.0.0.0 by default." "The value can be set by the environment variable" " VLLM_HOST_IP
+// or HOST_IP.", stacklevel=2) — Python prints it as FILE:LINE: UserWarning: TEXT.
+func TestGetIPWarningIsUpstreams(t *testing.T) {
+	if !strings.HasSuffix(getIPWarning, ": UserWarning: Failed to get the IP address, using 0.0.0.0 by default.The value can be set by the environment variable VLLM_HOST_IP or HOST_IP.") {
+		t.Errorf("%q", getIPWarning)
+	}
+}
+
+// NVIDIA/nccl src/bootstrap.cc: INFO(NCCL_BOOTSTRAP, "Bootstrap : Using%s", line) at
+// v2.23.4-1, "Bootstrap: Using%s" from v2.24.3-1 (and at 2.27.3, 2.27.5, 2.28.9).
+func TestBootstrapLineLosesItsSpaceIn224(t *testing.T) {
+	for v, want := range map[string]string{"2.23.4": "Bootstrap : Using eth0", "2.24.3": "Bootstrap: Using eth0", "2.27.3": "Bootstrap: Using eth0", "2.28.9": "Bootstrap: Using eth0"} {
+		if got := bootstrapLine(v, "eth0"); got != want {
+			t.Errorf("NCCL %s: %q, want %q", v, got, want)
+		}
+	}
+}
+
+// get_env_vars_to_copy starts from vLLM's registered names (vllm/ray/ray_env.py:
+// result = set(envs.environment_variables)); vllm/envs.py registers these, e.g.
+// "LD_LIBRARY_PATH": lambda: os.environ.get("LD_LIBRARY_PATH", None) and the tensorizer's
+// "S3_ENDPOINT_URL": lambda: os.environ.get("S3_ENDPOINT_URL", None).
+func TestTheLegacyCopyCoversRegisteredNames(t *testing.T) {
+	for _, n := range []string{"LD_LIBRARY_PATH", "CUDA_HOME", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "S3_ENDPOINT_URL"} {
+		if !slices.Contains(registeredNonVLLM, n) {
+			t.Errorf("%s is registered in vllm/envs.py and copied", n)
+		}
+	}
+	for _, n := range []string{"LOCAL_RANK", "CUDA_VISIBLE_DEVICES"} {
+		if slices.Contains(registeredNonVLLM, n) {
+			t.Errorf("%s is worker-specific: never copied", n)
 		}
 	}
 }

@@ -440,6 +440,11 @@ func (e *engine) copyEnv(ctx context.Context) error {
 	worker := map[string]bool{"VLLM_HOST_IP": true, "VLLM_HOST_PORT": true, "LOCAL_RANK": true, "CUDA_VISIBLE_DEVICES": true}
 	prefixes := []string{"VLLM_"}
 	extra := map[string]bool{"HF_TOKEN": true, "HUGGING_FACE_HUB_TOKEN": true}
+	// Every name vLLM registers is copied too (get_env_vars_to_copy starts from
+	// set(envs.environment_variables)), the VLLM_ ones and these of vllm/envs.py.
+	for _, n := range registeredNonVLLM {
+		extra[n] = true
+	}
 	newer := e.flags.rel.copiesPrefixes()
 	if newer {
 		prefixes = []string{"HF_", "HUGGING_FACE_", "LMCACHE_", "NCCL_", "UCX_", "VLLM_"}
@@ -735,14 +740,14 @@ func (e *engine) collective(ctx context.Context) error {
 	return nil
 }
 
-// lostAfterStart: a rank's node died while the engine serves. vLLM's /health stays 200
-// until the next request reaches the dead actor and the engine dies with it.
+// lostAfterStart: a rank's node died while the engine serves. Under the legacy executor
+// vLLM's /health stays 200 until the next request reaches the dead actor and the engine
+// dies with it; it prints nothing of its own meanwhile (vLLM has no "A RayWorkerWrapper
+// died" line: the error surfaces from the next ray.get).
 func (e *engine) lostAfterStart() {
 	if e.v2 {
 		e.v2Dead(e.lostNode)
-		return
 	}
-	e.log("WARNING", "ray_executor.py:402", "A RayWorkerWrapper died: "+strings.SplitN(*e.lost.Load(), "\n", 2)[0])
 }
 
 // engineDead is EngineCore's fatal error: the API server's client learns of it and the
@@ -939,3 +944,10 @@ func apiError(w http.ResponseWriter, code int, typ, msg string) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
 }
+
+// registeredNonVLLM are the names vllm/envs.py registers (environment_variables) that do not
+// start with VLLM_: the build-time ones, the S3 credentials of the tensorizer loader and the
+// NCCL library search path; LOCAL_RANK and CUDA_VISIBLE_DEVICES are registered but
+// worker-specific, never copied.
+var registeredNonVLLM = []string{"MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_TYPE", "VERBOSE", "CUDA_HOME", "LD_LIBRARY_PATH",
+	"S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "S3_ENDPOINT_URL"}
