@@ -39,3 +39,20 @@ func TestNCCL228ConnectFailureIsNCCLError(t *testing.T) {
 		t.Errorf("%q does not name the peer", f.Message())
 	}
 }
+
+// vLLM's Rust front end (VLLM_USE_RUST_FRONTEND=1) prints no "Starting vLLM server on" and
+// no uvicorn lines: the Python side logs "Launching Rust frontend: …" (vllm/v1/utils.py
+// RustFrontendProcessManager), and the vllm-rs process, once bound, its server's
+// info!(%bind_address, %model, "starting OpenAI server") under the (RustFrontend pid=N)
+// prefix its other lines carry ("(RustFrontend pid=353) WARNING 06-01 21:35:56
+// [unsupported.rs:64] …" in a 0.22.1 nightly's log).
+func TestTheRustFrontEndsReadyLineIsReady(t *testing.T) {
+	ready := "(RustFrontend pid=353) INFO 06-01 21:36:41 [server.rs:118] starting OpenAI server bind_address=0.0.0.0:8000 model=qwen3.6-35b"
+	if got := Phase(ready); got != "ready" {
+		t.Errorf("%q: phase %q, want ready", ready, got)
+	}
+	launch := "(APIServer pid=1) INFO 06-01 21:35:56 [utils.py:370] Launching Rust frontend: /usr/local/lib/python3.12/dist-packages/vllm/vllm-rs frontend --listen-fd 15"
+	if got := Phase(launch); got == "ready" {
+		t.Errorf("%q: the launch is not the server up", launch)
+	}
+}

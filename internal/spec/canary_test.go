@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,5 +19,18 @@ func TestCanaryDefaultsCatchAWedgedEngineWithin90s(t *testing.T) {
 	}
 	if c.Timeout.D() < 10*time.Second {
 		t.Errorf("timeout %s: one token of a loaded engine needs more", c.Timeout.D())
+	}
+}
+
+// vllm/v1/executor/vllm_net_devices.py (vLLM PR #42083): value = f"{rdma_dev}{suffix}";
+// if existing: value = f"{value},{existing}" — the plan's exact NCCL_IB_HCA would lose its
+// leading "=". Both variables are refused in a node's env, naming why.
+func TestNICSelectionVariablesAreRefused(t *testing.T) {
+	for _, k := range []string{"VLLM_GPU_NIC_PCIE_MAPPING", "VLLM_NIC_SELECTION_VARS"} {
+		y := strings.Replace(validYAML, "gpus: 1}\n  - {name: node-b", "gpus: 1, env: {"+k+": 'NCCL_IB_HCA:1'}}\n  - {name: node-b", 1)
+		_, err := Parse([]byte(y))
+		if err == nil || !strings.Contains(err.Error(), "nodes[0].env."+k) || !strings.Contains(err.Error(), "PR #42083") || !strings.Contains(err.Error(), "NCCL_IB_HCA") {
+			t.Errorf("%s: %v, want a refusal naming the field, vLLM PR #42083 and NCCL_IB_HCA", k, err)
+		}
 	}
 }
