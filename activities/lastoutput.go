@@ -21,8 +21,8 @@ const (
 )
 
 // LastOutput is what the cluster's containers on this node printed last (the tail of
-// their logs: Ray, or vLLM's own container in mp mode) and, in a running Ray head's
-// container, the tail of vLLM's output: what a recovery keeps before it tears the cluster
+// their logs) and, in a running Ray head's container or an mp rank's container, the tail
+// of vLLM's output file: what a recovery keeps before it tears the cluster
 // down, so the incident says what the engine and the ranks said before they were stopped.
 func (cs *Containers) LastOutput(ctx context.Context, req contract.LastOutputRequest) (string, error) {
 	if err := cs.checkNode(req.Node); err != nil {
@@ -52,7 +52,9 @@ func (cs *Containers) LastOutput(ctx context.Context, req contract.LastOutputReq
 		} else {
 			fmt.Fprintf(&b, "(logs: %v)\n", err)
 		}
-		if c.Labels[LabelRole] == contract.RoleRayHead && c.State == "running" {
+		// vLLM's output is its wrapper's file, not the container's log, in the Ray head's
+		// container and in an mp rank's own (whose container outlives the vLLM that exited).
+		if role := c.Labels[LabelRole]; (role == contract.RoleRayHead || role == contract.RoleVLLM) && c.State == "running" {
 			r, err := execIn(ctx, eng, name, shScript(`[ -f "$1" ] && tail -n "$2" "$1"; exit 0`, vllmDir+"/log", fmt.Sprint(lastOutputLines)), nil)
 			if err == nil && r.Stdout != "" {
 				fmt.Fprintf(&b, "== vllm in %s\n%s", name, r.Stdout)

@@ -7,7 +7,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +26,7 @@ import (
 )
 
 // The canary's settings in the lab's tests: short, so that a test sees the incident in
-// seconds (the defaults are 60s, 30s, 2).
+// seconds (the defaults are 30s, 20s, 2).
 var testCanary = spec.Canary{Every: spec.Duration(3 * time.Second), Timeout: spec.Duration(2 * time.Second), Failures: 2}
 
 // processIn finds the process whose command line starts with title among the cluster's
@@ -207,4 +209,138 @@ func TestMPHungRankOnNodeBRecovers(t *testing.T) {
 	s.Executor = spec.ExecutorMP
 	s.Canary = testCanary
 	wedged(t, s, "node-b", rankTitle(s))
+}
+
+// executeTimeout is the lab's VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (vLLM's default is 300):
+// the same variable vLLM reads, set in the nodes' env, so the engine gives up in seconds.
+const executeTimeout = 8 * time.Second
+
+// A frozen rank under the mp executor with the canary off: vLLM's own execute timeout
+// ends the engine (TimeoutError: RPC call to sample_tokens timed out.), the request
+// waiting meanwhile gets 500 InternalServerError, the API server's watchdog ends `vllm
+// serve` within 5 s, and the supervisor, seeing the endpoint gone, brings the cluster back.
+func TestMPFrozenRankEndsTheEngineAndRecovers(t *testing.T) {
+	s := labSpec(t, "e2e-mpdeath")
+	s.Executor = spec.ExecutorMP
+	s.Canary = spec.Canary{Off: true}
+	for i := range s.Nodes {
+		if s.Nodes[i].Env == nil {
+			s.Nodes[i].Env = map[string]string{}
+		}
+		s.Nodes[i].Env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = strconv.Itoa(int(executeTimeout.Seconds()))
+	}
+	deployServing(t, s)
+	defer teardown(t, s.Name)
+	if err := complete(t, s, 10*time.Second); err != nil {
+		t.Fatalf("before the fault: %v", err)
+	}
+	before, _ := supervision(t, s.Name)
+	pid, container := processIn(t, s.Name, "node-b", rankTitle(s))
+	t0 := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %s (pid %d in %s): %v", rankTitle(s), pid, container, err)
+	}
+	defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+	// SIGSTOP is delivered asynchronously: wait until every thread of the rank stopped.
+	eventually(t, 5*time.Second, "the rank stopped", func() bool { return processStopped(pid) })
+	t0 = time.Now()
+	t.Logf("SIGSTOP %s: pid %d in %s", rankTitle(s), pid, container)
+
+	// The request waiting on the frozen rank: 500 once the timeout fired.
+	body, _ := json.Marshal(map[string]any{"model": s.Model.ServedName, "prompt": "hello", "max_tokens": 1})
+	endpoint := fmt.Sprintf("http://%s:%d", theLab.Nodes[0].Fast, s.Ports.VLLM)
+	ctx, cancel := context.WithTimeout(context.Background(), executeTimeout+20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+"/v1/completions", bytes.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the completion waiting on the frozen rank: %v", err)
+	}
+	var answer struct {
+		Error struct {
+			Message, Type string
+			Code          int
+		}
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	answered := time.Since(t0)
+	if resp.StatusCode != http.StatusInternalServerError || answer.Error.Type != "InternalServerError" ||
+		answer.Error.Message != "EngineCore encountered an issue. See stack trace (above) for the root cause." {
+		t.Errorf("the completion answered %d %+v, want vLLM's 500 InternalServerError", resp.StatusCode, answer.Error)
+	}
+	if answered < executeTimeout || answered > executeTimeout+10*time.Second {
+		out, _ := eng.ContainerLogs(context.Background(), container, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "30"})
+		var b strings.Builder
+		if out != nil {
+			_, _ = io.Copy(&b, out)
+			out.Close()
+		}
+		t.Fatalf("the completion answered %.1fs after the SIGSTOP, want just after the %s execute timeout; pid %d stopped %v; %s's last lines:\n%s",
+			answered.Seconds(), executeTimeout, pid, processStopped(pid), container, b.String())
+	}
+	// Then `vllm serve` ends: its port refuses connections.
+	var gone time.Duration
+	eventually(t, 15*time.Second, "vLLM's API server gone after its engine died", func() bool {
+		r, err := http.Get(endpoint + "/health")
+		if err != nil {
+			gone = time.Since(t0)
+			return true
+		}
+		r.Body.Close()
+		return false
+	})
+	var inc workflows.Incident
+	eventually(t, 4*time.Minute, "an incident after the fault, recovered", func() bool {
+		sv, _ := supervision(t, s.Name)
+		for _, i := range sv.Incidents {
+			if i.At.After(t0) && i.Outcome == workflows.OutcomeServing {
+				inc = i
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("rank frozen: 500 after %.1fs (execute timeout %s), vLLM gone after %.1fs, incident %s after %.1fs (%s), serving again %s later",
+		answered.Seconds(), executeTimeout, gone.Seconds(), inc.Cause, inc.At.Sub(t0).Seconds(), inc.Seen, inc.Took.Round(time.Millisecond))
+	if inc.Cause != workflows.CauseUnhealthy {
+		t.Errorf("incident cause %q, want %q (the endpoint went away; the canary was off)", inc.Cause, workflows.CauseUnhealthy)
+	}
+	for _, want := range []string{"TimeoutError: RPC call to sample_tokens timed out.", "EngineCore encountered a fatal error.", "Application shutdown complete."} {
+		if !strings.Contains(inc.LastOutput["node-a"], want) {
+			t.Errorf("node-a's last output lacks %q:\n%s", want, inc.LastOutput["node-a"])
+		}
+	}
+	if err := complete(t, s, 30*time.Second); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+	if got := containersOf(t, s.Name); len(got) != 2 {
+		t.Errorf("containers after recovery %v, want two", got)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("the frozen rank (pid %d) still exists after the recovery", pid)
+	}
+	if sv, _ := supervision(t, s.Name); sv.Redeploys != before.Redeploys+1 {
+		t.Errorf("redeploys %d -> %d, want one", before.Redeploys, sv.Redeploys)
+	}
+}
+
+// processStopped says whether every thread of pid is stopped (state T in /proc/PID/task/*/stat).
+func processStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }

@@ -287,7 +287,7 @@ func runCell(t *testing.T, name string, st faultStep, f fault) (r cellResult) {
 	}
 	if st.Name == "steady" {
 		// Short canary settings, so that a wedged engine is an incident within seconds (the
-		// defaults are 60s, 30s, 2) and "kept serving" is judged by answers.
+		// defaults are 30s, 20s, 2) and "kept serving" is judged by answers.
 		c.spec.Canary = testCanary
 		c.run = deployFor(t, c.spec)
 		deployResult(t, c.run, 3*time.Minute)

@@ -450,7 +450,7 @@ func TestNewerVLLMCopiesTheDriversNCCLVariablesOntoItsWorkers(t *testing.T) {
 	// Which NCCL failure depends on whether node-b has an interface of node-a's name: none
 	// (bootstrap finds no interface, as measured) or another one (NCCL binds it and cannot
 	// connect across).
-	if !strings.Contains(out, "NCCL WARN Bootstrap : no socket interface found") && !strings.Contains(out, "NCCL WARN Net : Connect to "+a.Fast.String()) {
+	if !strings.Contains(out, "NCCL WARN Bootstrap : no socket interface found") && !strings.Contains(out, "NCCL WARN socketStartConnect: connect to "+a.Fast.String()) {
 		t.Errorf("node-b's rank did not fail in NCCL on node-a's interface name:\n%s", out)
 	}
 	// The head's rank waits for node-b's in NCCL's bootstrap, forever, as measured.

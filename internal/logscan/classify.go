@@ -752,8 +752,17 @@ var engineHeaders = []string{
 	"WorkerProc failed to start", "Error executing method", "Exception in worker",
 }
 
+// rpcTimeout is MultiprocExecutor's deadline on a step (vllm/v1/executor/
+// multiproc_executor.py collective_rpc: raise TimeoutError(f"RPC call to {method} timed
+// out.")), VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 300 s by default (vllm/envs.py).
+var rpcTimeout = regexp.MustCompile(`TimeoutError: RPC call to (\w+) timed out\.`)
+
 func engine(c ctx) *Finding {
 	t := c.t
+	if m := rpcTimeout.FindStringSubmatch(t); m != nil {
+		return c.find(failure.EngineDead, "vLLM's engine died: a rank did not answer its "+m[1]+" step within VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s unless set)",
+			"a rank frozen or its collective hung (a stopped process, a cut link, a stuck GPU): read that rank's node; `vllm serve` exits within 5 s of this line", true)
+	}
 	if strings.Contains(t, "EngineDeadError") || strings.Contains(t, "Engine core initialization failed") {
 		return c.find(failure.EngineDead, "vLLM's engine died: "+clip(strings.TrimSpace(payload(t)), 160), "see the lines above it; a lost rank (node down, network cut) is the usual cause", true)
 	}

@@ -33,9 +33,10 @@ var (
 	//   WARN("socketProgressOpt: Call to %s %s failed : %s", "recv from"|"send to", addr, strerror(errno))
 	//   (ncclOsSocketProgressOpt in 2.28+), WARN("socketProgress: Connection closed by remote peer %s", addr),
 	//   WARN("socketFinalizeAccept from %s: wrong type %d != %d", …) (2.1x: "socketFinalizeAccept: wrong type %d != %d"),
-	//   WARN("socketStartConnect: Connect to %s failed : %s", …);
+	//   WARN("socketStartConnect: Connect to %s failed : %s", …) (≤ 2.23), from 2.24 socketConnectCheck's
+	//   WARN("%s: Connect to %s failed : %s", funcName, …) and from 2.27 "connect to" (lower case);
 	// NCCL ≤ 2.14 src/include/socket.h: WARN("Net : Connection closed by remote peer %s", …).
-	ncclSockFmt = regexp.MustCompile(`(?:ncclOs|\b)[sS]ocketProgressOpt: Call to (?:recv from|send to) (\S*) failed : |socketProgress: Connection closed by remote peer (\S*)|socketFinalizeAccept(?: from \S+)?: wrong type \d+ != \d+|socketStartConnect: Connect to (\S+) failed : |Net : Connection closed by remote peer (\S*)`)
+	ncclSockFmt = regexp.MustCompile(`(?:ncclOs|\b)[sS]ocketProgressOpt: Call to (?:recv from|send to) (\S*) failed : |socketProgress: Connection closed by remote peer (\S*)|socketFinalizeAccept(?: from \S+)?: wrong type \d+ != \d+|socketStartConnect: [Cc]onnect to (\S+) failed : |Net : Connection closed by remote peer (\S*)`)
 	// NVIDIA/nccl src/proxy.cc, ncclProxyCallBlocking / ncclProxyCallAsync:
 	//   WARN("Proxy Call to rank %d failed (%s)", comm->localRankToRank[…], ncclProxyMsgTypeStr[type])
 	ncclProxyCall = regexp.MustCompile(`Proxy Call to rank (\d+) failed \((\w+)\)`)

@@ -252,7 +252,10 @@ func clockDuration(s string) time.Duration {
 // Phase names what a line says vLLM is doing, or "".
 func Phase(text string) string {
 	switch {
-	case strings.Contains(text, "Application startup complete"), strings.Contains(text, "Starting vLLM server on"), strings.Contains(text, "Starting vLLM API server"):
+	case strings.Contains(text, "Application startup complete"), strings.Contains(text, "Starting vLLM server on"), strings.Contains(text, "Starting vLLM API server"),
+		// The Rust front end (VLLM_USE_RUST_FRONTEND=1, the vllm-rs process) prints neither:
+		// its server logs info!(%bind_address, %model, "starting OpenAI server") once bound.
+		strings.Contains(text, "(RustFrontend pid=") && strings.Contains(text, "starting OpenAI server"):
 		return "ready"
 	case strings.Contains(text, "Model loading took"), strings.Contains(text, "Loading weights took"):
 		return "warming"

@@ -2,6 +2,7 @@ package release
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/tpdeploy/tpdeploy/internal/failure"
@@ -33,9 +34,10 @@ const (
 	// EnvCopyVLLMOnly: only vLLM's registered VLLM_* variables (and the HF tokens) are
 	// copied, overwriting the worker's (releases before vLLM PR #34383).
 	EnvCopyVLLMOnly = "vllm-only"
-	// EnvCopyPrefixesOverwrite: every VLLM_, NCCL_, UCX_, HF_, HUGGING_FACE_, LMCACHE_,
-	// FLASH_ATTENTION_ variable and PYTHONHASHSEED, minus the worker-specific ones and the
-	// non-carry-over file, OVERWRITING the worker's own (vllm/ray/ray_env.py, PR #34383).
+	// EnvCopyPrefixesOverwrite: vLLM's registered names and every VLLM_, NCCL_, UCX_, HF_,
+	// HUGGING_FACE_, LMCACHE_ variable and PYTHONHASHSEED (FLASH_ATTENTION_ only from vLLM PR
+	// #49177, 2026-07-20), minus the worker-specific ones and the non-carry-over file,
+	// OVERWRITING the worker's own (vllm/ray/ray_env.py, PR #34383).
 	EnvCopyPrefixesOverwrite = "prefixes-overwrite"
 	// EnvCopyAllSetdefault: every variable, minus the worker-specific ones and the
 	// non-carry-over file, applied with os.environ.setdefault: a worker's own value is
@@ -155,8 +157,18 @@ func Decide(l Layout, head Image) (Model, error) {
 		return m, nil
 	}
 	m.RayExecutor = RayLegacy
-	switch sw := l.HeadEnv[EnvRayV2]; {
-	case v.AtLeast(RayV2DefaultSince) && sw != "0", v.AtLeast(RayV2Since) && sw == "1":
+	// vllm/envs.py reads the switch as bool(int(os.getenv(name, default))): " 0" and "00"
+	// are 0 (legacy), "2" is on, and a value int() refuses ("false", "yes") ends vLLM in
+	// a ValueError, so it is refused here, naming the variable.
+	on := v.AtLeast(RayV2DefaultSince)
+	if sw, set := l.HeadEnv[EnvRayV2]; set && v.AtLeast(RayV2Since) {
+		n, err := strconv.Atoi(strings.TrimSpace(sw))
+		if err != nil {
+			return Model{}, &Error{failure.BadRequest, fmt.Sprintf("%s: %s=%q: vLLM reads it with int() and would fail (ValueError: invalid literal for int() with base 10: %q); use 0 (the legacy executor) or 1 (RayExecutorV2)", head.Node, EnvRayV2, sw, sw)}
+		}
+		on = n != 0
+	}
+	if on && v.AtLeast(RayV2Since) {
 		m.RayExecutor = RayV2
 	}
 	switch {

@@ -1,6 +1,7 @@
 package release
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,6 +162,11 @@ func TestDecideByRelease(t *testing.T) {
 			Model{Executor: "ray", RayExecutor: RayLegacy, EnvCopy: EnvCopyPrefixesOverwrite, PinsDriverNode: true, Rendezvous: RendezvousDriverHostIP, ChecksUniqueIPs: true}},
 		{"0.17 ignores the switch it does not have", "auto", "0.17.1", "2.53.0", map[string]string{EnvRayV2: "1"},
 			Model{Executor: "ray", RayExecutor: RayLegacy, EnvCopy: EnvCopyPrefixesOverwrite, PinsDriverNode: true, Rendezvous: RendezvousDriverHostIP, ChecksUniqueIPs: true}},
+		// vllm/envs.py: bool(int(os.getenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "1"))).
+		{"0.22.1 reads the switch with int(): ' 0' is legacy", "ray", "0.22.1", "2.54.0", map[string]string{EnvRayV2: " 0"},
+			Model{Executor: "ray", RayExecutor: RayLegacy, EnvCopy: EnvCopyPrefixesOverwrite, PinsDriverNode: true, Rendezvous: RendezvousDriverHostIP, ChecksUniqueIPs: true}},
+		{"0.20 reads the switch with int(): '2' is on", "ray", "0.20.1", "2.54.0", map[string]string{EnvRayV2: "2"},
+			Model{Executor: "ray", RayExecutor: RayV2, EnvCopy: EnvCopyAllSetdefault, Rendezvous: RendezvousRayNodeIP}},
 		{"0.22.1 without Ray goes mp", "auto", "0.22.1", "", nil,
 			Model{Executor: "mp", EnvCopy: EnvCopyNone, Rendezvous: RendezvousMasterAddr}},
 		{"mp asked for on 0.17.1", "mp", "0.17.1", "2.53.0", nil,
@@ -295,4 +301,19 @@ func FuzzParseRead(f *testing.F) {
 			t.Fatalf("accepted an image without vLLM: %q", out)
 		}
 	})
+}
+
+// A switch value int() refuses would end vLLM in a ValueError (vllm/envs.py reads
+// VLLM_USE_RAY_V2_EXECUTOR_BACKEND with bool(int(...))): refused before anything starts,
+// naming the variable; a release without the switch ignores it.
+func TestDecideRefusesASwitchIntRefuses(t *testing.T) {
+	l := Layout{Head: "node-a", World: 2, Nodes: 2, Executor: "ray", HeadEnv: map[string]string{EnvRayV2: "false"}}
+	_, err := Decide(l, img("node-a", "0.22.1", "2.54.0"))
+	var e *Error
+	if !errors.As(err, &e) || e.Type != failure.BadRequest || !strings.Contains(e.Msg, EnvRayV2) || !strings.Contains(e.Msg, "invalid literal for int()") {
+		t.Fatalf("%v, want BadRequest naming %s", err, EnvRayV2)
+	}
+	if _, err := Decide(l, img("node-a", "0.17.1", "2.53.0")); err != nil {
+		t.Errorf("0.17.1 has no switch to read: %v", err)
+	}
 }

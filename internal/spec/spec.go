@@ -67,10 +67,14 @@ type Canary struct {
 	Off bool `json:"off,omitempty"`
 }
 
-// Canary defaults: a request a minute, 30 s for its one token, two in a row.
+// Canary defaults: a request every 30 s, 20 s for its one token, two in a row: a wedged
+// engine is EngineWedged within every + 2 × timeout = 70 s of freezing, well before
+// vLLM's own execute timeout ends the engine (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 300 s,
+// under the mp executor and RayExecutorV2; the legacy Ray executor and a frozen EngineCore
+// have none: docs/engines.md, "When the engine dies").
 const (
-	DefaultCanaryEvery    = Duration(time.Minute)
-	DefaultCanaryTimeout  = Duration(30 * time.Second)
+	DefaultCanaryEvery    = Duration(30 * time.Second)
+	DefaultCanaryTimeout  = Duration(20 * time.Second)
 	DefaultCanaryFailures = 2
 )
 

@@ -54,6 +54,16 @@ var plannedEnv = map[string]string{
 	"RAY_ADDRESS":        "the plan's head address",
 }
 
+// nicSelectionEnv are vLLM's per-GPU NIC selection (vLLM PR #42083,
+// vllm/v1/executor/vllm_net_devices.py set_worker_gpu_nic_mapping): with both set, each
+// worker PREPENDS its PCIe-local HCA to every listed variable (value = f"{rdma_dev}{suffix},
+// {existing}"), so the plan's exact NCCL_IB_HCA "=a:1,b:1" becomes "mlx5_X:1,=a:1,b:1":
+// NCCL's "=" only counts first, the exact match is lost, and the rails NCCL uses are no
+// longer the ones the data-plane proof measured (the proof never sees the per-worker value).
+var nicSelectionEnv = map[string]bool{"VLLM_GPU_NIC_PCIE_MAPPING": true, "VLLM_NIC_SELECTION_VARS": true}
+
+const nicSelectionWhy = "vLLM's per-GPU NIC selection (vLLM PR #42083) prepends each worker's PCIe-local HCA to NCCL_IB_HCA, so NCCL would use rails other than the plan's exact list that the data-plane proof measured; the plan's NCCL_IB_HCA already lists every planned HCA"
+
 // secretEnv are variables that carry secret values; they belong in secrets as references.
 var secretEnv = map[string]bool{"HF_TOKEN": true, "HUGGING_FACE_HUB_TOKEN": true}
 
@@ -340,6 +350,8 @@ func (v *validator) nodes(nodes []Node) {
 				v.add(field, fmt.Sprintf("node %s: %s makes code run in its containers (%s): refused in every spec; an operator who needs it sets it in the image", n.Name, k, codeExec(k)))
 			case plannedEnv[k] != "":
 				v.add(field, "is set per node from "+plannedEnv[k])
+			case nicSelectionEnv[k]:
+				v.add(field, fmt.Sprintf("node %s: refused: %s", n.Name, nicSelectionWhy))
 			case secretEnv[k]:
 				v.add(field, "secret values do not belong in the spec; use secrets.hf_token with env or file")
 			case k == "VLLM_API_KEY":

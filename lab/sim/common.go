@@ -108,7 +108,7 @@ func vllmHostIP() string {
 	if ip, err := routeSource("8.8.8.8:80"); err == nil {
 		return ip
 	}
-	vllmLog("APIServer", "WARNING", "utils.py:615", "Failed to get the IP address, using 0.0.0.0 by default.The value can be set by the environment variable VLLM_IP or HOST_IP.")
+	emit(fmt.Sprintf("(APIServer pid=%d) %s", os.Getpid(), getIPWarning))
 	return "0.0.0.0"
 }
 
@@ -118,3 +118,10 @@ func fatal(proc, exc, msg string) {
 	emit(fmt.Sprintf("(%s pid=%d) %s: %s", proc, os.Getpid(), exc, msg))
 	os.Exit(1)
 }
+
+// getIPWarning is get_ip()'s fallback warning as Python's warnings module prints it to
+// stderr (vllm/utils/network_utils.py: warnings.warn("Failed to get the IP address, using
+// 0.0.0.0 by default." "The value can be set by the environment variable" " VLLM_HOST_IP or
+// HOST_IP.", stacklevel=2): the caller's file and line, the category, the text (no space
+// after "default.").
+const getIPWarning = "/usr/local/lib/python3.12/dist-packages/vllm/utils/network_utils.py:64: UserWarning: Failed to get the IP address, using 0.0.0.0 by default.The value can be set by the environment variable VLLM_HOST_IP or HOST_IP."

@@ -152,7 +152,7 @@ func (e *endpoints) ncclStart(log rankLog) error {
 	if e.err != nil {
 		return e.err
 	}
-	log("INFO", "bootstrap.cc:102", "NCCL INFO Bootstrap : Using "+e.ifs[0].String())
+	log("INFO", "bootstrap.cc:121", "NCCL INFO "+bootstrapLine(ncclVersion, e.ifs[0].String()))
 	var using []string
 	for i, f := range e.ifs {
 		using = append(using, fmt.Sprintf("[%d]%s", i, f))
@@ -184,7 +184,9 @@ func dialNCCL(ctx context.Context, local string, peer string, log rankLog) (net.
 	if err != nil {
 		_, text := strerror(err)
 		host, port, _ := net.SplitHostPort(peer)
-		log("WARNING", "socket.cc:484", fmt.Sprintf("NCCL WARN Net : Connect to %s<%s> failed : %s", host, port, text))
+		// NCCL 2.27/2.28 src/misc/socket.cc socketConnectCheck, called by socketStartConnect:
+		// WARN("%s: connect to %s failed : %s", funcName, ...) (2.24: "Connect to").
+		log("WARNING", "misc/socket.cc:596", fmt.Sprintf("NCCL WARN socketStartConnect: connect to %s<%s> failed : %s", host, port, text))
 		return nil, fmt.Errorf("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3135, remote process exited or there was a network error, NCCL version %s", ncclVersion)
 	}
 	return c, nil
@@ -248,7 +250,7 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 		var err error
 		if ip, err = routeSource("8.8.8.8:80"); err != nil {
 			ip = "0.0.0.0"
-			o.log("WARNING", "network_utils.py:64", "Failed to get the IP address, using 0.0.0.0 by default.The value can be set by the environment variable VLLM_IP or HOST_IP.")
+			o.raw(getIPWarning)
 		}
 	}
 	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "ip", "value": ip}, nil); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,22 +175,76 @@ func (a *apiServer) route(ctx context.Context, msgs <-chan engineMsg, core *chil
 		}
 	}
 	<-core.done
-	if ctx.Err() == nil {
-		vllmLog("APIServer", "ERROR", "core_client.py:564", "Engine core proc EngineCore died unexpectedly, shutting down client.")
+	// The client's monitor of the engine processes returns early when the engine already
+	// reported its death (core_client.py monitor_engine_cores: `if not _self or
+	// _self.resources.engine_dead: return`), so the line is the mark of an engine that died
+	// without a word (killed, OOM).
+	if ctx.Err() == nil && !a.dead.Load() {
+		vllmLog("APIServer", "ERROR", "core_client.py:564", "Engine core proc "+engineCoreName(a.flags.rel)+" died unexpectedly, shutting down client.")
 		a.engineDead()
 	}
 }
 
+// engineCoreName is EngineCore's process name in its log prefix and in the client's
+// monitor: EngineCore_DP<rank> up to 0.17, EngineCore from 0.18 (lab/README.md: real lines
+// of 0.14 and of 0.20 show each; vLLM PR #36822 is named for the change).
+func engineCoreName(r release) string {
+	if atLeast(r.vllm, "0.18") {
+		return "EngineCore"
+	}
+	return "EngineCore_DP0"
+}
+
+// engineDead: AsyncLLM's output handler raised EngineDeadError (async_llm.py
+// output_handler logs "AsyncLLM output_handler failed." and propagates the error to every
+// request waiting); /health answers 503 from here (serve/instrumentator/health.py).
 func (a *apiServer) engineDead() {
 	if a.dead.Swap(true) {
 		return
 	}
-	vllmLog("APIServer", "ERROR", "async_llm.py:420", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.")
+	vllmLog("APIServer", "ERROR", "async_llm.py:483", "AsyncLLM output_handler failed.")
+	vllmLog("APIServer", "ERROR", "async_llm.py:483", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.")
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, ch := range a.wait {
 		ch <- engineMsg{T: "out", ID: id, Err: "dead"}
 		delete(a.wait, id)
+	}
+}
+
+// watchdogPeriod is the API server's watchdog (vllm/entrypoints/launcher.py watchdog_loop:
+// VLLM_WATCHDOG_TIME_S = 5.0).
+const watchdogPeriod = 5 * time.Second
+
+// keepAliveOnEngineDeath is VLLM_KEEP_ALIVE_ON_ENGINE_DEATH (vllm/envs.py:
+// bool(int(os.getenv(name, "0")))).
+func keepAliveOnEngineDeath() bool {
+	n, err := strconv.Atoi(strings.TrimSpace(os.Getenv("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH")))
+	return err == nil && n != 0
+}
+
+// watchdog is launcher.py's watchdog_loop: every 5 s terminate_if_errored sets uvicorn's
+// should_exit once the engine is errored, unless VLLM_KEEP_ALIVE_ON_ENGINE_DEATH; uvicorn
+// then shuts down and `vllm serve` returns normally. It exits 0: vLLM issue #48966 (open)
+// reports exactly that, systemd recording ExecMainStatus=0 after an EngineCore death.
+// A request answered 500 calls terminate_if_errored too (the engine error handler), which
+// here is the next tick of the same loop.
+func (a *apiServer) watchdog(ctx context.Context, shutdown func()) {
+	if keepAliveOnEngineDeath() {
+		return
+	}
+	t := time.NewTicker(watchdogPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if a.dead.Load() {
+				shutdown()
+				return
+			}
+		}
 	}
 }
 
@@ -253,13 +308,14 @@ func engineCoreMain(in procInput) error {
 	if err != nil {
 		return err
 	}
-	e := &engine{flags: f, world: f.tp * f.pp, log: func(level, where, msg string) { vllmLog("EngineCore_DP0", level, where, msg) }}
+	e := &engine{flags: f, world: f.tp * f.pp, log: func(level, where, msg string) { vllmLog(engineCoreName(f.rel), level, where, msg) }}
 	e.onDead = func() { _ = p.send(engineMsg{T: "dead"}) }
 	if f.backend == "mp" {
 		err = e.startMP(ctx, e.world/max(f.nnodes, 1))
 	} else {
-		e.v2 = f.rel.rayV2()
-		err = e.start(ctx)
+		if e.v2, err = f.rel.rayV2Switch(); err == nil {
+			err = e.start(ctx)
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -276,6 +332,7 @@ func engineCoreMain(in procInput) error {
 	if err := p.send(engineMsg{T: "ready"}); err != nil {
 		return nil
 	}
+	e.timeout = executeTimeout(f, e)
 	reqs := p.messages()
 	for {
 		select {
@@ -287,9 +344,46 @@ func engineCoreMain(in procInput) error {
 			}
 			if m.T == "req" {
 				_ = p.send(e.execute(ctx, m))
+				if e.dead.Load() {
+					// run_engine_core re-raises after _send_engine_dead: the process ends.
+					os.Exit(1)
+				}
 			}
 		}
 	}
+}
+
+// executeTimeout is MultiprocExecutor's deadline on each step's reply
+// (vllm/v1/executor/multiproc_executor.py execute_model/sample_tokens: collective_rpc(...,
+// timeout=envs.VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS); vllm/envs.py: int(os.getenv(name,
+// "300"))). It bounds the mp executor and RayExecutorV2 (which inherits
+// MultiprocExecutor); the legacy Ray executor waits on its Ray refs with none, and so does
+// a world of one rank (UniProcExecutor). Zero is no deadline.
+func executeTimeout(f serveFlags, e *engine) time.Duration {
+	if e.world < 2 || (f.backend != "mp" && !e.v2) {
+		return 0
+	}
+	n := 300
+	if v, ok := os.LookupEnv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"); ok {
+		var err error
+		if n, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+			// envs.py's int() raises when the step reads it: the engine's first step fails.
+			e.timeoutErr = fmt.Errorf("ValueError: invalid literal for int() with base 10: '%s'", v)
+			return 0
+		}
+	}
+	return time.Duration(n) * time.Second
+}
+
+// rpcMethod is the method whose reply the timeout names: with async scheduling (the default
+// in the 0.20 releases: "RPC call to sample_tokens timed out." in vLLM 0.20.2's reports,
+// verl#6583, spark-vllm-docker#321) the step's wait is on sample_tokens; before, on
+// execute_model (vllm#17965, #19668).
+func rpcMethod(r release) string {
+	if atLeast(r.vllm, "0.20") {
+		return "sample_tokens"
+	}
+	return "execute_model"
 }
 
 // execute runs one request: one engine step per request here (the lab has no batching),
@@ -300,7 +394,7 @@ func (e *engine) execute(ctx context.Context, m engineMsg) engineMsg {
 		e.engineDead(err.Error())
 	}
 	if !e.dead.Load() {
-		if err := e.step(ctx); err != nil {
+		if err := e.stepWithin(ctx); err != nil {
 			e.engineDead(err.Error())
 		}
 	}
@@ -310,6 +404,26 @@ func (e *engine) execute(ctx context.Context, m engineMsg) engineMsg {
 	}
 	out.Text, out.Tokens = completion(m.Prompt, max(m.Tokens, 1))
 	return out
+}
+
+// stepWithin is one step under the executor's deadline (executeTimeout): a rank that never
+// answers (frozen, its collective hung) makes collective_rpc raise TimeoutError, which
+// EngineCore's busy loop turns into its fatal error.
+func (e *engine) stepWithin(ctx context.Context) error {
+	if e.timeoutErr != nil {
+		return e.timeoutErr
+	}
+	if e.timeout <= 0 {
+		return e.step(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.step(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(e.timeout):
+		return fmt.Errorf("TimeoutError: RPC call to %s timed out.", rpcMethod(e.flags.rel))
+	}
 }
 
 // step is one forward pass: rank 0's collective with every other rank, with no deadline

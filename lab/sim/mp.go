@@ -44,7 +44,9 @@ func mpMain(ctx context.Context, f serveFlags) error {
 	case f.nodeRank < 0:
 		return fmt.Errorf("pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig\nnode_rank\n  Input should be greater than or equal to 0 [type=greater_than_equal, input_value=%d, input_type=int]", f.nodeRank)
 	case world%f.nnodes != 0:
-		return fmt.Errorf("AssertionError: global world_size (%d) must be divisible by nnodes_within_dp (%d). ", world, f.nnodes)
+		// EngineArgs.create_engine_config's assert, before any executor (vllm/engine/
+		// arg_utils.py: f"world_size={world_size} must be divisible by nnodes={self.nnodes}.").
+		return fmt.Errorf("AssertionError: %s", mpDivisibility(world, f.nnodes))
 	}
 	local := world / f.nnodes
 	if f.nodeRank > 0 {
@@ -259,4 +261,9 @@ func (e *engine) waitLoadedMP(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// mpDivisibility is vLLM's text for a world that does not divide over the nodes.
+func mpDivisibility(world, nnodes int) string {
+	return fmt.Sprintf("world_size=%d must be divisible by nnodes=%d.", world, nnodes)
 }

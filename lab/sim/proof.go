@@ -96,10 +96,11 @@ func imageNCCL() string {
 	return ""
 }
 
-// bootstrapLine is NCCL's bootstrap line: `Bootstrap: Using` since 2.28 (measured on
-// 2.28.9), `Bootstrap : Using` before.
+// bootstrapLine is NCCL's bootstrap line: `Bootstrap: Using` since 2.24 (src/bootstrap.cc
+// at v2.24.3-1: INFO(NCCL_BOOTSTRAP, "Bootstrap: Using%s", line); measured on 2.28.9),
+// `Bootstrap : Using` before (v2.23.4-1).
 func bootstrapLine(ncclVersion, iface string) string {
-	if ncclVersion != "" && versionBefore(ncclVersion, "2.28") {
+	if ncclVersion != "" && versionBefore(ncclVersion, "2.24") {
 		return "Bootstrap : Using " + iface
 	}
 	return "Bootstrap: Using " + iface

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -102,17 +103,24 @@ func (r release) copiesPrefixes() bool { return atLeast(r.vllm, "0.17") }
 // default from v0.21.0 (PR #41421: envs.py default "1"); `=0` brings back the legacy
 // RayDistributedExecutor. envs.py reads it as bool(int(os.getenv(name, default))).
 func (r release) rayV2() bool {
-	def := "0"
-	if atLeast(r.vllm, "0.21") {
-		def = "1"
+	on, _ := r.rayV2Switch()
+	return on
+}
+
+// rayV2Switch is rayV2 with the error int() raises for a value it refuses ("false",
+// "yes"): vLLM ends in that ValueError when the executor is chosen. os.getenv's default
+// applies only when the variable is unset; a set, empty value is int("") and fails too.
+func (r release) rayV2Switch() (bool, error) {
+	if !atLeast(r.vllm, "0.20") {
+		return false, nil
 	}
-	v := os.Getenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND")
-	if v == "" {
-		v = def
+	v, set := os.LookupEnv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND")
+	if !set {
+		return atLeast(r.vllm, "0.21"), nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil {
-		n, _ = strconv.Atoi(def)
+		return false, fmt.Errorf("ValueError: invalid literal for int() with base 10: '%s'", v)
 	}
-	return n != 0 && atLeast(r.vllm, "0.20")
+	return n != 0, nil
 }

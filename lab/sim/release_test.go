@@ -41,8 +41,13 @@ func TestReleaseRules(t *testing.T) {
 		{"0.20.0", "1", true, true, true},
 		{"0.22.1", "", true, true, true},
 		{"0.22.1", "0", true, true, false},
+		{"0.22.1", " 0", true, true, false}, // int(" 0") == 0
+		{"0.22.1", "2", true, true, true},
 	} {
 		t.Setenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", tc.v2env)
+		if tc.v2env == "" {
+			os.Unsetenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND") // unset: envs.py's default
+		}
 		r := release{vllm: tc.vllm}
 		if r.hasMultiNodeMP() != tc.mp || r.copiesPrefixes() != tc.prefixes || r.rayV2() != tc.rayV2 {
 			t.Errorf("%s V2=%q: mp %v prefixes %v v2 %v", tc.vllm, tc.v2env, r.hasMultiNodeMP(), r.copiesPrefixes(), r.rayV2())
@@ -59,5 +64,17 @@ func TestOldReleaseRejectsMultiNodeFlags(t *testing.T) {
 	f, err := parseServe([]string{"serve", "/m", "--nnodes", "2"}, release{vllm: "0.11.1"})
 	if err != nil || f.nnodes != 2 {
 		t.Fatalf("0.11.1: %+v %v", f, err)
+	}
+}
+
+// vllm/envs.py: bool(int(os.getenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "1"))): a value
+// int() refuses is Python's ValueError, not the default.
+func TestRayV2SwitchIsReadWithInt(t *testing.T) {
+	for _, v := range []string{"false", "", "yes"} {
+		t.Setenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", v)
+		_, err := release{vllm: "0.22.1"}.rayV2Switch()
+		if want := "ValueError: invalid literal for int() with base 10: '" + v + "'"; err == nil || err.Error() != want {
+			t.Errorf("%q: %v, want %s", v, err, want)
+		}
 	}
 }

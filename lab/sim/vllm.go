@@ -239,6 +239,9 @@ type engine struct {
 	// queue to the actors); onDead tells the API server the engine died.
 	mq     net.Conn
 	onDead func()
+	// timeout is the executor's deadline on a step's reply (executeTimeout); zero is none.
+	timeout    time.Duration
+	timeoutErr error
 }
 
 func (e *engine) print(line string) {
@@ -437,6 +440,11 @@ func (e *engine) copyEnv(ctx context.Context) error {
 	worker := map[string]bool{"VLLM_HOST_IP": true, "VLLM_HOST_PORT": true, "LOCAL_RANK": true, "CUDA_VISIBLE_DEVICES": true}
 	prefixes := []string{"VLLM_"}
 	extra := map[string]bool{"HF_TOKEN": true, "HUGGING_FACE_HUB_TOKEN": true}
+	// Every name vLLM registers is copied too (get_env_vars_to_copy starts from
+	// set(envs.environment_variables)), the VLLM_ ones and these of vllm/envs.py.
+	for _, n := range registeredNonVLLM {
+		extra[n] = true
+	}
 	newer := e.flags.rel.copiesPrefixes()
 	if newer {
 		prefixes = []string{"HF_", "HUGGING_FACE_", "LMCACHE_", "NCCL_", "UCX_", "VLLM_"}
@@ -618,7 +626,7 @@ func (e *engine) raw(line string) {
 		e.out(line)
 		return
 	}
-	emit(fmt.Sprintf("(EngineCore_DP0 pid=%d) %s", os.Getpid(), line))
+	emit(fmt.Sprintf("(%s pid=%d) %s", engineCoreName(e.flags.rel), os.Getpid(), line))
 }
 
 // relayWorkerLogs prints the remote ranks' lines as Ray forwards them to the driver.
@@ -732,14 +740,14 @@ func (e *engine) collective(ctx context.Context) error {
 	return nil
 }
 
-// lostAfterStart: a rank's node died while the engine serves. vLLM's /health stays 200
-// until the next request reaches the dead actor and the engine dies with it.
+// lostAfterStart: a rank's node died while the engine serves. Under the legacy executor
+// vLLM's /health stays 200 until the next request reaches the dead actor and the engine
+// dies with it; it prints nothing of its own meanwhile (vLLM has no "A RayWorkerWrapper
+// died" line: the error surfaces from the next ray.get).
 func (e *engine) lostAfterStart() {
 	if e.v2 {
 		e.v2Dead(e.lostNode)
-		return
 	}
-	e.log("WARNING", "ray_executor.py:402", "A RayWorkerWrapper died: "+strings.SplitN(*e.lost.Load(), "\n", 2)[0])
 }
 
 // engineDead is EngineCore's fatal error: the API server's client learns of it and the
@@ -790,8 +798,23 @@ func (a *apiServer) serve(ctx context.Context) error {
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Application startup complete.", os.Getpid()))
 	srv := &http.Server{Handler: authenticate(a.api(), apiTokens(f))}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
+	exited := make(chan struct{})
+	go a.watchdog(ctx, func() {
+		// uvicorn's shutdown once should_exit is set, as `vllm serve` prints it.
+		pid := os.Getpid()
+		emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Shutting down", pid))
+		_ = srv.Close()
+		emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Waiting for application shutdown.", pid))
+		emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Application shutdown complete.", pid))
+		emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Finished server process [%d]", pid, pid))
+		close(exited)
+	})
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
 	}
 	return nil
 }
@@ -845,7 +868,12 @@ func (a *apiServer) api() http.Handler {
 			return // the client went away: the request is aborted
 		}
 		if out.Err != "" {
-			apiError(w, http.StatusServiceUnavailable, "EngineDeadError", "EngineCore encountered an issue.")
+			// EngineDeadError reaches the app's engine error handler: 500, type
+			// InternalServerError, the exception's text (vllm/entrypoints/serve/
+			// exception_handling/handlers/vllm_error.py engine_error_handler and
+			// error_response.py create_error_response; older launchers answered a bare
+			// Response(status_code=500), launcher.py runtime_exception_handler).
+			apiError(w, http.StatusInternalServerError, "InternalServerError", engineDeadMessage)
 			return
 		}
 		writeJSON(w, map[string]any{"id": "cmpl-" + randomHex(32), "object": "text_completion", "created": time.Now().Unix(), "model": req.Model,
@@ -908,8 +936,18 @@ func completion(prompt string, tokens int) (string, int) {
 	return " " + strings.Join(out, " "), len(out)
 }
 
+// engineDeadMessage is EngineDeadError's text (vllm/v1/engine/exceptions.py).
+const engineDeadMessage = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
 func apiError(w http.ResponseWriter, code int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
 }
+
+// registeredNonVLLM are the names vllm/envs.py registers (environment_variables) that do not
+// start with VLLM_: the build-time ones, the S3 credentials of the tensorizer loader and the
+// NCCL library search path; LOCAL_RANK and CUDA_VISIBLE_DEVICES are registered but
+// worker-specific, never copied.
+var registeredNonVLLM = []string{"MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_TYPE", "VERBOSE", "CUDA_HOME", "LD_LIBRARY_PATH",
+	"S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "S3_ENDPOINT_URL"}

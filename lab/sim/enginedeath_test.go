@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// What a dying engine does, against vLLM's own strings and values.
+
+func TestExecuteTimeoutIsUpstreamsAndBoundsOnlyMultiprocExecutors(t *testing.T) {
+	mp := serveFlags{backend: "mp", rel: release{vllm: "0.22.1"}}
+	ray := serveFlags{backend: "ray", rel: release{vllm: "0.22.1", ray: "2.55.0"}}
+	cases := []struct {
+		name  string
+		f     serveFlags
+		world int
+		v2    bool
+		env   string
+		want  time.Duration
+	}{
+		// vllm/envs.py: int(os.getenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "300"))
+		{"mp default", mp, 2, false, "", 300 * time.Second},
+		{"mp shortened", mp, 2, false, "7", 7 * time.Second},
+		{"V2 inherits MultiprocExecutor", ray, 2, true, "", 300 * time.Second},
+		{"legacy Ray executor has none", ray, 2, false, "7", 0},
+		{"one rank is UniProcExecutor", mp, 1, false, "7", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env != "" {
+				t.Setenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", c.env)
+			}
+			e := &engine{world: c.world, v2: c.v2}
+			if got := executeTimeout(c.f, e); got != c.want || e.timeoutErr != nil {
+				t.Errorf("timeout %s (%v), want %s", got, e.timeoutErr, c.want)
+			}
+		})
+	}
+	t.Setenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "5m")
+	e := &engine{world: 2}
+	executeTimeout(mp, e)
+	if e.timeoutErr == nil || e.timeoutErr.Error() != "ValueError: invalid literal for int() with base 10: '5m'" {
+		t.Errorf("a value int() refuses: %v", e.timeoutErr)
+	}
+}
+
+// A step whose rank never answers ends in multiproc_executor.py's TimeoutError, named for
+// the method the step waits on.
+func TestAHungStepTimesOutWithUpstreamsError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hang := make(chan struct{})
+	defer close(hang)
+	for _, c := range []struct{ vllm, want string }{
+		{"0.17.1", "TimeoutError: RPC call to execute_model timed out."},
+		{"0.22.1", "TimeoutError: RPC call to sample_tokens timed out."},
+	} {
+		a, b := net.Pipe()
+		go func() { _, _ = b.Read(make([]byte, 1)); <-hang; b.Close() }() // never echoes: a frozen rank
+		e := &engine{flags: serveFlags{rel: release{vllm: c.vllm}}, timeout: 50 * time.Millisecond, peers: []net.Conn{a}, log: func(string, string, string) {}}
+		t0 := time.Now()
+		err := e.stepWithin(ctx)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s: %v, want %q", c.vllm, err, c.want)
+		}
+		if time.Since(t0) > 5*time.Second {
+			t.Errorf("%s: the step took %s past its deadline", c.vllm, time.Since(t0))
+		}
+	}
+}
+
+func TestEngineCoreIsNamedAsItsRelease(t *testing.T) {
+	// 0.14's lines read (EngineCore_DP0 pid=N) (vllm#32468), 0.20's (EngineCore pid=N)
+	// (vllm#41647, verl#6583).
+	for v, want := range map[string]string{"0.11.0": "EngineCore_DP0", "0.17.1": "EngineCore_DP0", "0.18.0": "EngineCore", "0.22.1": "EngineCore"} {
+		if got := engineCoreName(release{vllm: v}); got != want {
+			t.Errorf("%s: %q, want %q", v, got, want)
+		}
+	}
+}
+
+// A request while the engine is dead: 500 InternalServerError with EngineDeadError's text
+// (engine_error_handler, create_error_response); /health 503 (instrumentator/health.py);
+// /v1/models is the API server's own and still answers.
+func TestADeadEngineAnswers500AndHealth503(t *testing.T) {
+	a := &apiServer{flags: serveFlags{served: "tiny", model: "/models/tiny"}, wait: map[uint64]chan engineMsg{}}
+	a.dead.Store(true)
+	srv := httptest.NewServer(a.api())
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"tiny","prompt":"hi","max_tokens":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(raw)
+	want := `{"error":{"code":500,"message":"EngineCore encountered an issue. See stack trace (above) for the root cause.","param":null,"type":"InternalServerError"}}`
+	if resp.StatusCode != http.StatusInternalServerError || strings.TrimSpace(body) != want {
+		t.Errorf("completion: %d %s, want 500 %s", resp.StatusCode, body, want)
+	}
+	for path, code := range map[string]int{"/health": http.StatusServiceUnavailable, "/v1/models": http.StatusOK} {
+		r, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != code {
+			t.Errorf("%s: %d, want %d", path, r.StatusCode, code)
+		}
+	}
+}
+
+// The watchdog (launcher.py watchdog_loop, every 5 s) ends the server once the engine is
+// dead, unless VLLM_KEEP_ALIVE_ON_ENGINE_DEATH is a non-zero integer.
+func TestTheWatchdogEndsTheServerUnlessKeptAlive(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		exit bool
+	}{{"", true}, {"0", true}, {"1", false}} {
+		t.Setenv("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", c.env)
+		a := &apiServer{}
+		a.dead.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), watchdogPeriod+2*time.Second)
+		ended := make(chan struct{}, 1)
+		t0 := time.Now()
+		a.watchdog(ctx, func() { ended <- struct{}{} })
+		cancel()
+		select {
+		case <-ended:
+			if !c.exit {
+				t.Errorf("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=%q: the server ended", c.env)
+			} else if d := time.Since(t0); d > watchdogPeriod+time.Second {
+				t.Errorf("ended after %s, want within one watchdog period", d)
+			}
+		default:
+			if c.exit {
+				t.Errorf("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=%q: the server did not end", c.env)
+			}
+		}
+	}
+}
+
+// vllm/engine/arg_utils.py create_engine_config: assert world_size % self.nnodes == 0,
+// (f"world_size={world_size} must be divisible by nnodes={self.nnodes}.").
+func TestMPDivisibilityIsArgUtilsAssert(t *testing.T) {
+	if got, want := mpDivisibility(3, 2), "world_size=3 must be divisible by nnodes=2."; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// vllm/utils/network_utils.py get_ip: warnings.warn("Failed to get the IP address, using
+// 0.0.0.0 by default." "The value can be set by the environment variable" " VLLM_HOST_IP
+// or HOST_IP.", stacklevel=2) — Python prints it as FILE:LINE: UserWarning: TEXT.
+func TestGetIPWarningIsUpstreams(t *testing.T) {
+	if !strings.HasSuffix(getIPWarning, ": UserWarning: Failed to get the IP address, using 0.0.0.0 by default.The value can be set by the environment variable VLLM_HOST_IP or HOST_IP.") {
+		t.Errorf("%q", getIPWarning)
+	}
+}
+
+// NVIDIA/nccl src/bootstrap.cc: INFO(NCCL_BOOTSTRAP, "Bootstrap : Using%s", line) at
+// v2.23.4-1, "Bootstrap: Using%s" from v2.24.3-1 (and at 2.27.3, 2.27.5, 2.28.9).
+func TestBootstrapLineLosesItsSpaceIn224(t *testing.T) {
+	for v, want := range map[string]string{"2.23.4": "Bootstrap : Using eth0", "2.24.3": "Bootstrap: Using eth0", "2.27.3": "Bootstrap: Using eth0", "2.28.9": "Bootstrap: Using eth0"} {
+		if got := bootstrapLine(v, "eth0"); got != want {
+			t.Errorf("NCCL %s: %q, want %q", v, got, want)
+		}
+	}
+}
+
+// get_env_vars_to_copy starts from vLLM's registered names (vllm/ray/ray_env.py:
+// result = set(envs.environment_variables)); vllm/envs.py registers these, e.g.
+// "LD_LIBRARY_PATH": lambda: os.environ.get("LD_LIBRARY_PATH", None) and the tensorizer's
+// "S3_ENDPOINT_URL": lambda: os.environ.get("S3_ENDPOINT_URL", None).
+func TestTheLegacyCopyCoversRegisteredNames(t *testing.T) {
+	for _, n := range []string{"LD_LIBRARY_PATH", "CUDA_HOME", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "S3_ENDPOINT_URL"} {
+		if !slices.Contains(registeredNonVLLM, n) {
+			t.Errorf("%s is registered in vllm/envs.py and copied", n)
+		}
+	}
+	for _, n := range []string{"LOCAL_RANK", "CUDA_VISIBLE_DEVICES"} {
+		if slices.Contains(registeredNonVLLM, n) {
+			t.Errorf("%s is worker-specific: never copied", n)
+		}
+	}
+}
