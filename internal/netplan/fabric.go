@@ -79,6 +79,9 @@ type Fabric struct {
 	// Cannot says what the layout cannot do on this graph (an all-to-all between nodes that
 	// share no link).
 	Cannot []string `json:"cannot,omitempty"`
+	// Placement says who puts the ranks in Order: tpdeploy (executor mp's --node-rank) or
+	// vLLM's Ray executor, whose own order the plan checked.
+	Placement string `json:"placement,omitempty"`
 	// Used says whether NCCL_IB_HCA lists the graph's HCAs (through the rails every node
 	// shares, Plan.Rails, or per link); false when data_plane: skip or warn leaves it unused.
 	Used bool `json:"used,omitempty"`
@@ -224,6 +227,36 @@ func ShouldDial(from NodeProbe, t Target) bool {
 		}
 	}
 	return false
+}
+
+// ReachAddrs are the addresses each node listens on in the reachability test: its
+// addresses in the bootstrap candidates (ListenAddrs) and its ends of the data plane's
+// cables (DataPlaneListenAddrs), so the matrix holds every link measured in both
+// directions and BuildGraph keeps only the cables that connected.
+func ReachAddrs(c spec.Cluster, probes []NodeProbe) map[string][]netip.Prefix {
+	out := ListenAddrs(c, probes)
+	links := DataPlaneListenAddrs(c, probes)
+	for _, n := range c.Nodes {
+		for _, a := range links[n.Name] {
+			if !slices.Contains(out[n.Name], a) {
+				out[n.Name] = append(out[n.Name], a)
+			}
+		}
+	}
+	return out
+}
+
+// DialTargets are the other nodes' listeners that the node probed as from dials: every
+// bootstrap candidate, and a cable's address only from the node at its other end (the
+// agent refuses a dial outside its own subnets, and a node off the cable has no route).
+func DialTargets(from NodeProbe, targets []Target) []Target {
+	var out []Target
+	for _, t := range targets {
+		if t.Node != from.Node && ShouldDial(from, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // shape names the graph and, for a ring, gives its nodes in cable order from the first.
@@ -559,6 +592,9 @@ func (f Fabric) Lines() []string {
 	if len(f.Order) > 0 {
 		lines = append(lines, "  ranks by node: "+strings.Join(f.Order, ", "))
 	}
+	if f.Placement != "" && f.Used {
+		lines = append(lines, "  placed by: "+f.Placement)
+	}
 	if len(f.Pairs) > 0 {
 		var ps []string
 		for _, p := range f.Pairs {
@@ -644,23 +680,14 @@ func fabricWarnings(c spec.Cluster, f Fabric) []string {
 	var out []string
 	if !f.Used {
 		why := "data_plane: skip"
-		if c.DataPlane != spec.DataPlaneSkip {
+		switch {
+		case c.DataPlane != spec.DataPlaneSkip && f.Placement != "":
+			why = fmt.Sprintf("%s (data_plane: %s)", f.Placement, c.DataPlane)
+		case c.DataPlane != spec.DataPlaneSkip:
 			why = fmt.Sprintf("no rank order carries tensor %d x pipeline %d on them (data_plane: %s)", c.Parallel.Tensor, max(c.Parallel.Pipeline, 1), c.DataPlane)
 		}
 		out = append(out, fmt.Sprintf("the data plane's %d link(s) are not used: %s; NCCL runs over sockets on the bootstrap subnet", len(f.Graph.Links), why))
 		return out
-	}
-	listed := []string{c.Head().Name}
-	for _, n := range c.Nodes {
-		if n.Name != listed[0] {
-			listed = append(listed, n.Name)
-		}
-	}
-	if len(f.Order) > 0 && !slices.Equal(f.Order, listed) {
-		// The order is the plan's; placing ranks by it is the deploy's (not yet done).
-		out = append(out, fmt.Sprintf("the cables need the ranks in the order %s, not the spec's %s: list the nodes in the spec in that order "+
-			"(executor mp ranks nodes in the spec's order; vLLM's legacy Ray executor ranks the driver's node first, then the others by IP address as a string)",
-			strings.Join(f.Order, ", "), strings.Join(listed, ", ")))
 	}
 	if f.Algo == "" {
 		return out
