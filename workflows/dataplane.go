@@ -47,7 +47,7 @@ func (d *deployment) proveDataPlane(ctx workflow.Context) error {
 			}
 			req := contract.ProofRequest{
 				Node: node, DockerHost: n.DockerHost, Container: contract.ContainerName(d.spec.Name, node, role), Plan: np,
-				Rank: d.spec.NodeRank(node), World: len(nodes), Master: master, Timeout: dataPlaneTimeout, Intent: d.req.Intent,
+				Rank: plan.NodeRank(d.spec, node), World: len(nodes), Master: master, Timeout: dataPlaneTimeout, Intent: d.req.Intent,
 			}
 			if d.spec.Executor == spec.ExecutorMP {
 				// Nothing runs on a node before its rank: the proof gets a container of its
