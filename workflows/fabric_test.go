@@ -83,6 +83,10 @@ func TestMPRanksFollowTheCables(t *testing.T) {
 	if ranks["node-b"] != 1 || ranks["node-c"] != 2 || ranks["node-d"] != 3 {
 		t.Errorf("proof ranks %v, want the cables' order", ranks)
 	}
+	// The proof goes round the cables: a, b, c, d is also the ring's cycle.
+	if res.DataPlane == nil || res.DataPlane.Summary != "IB on 4 links (ring node-a-node-b-node-c-node-d), 23.7 GB/s per hop" {
+		t.Errorf("data plane %+v", res.DataPlane)
+	}
 	for _, w := range res.Plan.Warnings {
 		if strings.Contains(w, "order") {
 			t.Errorf("warning %q: mp places the ranks itself", w)

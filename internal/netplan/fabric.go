@@ -566,18 +566,56 @@ func carriedLayouts(c spec.Cluster, g Graph, nodes []string, counts []int, equal
 	return out
 }
 
+// Name is the fabric's shape with its nodes, as status and plan print it: "ring
+// node-a-node-b-node-c-node-d" (in cable order), "triangle node-a-node-b-node-c".
+func (f Fabric) Name() string {
+	switch f.Shape {
+	case "ring":
+		_, ring := shape(f.Graph)
+		return f.Shape + " " + strings.Join(ring, "-")
+	case "pair", "triangle", "mesh":
+		return f.Shape + " " + strings.Join(f.Graph.Nodes, "-")
+	}
+	return f.Shape
+}
+
+// ProofOrder is the rank order of the data-plane proof's one all_reduce, head first: on a
+// ring the cables' cycle, so that NCCL's ring over the whole world crosses every cable and
+// no uncabled pair (the layout's own order may not: tensor 2 x pipeline 2 ranks a, b, d, c,
+// whose world ring would close over b-d); elsewhere the rank order.
+func (f Fabric) ProofOrder(head string) []string {
+	if f.Shape != "ring" {
+		return f.Order
+	}
+	_, ring := shape(f.Graph)
+	i := slices.Index(ring, head)
+	if i < 0 {
+		return f.Order
+	}
+	return append(slices.Clone(ring[i:]), ring[:i]...)
+}
+
+// ProofLinks are the node pairs the proof's world ring crosses in order (the last back to
+// the first when there are more than two).
+func ProofLinks(order []string) [][2]string {
+	if len(order) < 2 {
+		return nil
+	}
+	if len(order) == 2 {
+		return [][2]string{{order[0], order[1]}}
+	}
+	var out [][2]string
+	for i := range order {
+		out = append(out, [2]string{order[i], order[(i+1)%len(order)]})
+	}
+	return out
+}
+
 // Lines draws the data plane for `starter plan`: the shape and links, then the rank
 // order, the algorithms and what the layout cannot do.
 func (f Fabric) Lines() []string {
 	g := f.Graph
-	_, ring := shape(g)
-	name := f.Shape
-	switch f.Shape {
-	case "ring":
-		name += " " + strings.Join(ring, "-")
-	case "pair", "triangle", "mesh":
-		name += " " + strings.Join(g.Nodes, "-")
-	}
+	name := f.Name()
 	lines := []string{fmt.Sprintf("data plane: %s, %d link(s)", name, len(g.Links))}
 	for _, l := range g.Links {
 		line := fmt.Sprintf("  %s-%s %s %s<->%s", l.A, l.B, l.Subnet, l.AHCA.HCA(), l.BHCA.HCA())

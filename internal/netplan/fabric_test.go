@@ -377,6 +377,38 @@ func TestRanksPlacedByTheExecutor(t *testing.T) {
 	}
 }
 
+// TestProofGoesRoundTheCables: tensor 2 x pipeline 2 on a ring ranks a, b, d, c, whose
+// world ring would close over b-d; the proof's one all_reduce ranks the cables' cycle
+// from the head instead, crossing each cable once.
+func TestProofGoesRoundTheCables(t *testing.T) {
+	c, probes := switchless([]string{"node-a", "node-c", "node-b", "node-d"}, [][2]int{{0, 2}, {2, 1}, {1, 3}, {3, 0}})
+	c.Parallel = spec.Parallel{Tensor: 2, Pipeline: 2}
+	plan, err := Choose(c, probes, measured(c, probes, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := plan.Fabric
+	if !slices.Equal(f.Order, []string{"node-a", "node-b", "node-d", "node-c"}) {
+		t.Fatalf("order %v", f.Order)
+	}
+	order := f.ProofOrder("node-a")
+	links := ProofLinks(order)
+	if len(links) != 4 {
+		t.Fatalf("proof order %v links %v", order, links)
+	}
+	for _, l := range links {
+		if !f.Graph.Linked(l[0], l[1]) {
+			t.Errorf("the proof's ring crosses %s-%s, which share no link (order %v)", l[0], l[1], order)
+		}
+	}
+	if f.Name() != "ring node-a-node-b-node-c-node-d" || order[0] != "node-a" {
+		t.Errorf("name %q, proof order %v", f.Name(), order)
+	}
+	if got := ProofLinks([]string{"x", "y"}); len(got) != 1 {
+		t.Errorf("a pair's proof crosses %v, want its one link", got)
+	}
+}
+
 // TestReachabilityMeasuresEveryCableBothWays: on a ring of four the test listens on the
 // LAN and on both ends of every cable, each cable's address is dialled only from the node
 // at its other end, and a cable cut in one direction is left out naming that direction.
