@@ -476,6 +476,14 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 	for _, e := range edges {
 		f.Pairs = append(f.Pairs, [2]string{order[e[0]], order[e[1]]})
 	}
+	f.judgeOrder(groups, slots, linked)
+	return f, nil
+}
+
+// judgeOrder sets what NCCL may use, and what the layout cannot do, with the ranks in
+// f.Order: groups are each communicator's slots, slots how many the ranks fill.
+func (f *Fabric) judgeOrder(groups [][]int, slots int, linked func(a, b string) bool) {
+	f.Algo, f.AlgoReason, f.Cannot = "", "", nil
 	// NCCL's double binary tree (src/graph/trees.cc, ncclGetDtree) and PAT (src/transport/
 	// generic.cc, ncclTransportPatConnect, rank ± 2^k with one GPU per node) connect nodes
 	// that are not neighbours in rank order: node 0 to node 2 of four. Where a group of
@@ -487,7 +495,7 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 		}
 		for i := range gs {
 			for j := i + 1; j < len(gs); j++ {
-				if a, b := order[gs[i]], order[gs[j]]; !linked(a, b) {
+				if a, b := f.Order[gs[i]], f.Order[gs[j]]; !linked(a, b) {
 					notClique = appendNew(notClique, a+" and "+b)
 				}
 			}
@@ -501,8 +509,8 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 		f.AlgoReason = "every node of each communicator is linked to every other: NCCL may choose its algorithm"
 	}
 	var unlinked []string
-	for i, a := range order[:slots] {
-		for _, b := range order[i+1 : slots] {
+	for i, a := range f.Order[:slots] {
+		for _, b := range f.Order[i+1 : slots] {
 			if !linked(a, b) {
 				unlinked = append(unlinked, a+"-"+b)
 			}
@@ -511,7 +519,6 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 	if len(unlinked) > 0 {
 		f.Cannot = append(f.Cannot, "no all-to-all (expert parallelism), tree or direct traffic between "+strings.Join(unlinked, ", ")+": they share no link")
 	}
-	return f, nil
 }
 
 func unreachableMessage(c spec.Cluster, g Graph, nodes []string, counts []int, equal, gaveUp bool, edges [][2]int) string {

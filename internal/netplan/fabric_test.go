@@ -371,6 +371,16 @@ func TestRanksPlacedByTheExecutor(t *testing.T) {
 		t.Fatalf("legacy on an IP order that follows the cables: %v %+v", err, plan.Fabric)
 	}
 
+	// The other way round the ring by IP (node-d .11, node-b .13): Ray's order replaces the
+	// search's, with its pairs.
+	c, probes = ring("node-a", "node-b", "node-c", "node-d")
+	probes[1].Links[0].Addrs[0], probes[3].Links[0].Addrs[0] = probes[3].Links[0].Addrs[0], probes[1].Links[0].Addrs[0]
+	plan, err = ChooseFor(c, probes, measured(c, probes, nil), Options{Engine: legacy})
+	if err != nil || !slices.Equal(plan.Fabric.Order, []string{"node-a", "node-d", "node-c", "node-b"}) || plan.Fabric.Algo != "Ring" ||
+		!slices.Contains(plan.Fabric.Pairs, [2]string{"node-a", "node-d"}) {
+		t.Fatalf("legacy the other way round: %v %+v", err, plan.Fabric)
+	}
+
 	c, probes = switchless([]string{"node-a", "node-b", "node-c"}, [][2]int{{0, 1}, {1, 2}, {2, 0}})
 	if plan, err = ChooseFor(c, probes, measured(c, probes, nil), Options{Engine: v2}); err != nil || !strings.Contains(plan.Fabric.Placement, "every such order carries") {
 		t.Fatalf("v2 on a triangle: %v %+v", err, plan.Fabric)

@@ -93,8 +93,12 @@ func placeForExecutor(c spec.Cluster, engine *release.Model, f *Fabric, addrs ma
 	// The legacy Ray executor (nil engine: the form every release before V2 runs).
 	order := rayLegacyOrder(c, addrs, gpus)
 	if ok, _ := carries(order); ok {
-		f.Order = order
-		f.Pairs = pairsOf(tp, pp, order, countsOf(order))
+		if !slices.Equal(order, f.Order) {
+			f.Order = order
+			f.Pairs = pairsOf(tp, pp, order, countsOf(order))
+			_, groups, slots := slotEdges(tp, pp, countsOf(order))
+			f.judgeOrder(groups, slots, linked)
+		}
 		f.Placement = "vLLM's Ray executor ranks the driver's node first, then the others by IP address as a string (" + addrList(order[1:], addrs) + "): that order carries the layout"
 		return nil
 	}
