@@ -191,8 +191,9 @@ func minKnown(a, b int) int {
 // address in the same subnet (ShouldDial).
 func DataPlaneListenAddrs(c spec.Cluster, probes []NodeProbe) map[string][]netip.Prefix {
 	boot := map[netip.Prefix]bool{}
-	for _, as := range ListenAddrs(c, probes) {
-		for _, a := range as {
+	listen := ListenAddrs(c, probes)
+	for _, n := range c.Nodes { // not the map: the workflow calls this (workflowcheck)
+		for _, a := range listen[n.Name] {
 			boot[a.Masked()] = true
 		}
 	}
