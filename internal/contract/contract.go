@@ -56,6 +56,8 @@ const (
 	ErrRayDriverAttach    = failure.RayDriverAttach
 	ErrVersionMismatch    = failure.VersionMismatch
 	ErrRayUnreachable     = failure.RayGCSUnreachable
+	ErrRayAuthRequired    = failure.RayAuthRequired
+	ErrEphemeralBlocked   = failure.EphemeralPortsBlocked
 	ErrRayNodeDead        = failure.RayNodeDead
 	ErrContainerExited    = failure.ContainerExited
 	ErrVLLMExited         = failure.VLLMExited
@@ -217,6 +219,9 @@ type PlacementRequest struct {
 	// DashboardPort is kept so that recorded histories decode; placement is read from the
 	// GCS at Plan.RayAddress, not from the dashboard.
 	DashboardPort int `json:"dashboard_port,omitempty"`
+	// RayToken is the spec's secrets.ray_token: a reference the agent resolves on its node
+	// to send Ray's token with its GCS calls, never the value.
+	RayToken *spec.SecretRef `json:"ray_token,omitempty"`
 }
 
 // RegisteredNode is one Ray node as Ray reports it.

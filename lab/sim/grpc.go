@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -62,7 +63,11 @@ func (g *gcs) grpcHandler(_ any, stream grpc.ServerStream) error {
 	if err := stream.RecvMsg(&req); err != nil {
 		return err
 	}
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	if auth := md.Get("authorization"); !g.authorized(strings.Join(auth, "")) || len(auth) > 1 {
+		return status.Error(codes.Unauthenticated, rayUnauthenticated)
+	}
+	if md != nil {
 		if got := md.Get("ray_cluster_id"); len(got) > 0 && got[0] != hex.EncodeToString(g.clusterID) {
 			rayCppLog("W", "server_call.h:228", fmt.Sprintf("Wrong cluster ID token in request! Expected: %x, but got: %s", g.clusterID, got[0]))
 			return status.Error(codes.Unauthenticated, "Wrong cluster ID token in request")
