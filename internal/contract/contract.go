@@ -132,6 +132,11 @@ type ListenRequest struct {
 	Port int `json:"port,omitempty"`
 	// TTL closes the listeners by itself if the close never arrives.
 	TTL time.Duration `json:"ttl"`
+	// Ephemeral also opens, on each address, a listener on a port the kernel picks from
+	// the node's ephemeral range (ip_local_port_range), as vLLM's ZMQ sockets bind, and
+	// puts the other (Port 0) below that range, so that a firewall dropping the range is
+	// told from a missing route (netplan.CheckEphemeral).
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // ListenResult is the listeners a node opened, and the token that closes them.
