@@ -28,7 +28,7 @@ func TestCheckEphemeralNamesEveryBlockedPair(t *testing.T) {
 	results := []PairResult{
 		dial("node-a", "node-b", b, 40001, false),
 		dial("node-b", "node-a", a, 40002, true),
-		dial("node-a", "node-b", c, 40003, false), // another subnet's address: not the plan's
+		dial("node-a", "node-b", c, 40003, false),                                                // another subnet's address: not the plan's
 		{From: "node-a", To: "node-b", Addr: netip.AddrPortFrom(b, 20001), Error: "i/o timeout"}, // not an ephemeral dial
 	}
 	err := CheckEphemeral(plan, results)
