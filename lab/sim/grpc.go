@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -64,7 +63,8 @@ func (g *gcs) grpcHandler(_ any, stream grpc.ServerStream) error {
 		return err
 	}
 	md, _ := metadata.FromIncomingContext(stream.Context())
-	if auth := md.Get("authorization"); !g.authorized(strings.Join(auth, "")) || len(auth) > 1 {
+	// Token mode: every call needs `authorization: Bearer <token>` (rayauth.go).
+	if auth := md.Get("authorization"); g.token != "" && (len(auth) != 1 || !g.authorized(auth[0])) {
 		return status.Error(codes.Unauthenticated, rayUnauthenticated)
 	}
 	if md != nil {

@@ -1,10 +1,19 @@
 package main
 
 import (
+	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // Ray's token mode at `ray start` (authentication_token_setup.py, PR #64755 for 2.59;
@@ -87,5 +96,39 @@ func TestGCSRefusesCallsWithoutTheToken(t *testing.T) {
 	}
 	if !newGCS("s", "127.0.0.1:1", "").authorized("") {
 		t.Error("without token mode every call is authorized")
+	}
+}
+
+// The GCS's gRPC methods in token mode: refused Unauthenticated without the token or with
+// another, answered with it.
+func TestGCSgRPCRefusesCallsWithoutTheToken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go newGCS("s", "127.0.0.1:1", "tok").serve(l)
+	conn, err := grpc.NewClient("passthrough:///"+l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, tc := range []struct {
+		auth string
+		want codes.Code
+	}{{"", codes.Unauthenticated}, {"Bearer other", codes.Unauthenticated}, {"Bearer tok", codes.OK}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if tc.auth != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", tc.auth)
+		}
+		var reply []byte
+		err := conn.Invoke(ctx, nodeInfoService+"GetClusterId", &[]byte{}, &reply, grpc.ForceCodec(rawCodec{}))
+		cancel()
+		if status.Code(err) != tc.want {
+			t.Errorf("%q: %v, want %s", tc.auth, err, tc.want)
+		}
+		if tc.want == codes.Unauthenticated && status.Convert(err).Message() != rayUnauthenticated {
+			t.Errorf("%q: message %q", tc.auth, status.Convert(err).Message())
+		}
 	}
 }
