@@ -157,6 +157,11 @@ func (n *hostNet) registeredNodes(ctx context.Context, gcsAddr, token string) ([
 	if gcsAddr == "" {
 		return nil, errNoGCSAddress
 	}
+	if token != "" {
+		if err := n.checkOwnGCS(gcsAddr); err != nil {
+			return nil, err
+		}
+	}
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		var c net.Conn
 		err := n.inNetNS(func() error {

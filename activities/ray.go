@@ -87,8 +87,15 @@ func (r *Ray) withRayToken(s containerSpec, c spec.Cluster) (containerSpec, erro
 	return s, nil
 }
 
-// placementToken is the request's Ray token resolved on this node ("" for none).
+// placementToken is the request's Ray token resolved on this node ("" for none), for a GCS
+// on this node's own addresses only.
 func (r *Ray) placementToken(req contract.PlacementRequest) (string, error) {
+	if req.RayToken == nil {
+		return "", nil
+	}
+	if err := r.net.checkOwnGCS(req.Plan.RayAddress); err != nil {
+		return "", err
+	}
 	return r.vllm.rayToken(req.RayToken)
 }
 

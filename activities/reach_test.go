@@ -2,11 +2,16 @@ package activities
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
+	"github.com/tpdeploy/tpdeploy/internal/policy"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
 // With Ephemeral, each address gets a listener below this namespace's ephemeral range and
@@ -44,5 +49,36 @@ func TestProbeListenersBelowAndInTheEphemeralRange(t *testing.T) {
 	defer a.Reachability.CloseProbeListeners(ctx, contract.CloseRequest{Node: "node-a", Token: plain.Token})
 	if len(plain.Targets) != 1 || plain.Targets[0].Ephemeral {
 		t.Fatalf("targets %+v", plain.Targets)
+	}
+}
+
+// Ray's token goes only to a GCS on the node's own addresses: a request naming another
+// host's GCS is refused before the secret is read.
+func TestRayTokenOnlyToThisNodesGCS(t *testing.T) {
+	pol := policy.Default()
+	a := New(Config{Name: "node-a", Policy: &pol})
+	t.Setenv("RAY_AUTH_TOKEN", "tok-secret")
+	ref := &spec.SecretRef{Env: "RAY_AUTH_TOKEN"}
+	_, err := a.Ray.placementToken(contract.PlacementRequest{Node: "node-a", RayToken: ref, Plan: netplan.Plan{RayAddress: "192.0.2.1:6379"}})
+	if app := appError(t, err); app.Type() != contract.ErrPolicyDenied || strings.Contains(app.Error(), "tok-secret") {
+		t.Fatalf("another host's GCS: %v", err)
+	}
+	own := ""
+	addrs, _ := net.InterfaceAddrs()
+	for _, ad := range addrs {
+		if ip, ok := ad.(*net.IPNet); ok && !ip.IP.IsLoopback() && ip.IP.To4() != nil {
+			own = ip.IP.String()
+			break
+		}
+	}
+	if own == "" {
+		t.Fatal("this host has no IPv4 address but loopback")
+	}
+	got, err := a.Ray.placementToken(contract.PlacementRequest{Node: "node-a", RayToken: ref, Plan: netplan.Plan{RayAddress: own + ":6379"}})
+	if err != nil || got != "tok-secret" {
+		t.Fatalf("this node's GCS: %q %v", got, err)
+	}
+	if got, err := a.Ray.placementToken(contract.PlacementRequest{Node: "node-a", Plan: netplan.Plan{RayAddress: "192.0.2.1:6379"}}); err != nil || got != "" {
+		t.Fatalf("no token: %q %v", got, err)
 	}
 }
