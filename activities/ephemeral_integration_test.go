@@ -28,8 +28,11 @@ func TestFirewallDroppingEphemeralPortsIsRefusedAtPlan(t *testing.T) {
 		t.Fatal("this test needs nftables' nft (make deps installs it)")
 	}
 	ns := topo.Nodes[1].NetNS
-	rules := "table inet tpdtest { chain input { type filter hook input priority 0; tcp dport 32768-60999 drop; } }"
-	if out, err := exec.Command("ip", "netns", "exec", ns, nft, rules).CombinedOutput(); err != nil {
+	rules := "add table inet tpdtest\nadd chain inet tpdtest input { type filter hook input priority 0; }\n" +
+		"add rule inet tpdtest input tcp dport 32768-60999 drop\n"
+	cmd := exec.Command("ip", "netns", "exec", ns, nft, "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("nft in %s: %v: %s", ns, err, out)
 	}
 	c := seedSpec(2)
