@@ -28,7 +28,10 @@ func TestFirewallDroppingEphemeralPortsIsRefusedAtPlan(t *testing.T) {
 		t.Fatal("this test needs nftables' nft (make deps installs it)")
 	}
 	ns := topo.Nodes[1].NetNS
+	// Stateful, as a host firewall is: the replies to node-b's own connections (to its
+	// ephemeral source ports) pass; new connections to the range are dropped.
 	rules := "add table inet tpdtest\nadd chain inet tpdtest input { type filter hook input priority 0; }\n" +
+		"add rule inet tpdtest input ct state established,related accept\n" +
 		"add rule inet tpdtest input tcp dport 32768-60999 drop\n"
 	cmd := exec.Command("ip", "netns", "exec", ns, nft, "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
