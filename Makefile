@@ -19,13 +19,14 @@ build:
 $(BIN)/temporal:
 	CGO_ENABLED=0 GOBIN=$(BIN) $(GO) install -trimpath github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
 
-# iproute2 gives `ip netns` (network tests); curl is used by the demo; chromium drives the
+# iproute2 gives `ip netns` (network tests); nftables the firewall that drops the ephemeral
+# range in a namespace (activities' TestFirewallDroppingEphemeralPortsIsRefusedAtPlan); curl is used by the demo; chromium drives the
 # Temporal UI in the UI test; busybox-static is the shell in the test images; debootstrap builds
 # the lab's torch base (Debian trixie + python3-torch, lab/torch.go) from Debian's mirror.
 # The Docker engine must be running (the lab's containers); the tests fail loudly without it.
 deps:
-	@command -v ip >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null && dpkg -s busybox-static >/dev/null 2>&1 && command -v debootstrap >/dev/null || \
-	  { apt-get update -qq && apt-get install -y -qq iproute2 curl chromium busybox-static debootstrap; }
+	@command -v ip >/dev/null && command -v nft >/dev/null && command -v curl >/dev/null && command -v chromium >/dev/null && dpkg -s busybox-static >/dev/null 2>&1 && command -v debootstrap >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq iproute2 nftables curl chromium busybox-static debootstrap; }
 	@docker version --format '{{.Server.Version}}' >/dev/null || { echo "the Docker engine is not running"; exit 1; }
 
 # The linters, pinned and built into bin/ once (a version in the path, so a bump rebuilds).

@@ -93,7 +93,7 @@ func New(c Config) *Agent {
 		Reachability: reach,
 		Containers:   &Containers{nodeBase: base, docker: dock, vllm: vllm},
 		Images:       &Images{nodeBase: base, docker: dock},
-		Ray:          &Ray{nodeBase: base, net: net, docker: dock},
+		Ray:          &Ray{nodeBase: base, net: net, docker: dock, vllm: vllm},
 		VLLM:         vllm,
 		DataPlane:    &DataPlane{nodeBase: base, net: net, docker: dock},
 		Weights:      newWeights(base, net, mnt),

@@ -111,6 +111,11 @@ type containerSpec struct {
 	Devices []string         `json:"devices,omitempty"`
 	CapAdd  []string         `json:"cap_add,omitempty"`
 	Options ContainerOptions `json:"options"`
+	// Files are secret files (container path: content) the agent copies into the
+	// container between its create and its start: their content is in no configuration
+	// `docker inspect` shows, and not in the spec hash (a label). Their paths are in the
+	// env that names them, which is hashed.
+	Files map[string]string `json:"-"`
 }
 
 // hash identifies everything that makes the container what it is, except the deployment
@@ -202,7 +207,7 @@ func rayHeadSpec(req contract.StartRayRequest, o ContainerOptions) containerSpec
 		"--port=" + strconv.Itoa(req.Spec.Ports.Ray), "--dashboard-port=" + strconv.Itoa(req.Spec.Ports.Dashboard)}
 	cmd = append(append(cmd, rayGPUArgs(req.Plan, n)...), "--block")
 	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleRayHead, o)
-	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, nil)
+	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, rayAuthEnv(req.Spec))
 	return s
 }
 
@@ -212,7 +217,7 @@ func rayWorkerSpec(req contract.StartRayRequest, o ContainerOptions) containerSp
 	cmd := []string{"start", "--address=" + req.RayAddress, "--node-ip-address=" + req.Plan.Address.String()}
 	cmd = append(append(cmd, rayGPUArgs(req.Plan, n)...), "--block")
 	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleRayWorker, o)
-	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, nil)
+	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, rayAuthEnv(req.Spec))
 	return s
 }
 
@@ -305,7 +310,23 @@ func imageMissing(image string) error {
 
 // agentEnv are the variables the agent itself sets from its own secrets, never from a
 // request; the env check does not apply to them.
-var agentEnv = map[string]bool{"HF_TOKEN": true, "VLLM_API_KEY": true}
+var agentEnv = map[string]bool{"HF_TOKEN": true, "VLLM_API_KEY": true, "RAY_AUTH_MODE": true, "RAY_AUTH_TOKEN_PATH": true}
+
+// rayTokenFile is where a Ray container finds secrets.ray_token (RAY_AUTH_TOKEN_PATH).
+const rayTokenFile = "/run/tpdeploy/ray_token"
+
+// rayAuthEnv turns Ray's token authentication on in a Ray container when the spec has a
+// token: RAY_AUTH_MODE=token (a worker's `ray start --address` and a driver's ray.init
+// enable it only so, and a head before Ray 2.59 too: authentication_token_setup.py) and
+// RAY_AUTH_TOKEN_PATH, the least visible of Ray's token sources
+// (authentication_token_loader.cc: RAY_AUTH_TOKEN, then RAY_AUTH_TOKEN_PATH, then
+// ~/.ray/auth_token), so that a token the image holds is not the one used.
+func rayAuthEnv(c spec.Cluster) map[string]string {
+	if c.Secrets.RayToken == nil {
+		return nil
+	}
+	return map[string]string{"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": rayTokenFile}
+}
 
 // envNames are the names of KEY=VALUE entries the request chose (the node's env and the
 // plan's), for the policy's env check.

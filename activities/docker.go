@@ -76,6 +76,10 @@ func (d *docker) ensureContainer(ctx context.Context, host string, s containerSp
 				return ref, engineError(addr, "create "+s.Name, err)
 			}
 			ref.ID = created.ID
+			if err := copySecretFiles(ctx, eng, created.ID, s.Files); err != nil {
+				_, _ = eng.ContainerRemove(ctx, created.ID, client.ContainerRemoveOptions{Force: true})
+				return ref, engineError(addr, "copy secret files into "+s.Name, err)
+			}
 			d.logger().Info("container created", zap.String("name", s.Name), zap.String("hash", want))
 		case err != nil:
 			return ref, engineError(addr, "inspect "+s.Name, err)

@@ -151,10 +151,16 @@ func (n *hostNet) links(h *netlink.Handle) ([]netplan.Link, error) {
 var errNoGCSAddress = errors.New("no Ray GCS address in the plan")
 
 // registeredNodes reads Ray's nodes from the GCS at the plan's Ray address, from the
-// agent's own network namespace.
-func (n *hostNet) registeredNodes(ctx context.Context, gcsAddr string) ([]contract.RegisteredNode, error) {
+// agent's own network namespace, sending Ray's token (secrets.ray_token resolved on this
+// node; "" for none).
+func (n *hostNet) registeredNodes(ctx context.Context, gcsAddr, token string) ([]contract.RegisteredNode, error) {
 	if gcsAddr == "" {
 		return nil, errNoGCSAddress
+	}
+	if token != "" {
+		if err := n.checkOwnGCS(gcsAddr); err != nil {
+			return nil, err
+		}
 	}
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		var c net.Conn
@@ -165,7 +171,7 @@ func (n *hostNet) registeredNodes(ctx context.Context, gcsAddr string) ([]contra
 		})
 		return c, err
 	}
-	return raygcs.Nodes(ctx, gcsAddr, dial)
+	return raygcs.Nodes(ctx, gcsAddr, token, dial)
 }
 
 // signedAddress refuses a planned address that is not one of this node's own: the address

@@ -187,6 +187,30 @@ func (n *hostNet) checkEndpoint(endpoint string) error {
 	return n.checkDialString(net.JoinHostPort(u.Hostname(), port))
 }
 
+// checkOwnGCS allows a Ray GCS address (ADDRESS:PORT) that is one of this node's own
+// addresses: where a call that carries Ray's token may go (the placement check and the
+// serving watch run on the head, beside its GCS), so that no request can have the agent
+// hand a secret to another host.
+func (n *hostNet) checkOwnGCS(hostport string) error {
+	if n.policy == nil {
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(hostport)
+	if err != nil {
+		return n.allowed(func(policy.Policy) error { return fmt.Errorf("ray GCS %q: not an IP address and port", hostport) })
+	}
+	own, err := n.ownPrefixes()
+	if err != nil {
+		return err
+	}
+	if !ownsAddr(own, ap.Addr()) {
+		return n.allowed(func(policy.Policy) error {
+			return fmt.Errorf("ray GCS %s: Ray's token goes only to a GCS on this node's own addresses", hostport)
+		})
+	}
+	return nil
+}
+
 // checkOwnEndpoint allows an http:// URL whose host is one of this node's own addresses
 // and whose port is port: where a check that carries a secret (vLLM's API key) may go.
 func (n *hostNet) checkOwnEndpoint(endpoint string, port int) error {

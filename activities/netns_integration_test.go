@@ -106,11 +106,17 @@ func TestProbeSeedTopology(t *testing.T) {
 // reach runs the reachability protocol the workflow runs: everyone listens, everyone
 // dials everyone else, everyone closes.
 func reach(t testing.TB, agents []*Agent, addrs map[string][]netip.Prefix) []netplan.PairResult {
+	return reachWith(t, agents, addrs, false)
+}
+
+// reachWith is reach, with the ephemeral-range listeners when ephemeral (as the workflow
+// asks).
+func reachWith(t testing.TB, agents []*Agent, addrs map[string][]netip.Prefix, ephemeral bool) []netplan.PairResult {
 	t.Helper()
 	ctx := context.Background()
 	listeners := make([]contract.ListenResult, len(agents))
 	for i, a := range agents {
-		r, err := a.Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: a.Probe.name, Addrs: addrs[a.Probe.name], TTL: time.Minute})
+		r, err := a.Reachability.OpenProbeListeners(ctx, contract.ListenRequest{Node: a.Probe.name, Addrs: addrs[a.Probe.name], TTL: time.Minute, Ephemeral: ephemeral})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +23,8 @@ type Ray struct {
 	*nodeBase
 	net    *hostNet
 	docker *docker
+	// vllm resolves the spec's secrets.ray_token on this node.
+	vllm *VLLM
 }
 
 // StartRayHead starts (or adopts) the Ray head container.
@@ -40,7 +43,11 @@ func (r *Ray) StartRayHead(ctx context.Context, req contract.StartRayRequest) (c
 	if err := r.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.Ray, req.Spec.Ports.Dashboard) }); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	return r.docker.ensureContainer(ctx, n.DockerHost, labelled(r.docker.withRDMA(rayHeadSpec(req, r.docker.opts), req.Plan), c), req.Replace)
+	s, err := r.withRayToken(rayHeadSpec(req, r.docker.opts), req.Spec)
+	if err != nil {
+		return contract.ContainerRef{}, err
+	}
+	return r.docker.ensureContainer(ctx, n.DockerHost, labelled(r.docker.withRDMA(s, req.Plan), c), req.Replace)
 }
 
 // StartRayWorker starts (or adopts) a Ray worker container joined to the head.
@@ -61,7 +68,44 @@ func (r *Ray) StartRayWorker(ctx context.Context, req contract.StartRayRequest) 
 		}
 	}
 	n, _ := req.Spec.Node(req.Node)
-	return r.docker.ensureContainer(ctx, n.DockerHost, labelled(r.docker.withRDMA(rayWorkerSpec(req, r.docker.opts), req.Plan), c), req.Replace)
+	s, err := r.withRayToken(rayWorkerSpec(req, r.docker.opts), req.Spec)
+	if err != nil {
+		return contract.ContainerRef{}, err
+	}
+	return r.docker.ensureContainer(ctx, n.DockerHost, labelled(r.docker.withRDMA(s, req.Plan), c), req.Replace)
+}
+
+// withRayToken gives a Ray container the spec's secrets.ray_token, resolved on this node,
+// as a file the agent copies into it before it starts (rayTokenFile; RAY_AUTH_TOKEN_PATH
+// names it): the value is in no container configuration `docker inspect` shows.
+func (r *Ray) withRayToken(s containerSpec, c spec.Cluster) (containerSpec, error) {
+	token, err := r.vllm.rayToken(c.Secrets.RayToken)
+	if err != nil || token == "" {
+		return s, err
+	}
+	s.Files = map[string]string{rayTokenFile: token}
+	return s, nil
+}
+
+// placementToken is the request's Ray token resolved on this node ("" for none), for a GCS
+// on this node's own addresses only.
+func (r *Ray) placementToken(req contract.PlacementRequest) (string, error) {
+	if req.RayToken == nil {
+		return "", nil
+	}
+	if err := r.net.checkOwnGCS(req.Plan.RayAddress); err != nil {
+		return "", err
+	}
+	return r.vllm.rayToken(req.RayToken)
+}
+
+// rayAuthError is a GCS refusal of the token as RayAuthRequired, nil for any other error.
+func rayAuthError(err error) error {
+	var ae *raygcs.AuthError
+	if !errors.As(err, &ae) {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError(ae.Error(), contract.ErrRayAuthRequired, nil)
 }
 
 // signedRay checks a Ray start against the verified spec: the planned address the node's
@@ -99,10 +143,17 @@ func (r *Ray) CheckPlacement(ctx context.Context, req contract.PlacementRequest)
 	if gone := r.headGone(ctx, req); gone != nil {
 		return contract.PlacementReport{}, gone
 	}
+	token, err := r.placementToken(req)
+	if err != nil {
+		return contract.PlacementReport{}, err
+	}
 	var last error
 	for {
 		activity.RecordHeartbeat(ctx, fmt.Sprint(last))
-		nodes, err := r.net.registeredNodes(ctx, req.Plan.RayAddress)
+		nodes, err := r.net.registeredNodes(ctx, req.Plan.RayAddress, token)
+		if auth := rayAuthError(err); auth != nil {
+			return contract.PlacementReport{}, auth // no retry brings a token: say so now
+		}
 		if err == nil {
 			report, wait, verr := raygcs.Verdict(req, nodes)
 			if !wait {
@@ -178,7 +229,14 @@ func (r *Ray) RayNodesAlive(ctx context.Context, req contract.PlacementRequest) 
 	if err := r.net.checkDialString(req.Plan.RayAddress); err != nil {
 		return contract.PlacementReport{}, err
 	}
-	nodes, err := r.net.registeredNodes(ctx, req.Plan.RayAddress)
+	token, err := r.placementToken(req)
+	if err != nil {
+		return contract.PlacementReport{}, err
+	}
+	nodes, err := r.net.registeredNodes(ctx, req.Plan.RayAddress, token)
+	if auth := rayAuthError(err); auth != nil {
+		return contract.PlacementReport{}, auth
+	}
 	if err != nil {
 		return contract.PlacementReport{}, temporal.NewApplicationError(err.Error(), contract.ErrRayUnreachable)
 	}

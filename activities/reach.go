@@ -6,9 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -96,15 +101,28 @@ func (r *Reachability) OpenProbeListeners(ctx context.Context, req contract.List
 	var opened []net.Listener
 	err := r.net.inNetNS(func() error {
 		for _, addr := range req.Addrs {
-			l, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), uint16(req.Port)).String())
+			var l net.Listener
+			var err error
+			if req.Ephemeral && req.Port == 0 {
+				l, err = listenBelowEphemeral(addr.Addr())
+			} else {
+				l, err = net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), uint16(req.Port)).String())
+			}
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", addr, err)
 			}
 			opened = append(opened, l)
-			ap := l.Addr().(*net.TCPAddr).AddrPort()
-			res.Targets = append(res.Targets, netplan.Target{
-				Node: r.name, Addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), Subnet: addr.Masked(),
-			})
+			res.Targets = append(res.Targets, listenTarget(r.name, addr, l, false))
+			if !req.Ephemeral {
+				continue
+			}
+			// Port 0: the kernel's pick from the ephemeral range, as vLLM's ZMQ binds.
+			e, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), 0).String())
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", addr, err)
+			}
+			opened = append(opened, e)
+			res.Targets = append(res.Targets, listenTarget(r.name, addr, e, true))
 		}
 		return nil
 	})
@@ -131,6 +149,60 @@ func (r *Reachability) OpenProbeListeners(ctx context.Context, req contract.List
 	}
 	res.Token = token
 	return res, nil
+}
+
+func listenTarget(node string, addr netip.Prefix, l net.Listener, ephemeral bool) netplan.Target {
+	ap := l.Addr().(*net.TCPAddr).AddrPort()
+	return netplan.Target{Node: node, Addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), Subnet: addr.Masked(), Ephemeral: ephemeral}
+}
+
+// probePortsLow, probePortsHigh bound the ports a reachability listener below the
+// ephemeral range takes: clear of the well-known service ports below (Ray's 6379 and
+// 8265, vLLM's 8000) and of torch's and vLLM's master ports from 29500.
+const probePortsLow, probePortsHigh = 20000, 29499
+
+// listenBelowEphemeral listens on addr at a free port below this network namespace's
+// ephemeral range (ip_local_port_range), so that a dial to it passes a firewall that drops
+// the range; with no room below the range (a range reaching down to probePortsLow), any
+// port the kernel picks.
+func listenBelowEphemeral(addr netip.Addr) (net.Listener, error) {
+	high := probePortsHigh
+	if low := ephemeralLow(); low-1 < high {
+		high = low - 1
+	}
+	if high < probePortsLow {
+		return net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+	}
+	var err error
+	for range 32 {
+		port := probePortsLow + mrand.IntN(high-probePortsLow+1)
+		var l net.Listener
+		if l, err = net.Listen("tcp", netip.AddrPortFrom(addr, uint16(port)).String()); err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// ephemeralLow is the low end of this network namespace's ip_local_port_range (read on the
+// calling thread, which is in the node's namespace), or Linux's default.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return netplan.EphemeralLow
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return netplan.EphemeralLow
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return netplan.EphemeralLow
+	}
+	return n
 }
 
 func acceptAndClose(l net.Listener) {
@@ -206,7 +278,7 @@ func (r *Reachability) DialPeers(ctx context.Context, req contract.DialRequest) 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			pair := netplan.PairResult{From: r.name, To: t.Node, Subnet: t.Subnet, Addr: t.Addr}
+			pair := netplan.PairResult{From: r.name, To: t.Node, Subnet: t.Subnet, Addr: t.Addr, Ephemeral: t.Ephemeral}
 			err := r.net.inNetNS(func() error {
 				start := time.Now()
 				d := net.Dialer{Timeout: timeout}

@@ -1,11 +1,19 @@
 package activities
 
 import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"sort"
 	"strings"
+
+	"github.com/moby/moby/client"
 
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sys/unix"
@@ -46,6 +54,17 @@ func (v *VLLM) secretEnv(s spec.Secrets, withAPIKey bool) (map[string]string, er
 		return nil, nil
 	}
 	return out, nil
+}
+
+// rayToken is the spec's secrets.ray_token resolved on this node within its policy, ""
+// when the spec has none. It goes into a Ray container as a file (Ray.withRayToken) and
+// into the agent's own GCS calls, never into a container's configuration, a workflow
+// input, result, log or error.
+func (v *VLLM) rayToken(ref *spec.SecretRef) (string, error) {
+	if ref == nil {
+		return "", nil
+	}
+	return v.resolveSecret("secrets.ray_token", *ref)
 }
 
 // endpointKey is vLLM's API key for a readiness check of endpoint (secrets.api_key,
@@ -148,4 +167,48 @@ func (v *VLLM) readSecretFile(file string) ([]byte, error) {
 		return nil, v.deny("secret file %s grew past the %d bytes a secret may be", file, maxSecretSize)
 	}
 	return b, nil
+}
+
+// copySecretFiles copies files (container path: content) into a created container that has
+// not started, readable by its owner only (Ray runs as the image's user, root in vLLM's
+// images). Errors never hold the content.
+func copySecretFiles(ctx context.Context, eng containerEngine, id string, files map[string]string) error {
+	if len(files) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	seen := map[string]bool{}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		rel := strings.TrimPrefix(path.Clean(p), "/")
+		var dirs []string
+		for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
+			dirs = append([]string{d}, dirs...)
+		}
+		for _, d := range dirs {
+			if !seen[d] {
+				seen[d] = true
+				if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+					return err
+				}
+			}
+		}
+		body := files[p]
+		if err := tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o400, Size: int64(len(body))}); err != nil {
+			return err
+		}
+		if _, err := tw.Write([]byte(body)); err != nil {
+			return errors.New("write a secret file into the archive")
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	_, err := eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: &buf})
+	return err
 }

@@ -257,7 +257,11 @@ func (w *watch) askRay(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	w.lastRayCheck = now
-	nodes, err := w.v.net.registeredNodes(ctx, w.req.Plan.RayAddress)
+	token, err := w.v.rayToken(w.req.Spec.Secrets.RayToken)
+	if err != nil {
+		return nil // the launch resolved it; vLLM's own output will say more
+	}
+	nodes, err := w.v.net.registeredNodes(ctx, w.req.Plan.RayAddress, token)
 	if err != nil {
 		// The GCS not answering is no verdict; vLLM's own output will say more.
 		return nil

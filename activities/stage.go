@@ -41,6 +41,10 @@ func (cs *Containers) plannedAllowed(c spec.Cluster, plan netplan.Plan, d contra
 			ports = []int{c.Ports.MasterPort(), c.Ports.VLLM}
 		}
 	default:
+		// The Ray containers get secrets.ray_token, resolved here.
+		if _, err := cs.vllm.rayToken(c.Secrets.RayToken); err != nil {
+			return err
+		}
 		req := contract.StartRayRequest{Node: cs.name, Deployment: d, Spec: c, Plan: np, RayAddress: plan.RayAddress}
 		if head {
 			specs = append(specs, rayHeadSpec(req, cs.docker.opts))

@@ -433,6 +433,8 @@ func TestEveryModelledReleaseServesWithAuto(t *testing.T) {
 		"vllm-0.17.1":     {"ray", release.RayLegacy, true},
 		"vllm-0.22.1":     {"mp", "", false},
 		"vllm-0.22.1-ray": {"ray", release.RayV2, false},
+		// Ray 2.59 without a token in the image: token authentication stays off.
+		"vllm-0.22.1-ray2.59": {"ray", release.RayV2, false},
 	}
 	if len(lab.Releases) != len(want) {
 		t.Fatalf("the lab models %d releases, this test knows %d", len(lab.Releases), len(want))

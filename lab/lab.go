@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,7 +71,7 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 		return err
 	}
 	var all []images.Image
-	for _, r := range Releases {
+	for _, r := range append(slices.Clone(Releases), RayTokenRelease) {
 		img, err := simImage(r, base.ImageID, bins["sim"], dir)
 		if err != nil {
 			return err
@@ -154,6 +155,9 @@ type Lab struct {
 	// APIKey is the value every node's agent holds as VLLM_API_KEY (random per lab): a
 	// spec with secrets.api_key {env: VLLM_API_KEY} has vLLM require it.
 	APIKey string
+	// RayToken is the value every node's agent holds as RAY_AUTH_TOKEN (random per lab): a
+	// spec with secrets.ray_token {env: RAY_AUTH_TOKEN} runs Ray with it.
+	RayToken string
 	// SignKey is the lab operator's signing key (SignKeyFile holds it): every node's agent
 	// trusts TrustedKey, its public key, so the lab deploys only signed specs, as a
 	// production fleet with trusted_keys does. Config.Unsigned leaves trust off.
@@ -267,7 +271,7 @@ func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config)
 	if cfg.Topology != "" && cfg.Topology != TopologySpark {
 		return nil, fmt.Errorf("lab: no topology %q (empty or %q)", cfg.Topology, TopologySpark)
 	}
-	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng, Topology: cfg.Topology, APIKey: "sk-lab-" + randomHex(16)}
+	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng, Topology: cfg.Topology, APIKey: "sk-lab-" + randomHex(16), RayToken: randomHex(16)}
 	if err := l.networks(ctx, cfg.Index); err != nil {
 		_ = Down(ctx, eng, cfg.Prefix)
 		return nil, err
@@ -385,6 +389,8 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			"TPDEPLOY_HOST_RESERVE=256MiB", "TPDEPLOY_MEMORY_FLOOR=128MiB",
 			// vLLM's API key, for specs with secrets.api_key {env: VLLM_API_KEY}.
 			"VLLM_API_KEY=" + l.APIKey,
+			// Ray's token, for specs with secrets.ray_token {env: RAY_AUTH_TOKEN}.
+			"RAY_AUTH_TOKEN=" + l.RayToken,
 			// Every agent exports its metrics on its management address, as on a fleet
 			// (a port alone would be loopback's; every interface is refused).
 			"TPDEPLOY_METRICS_ADDR=" + netip.AddrPortFrom(n.Mgmt, MetricsPort).String(),

@@ -19,6 +19,11 @@ type Release struct {
 	// VLLM, Torch and Ray are the installed versions (Ray empty: not installed); NCCLDist is
 	// NCCL's pip distribution (nvidia_nccl_cu12, nvidia_nccl_cu13) and NCCL its version.
 	VLLM, Torch, Ray, NCCLDist, NCCL string
+	// AuthToken, when set, is in the image at /root/.ray/auth_token (Ray's default token
+	// path), as in an image whose build ran a bare ray.init(): Ray ≥ 2.59 writes a token
+	// there then, and `ray start --head` turns token authentication on whenever one
+	// exists (Ray PR #64755).
+	AuthToken string
 }
 
 // Image is the release's simulator image.
@@ -31,6 +36,19 @@ var Releases = []Release{
 	{Name: "vllm-0.22.1", VLLM: "0.22.1", Torch: "2.11.0+cu130", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.28.9"},
 	{Name: "vllm-0.22.1-ray", VLLM: "0.22.1", Torch: "2.11.0+cu130", Ray: "2.55.0", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.28.9"},
 }
+
+// Ray 2.59 added: what `pip install ray` into a current image brings since 2026-09 (Ray
+// PR #64755, token authentication on by default for a head that finds a token).
+func init() {
+	Releases = append(Releases, Release{Name: "vllm-0.22.1-ray2.59", VLLM: "0.22.1", Torch: "2.11.0+cu130", Ray: "2.59.0", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.28.9"})
+}
+
+// RayTokenRelease is the Ray 2.59 release with a token already in the image
+// (Release.AuthToken): a cluster started on it runs Ray's token authentication whether
+// or not tpdeploy was given the token. It is no modelled vLLM release (not in Releases),
+// only an image of one.
+var RayTokenRelease = Release{Name: "vllm-0.22.1-ray2.59-token", VLLM: "0.22.1", Torch: "2.11.0+cu130", Ray: "2.59.0",
+	NCCLDist: "nvidia_nccl_cu13", NCCL: "2.28.9", AuthToken: "7d1c6e0b1f2a4c38a9e4b5d6c7f80912"}
 
 // DefaultRelease is what a lab's deploys run unless Config.Release says otherwise: a current
 // release with Ray added, as people who want Ray build it.
@@ -49,13 +67,13 @@ func ReleaseNamed(name string) (Release, bool) {
 	return Release{}, false
 }
 
-// SimImages are every release's image, in Releases' order.
+// SimImages are every release's image, in Releases' order, then RayTokenRelease's.
 func SimImages() []string {
-	out := make([]string, len(Releases))
-	for i, r := range Releases {
-		out[i] = r.Image()
+	out := make([]string, 0, len(Releases)+1)
+	for _, r := range Releases {
+		out = append(out, r.Image())
 	}
-	return out
+	return append(out, RayTokenRelease.Image())
 }
 
 // SitePackages is where vLLM's images install Python packages (pip into Ubuntu's Python
@@ -108,11 +126,19 @@ func simImage(r Release, base, sim, dir string) (images.Image, error) {
 		return images.Image{}, err
 	}
 	files["nsswitch.conf"] = filepath.Join(ctx, "nsswitch.conf")
+	token := ""
+	if r.AuthToken != "" {
+		if err := writeFile(filepath.Join(ctx, "auth_token"), r.AuthToken+"\n"); err != nil {
+			return images.Image{}, err
+		}
+		files["auth_token"] = filepath.Join(ctx, "auth_token")
+		token = "COPY auth_token /root/.ray/auth_token\n"
+	}
 	return images.Image{Tag: r.Image(), Files: files, Dirs: []string{"python3.12"},
 		// The base's ID is part of the Dockerfile, so a rebuilt base rebuilds every release
 		// image on it (and no image keeps an old base's layers).
 		Dockerfile: "FROM " + TorchImage + "\n# base " + base + "\nCOPY " + bins + " /usr/local/bin/\nCOPY dist " + SitePackages + "\n" +
-			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n"}, nil
+			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n" + token}, nil
 }
 
 // nsswitch is Debian's /etc/nsswitch.conf without dns for hosts (simImage says why).

@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string) error {
 		{&allow.Env, "allow-env", "TPDEPLOY_ALLOW_ENV", "also allow node env variables matching this glob, e.g. 'SITE_*' (repeatable; code-executing ones such as LD_PRELOAD are never allowed, code-loading ones such as TRITON_PTXAS_PATH only by their exact name)"},
 		{&allow.ExtraArgs, "allow-extra-arg", "TPDEPLOY_ALLOW_EXTRA_ARGS", "also allow this vLLM option in a spec's model.extra_args, e.g. --trust-remote-code (repeatable; default policy: options that only tune the engine, policy.DefaultExtraArgs)"},
 		{&allow.SecretDirs, "allow-secret-dir", "TPDEPLOY_ALLOW_SECRET_DIRS", "also allow secret files under this directory (repeatable; default policy: /etc/tpdeploy/secrets)"},
-		{&allow.SecretEnv, "allow-secret-env", "TPDEPLOY_ALLOW_SECRET_ENV", "also allow secret references to this agent variable (repeatable; default policy: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, VLLM_API_KEY)"},
+		{&allow.SecretEnv, "allow-secret-env", "TPDEPLOY_ALLOW_SECRET_ENV", "also allow secret references to this agent variable (repeatable; default policy: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, VLLM_API_KEY, RAY_AUTH_TOKEN)"},
 		{&allow.TrustedKeys, "trust-key", "TPDEPLOY_TRUSTED_KEYS", "also trust specs signed by this operator key, ID=BASE64 or BASE64 as `starter keygen` prints it (repeatable); with any trusted key, the agent acts only on signed specs"},
 	} {
 		_ = (*listFlag)(f.list).Set(os.Getenv(f.env))

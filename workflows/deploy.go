@@ -193,6 +193,8 @@ type deployment struct {
 	result DeployResult
 	probes []netplan.NodeProbe
 	matrix []netplan.PairResult
+	// ephemeral are the reachability test's dials to ephemeral-range ports.
+	ephemeral []netplan.PairResult
 	// dryRun is a plan: it records no ClusterName/DeployPhase (the UI's deploy filters
 	// must not list it). searchPhase is the last phase recorded.
 	dryRun      bool

@@ -61,7 +61,7 @@ func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
 	switch {
 	case err == nil:
 		report.Plan = &plan
-	case errors.As(err, &se) && (se.Type == contract.ErrNoViableSubnet || se.Type == contract.ErrInsufficientGPUs || se.Type == contract.ErrDataPlaneUnreachable):
+	case errors.As(err, &se) && (se.Type == contract.ErrNoViableSubnet || se.Type == contract.ErrInsufficientGPUs || se.Type == contract.ErrDataPlaneUnreachable || se.Type == contract.ErrEphemeralBlocked):
 		// The measurements are the useful part of a failed plan: return them.
 		report.Error = se.Error()
 	default:
@@ -83,7 +83,7 @@ func planCluster(ctx workflow.Context, c spec.Cluster, d *deployment) (netplan.P
 	}
 	var plan netplan.Plan
 	err := d.step(ctx, PhasePlanning, "choosing the subnet every node reaches", func() error {
-		err := workflow.ExecuteLocalActivity(asDecision(ctx), ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix, KeepSubnet: d.keepSubnet, Engine: d.state.Engine}).Get(ctx, &plan)
+		err := workflow.ExecuteLocalActivity(asDecision(ctx), ChoosePlan, PlanInput{Spec: c, Probes: d.probes, Matrix: d.matrix, Ephemeral: d.ephemeral, KeepSubnet: d.keepSubnet, Engine: d.state.Engine}).Get(ctx, &plan)
 		if err != nil {
 			return classify("plan", "", err)
 		}
@@ -149,7 +149,7 @@ func (d *deployment) reachOnce(ctx workflow.Context, addrs map[string][]netip.Pr
 	listeners := map[string]contract.ListenResult{}
 	err := forEachNode(ctx, "open reachability listeners", names, func(node string) workflow.Future {
 		return workflow.ExecuteActivity(d.onNode(ctx, node, "listen on "+node, o), contract.ActivityOpenProbeListeners,
-			contract.ListenRequest{Node: node, Addrs: addrs[node], TTL: 2 * time.Minute})
+			contract.ListenRequest{Node: node, Addrs: addrs[node], TTL: 2 * time.Minute, Ephemeral: true})
 	}, func(node string, r contract.ListenResult) { listeners[node] = r })
 	// Listeners close whatever happens next; the TTL covers an agent that dies first.
 	defer d.closeListeners(ctx, listeners)
@@ -171,11 +171,22 @@ func (d *deployment) reachOnce(ctx workflow.Context, addrs map[string][]netip.Pr
 	if err != nil {
 		return nil, err
 	}
-	d.matrix = nil
+	d.matrix, d.ephemeral = nil, nil
 	var refused []string
 	pairs := map[string][2]int{} // subnet -> ok, failed
 	for _, n := range names {
-		d.matrix = append(d.matrix, results[n]...)
+		// The ephemeral-range dials judge only the chosen subnet's ports
+		// (netplan.CheckEphemeral), never which subnet is chosen.
+		var base []netplan.PairResult
+		for _, r := range results[n] {
+			if r.Ephemeral {
+				d.ephemeral = append(d.ephemeral, r)
+			} else {
+				base = append(base, r)
+			}
+		}
+		results[n] = base
+		d.matrix = append(d.matrix, base...)
 		for _, r := range results[n] {
 			c := pairs[r.Subnet.String()]
 			if r.OK {
@@ -225,6 +236,8 @@ type PlanInput struct {
 	Spec   spec.Cluster         `json:"spec"`
 	Probes []netplan.NodeProbe  `json:"probes"`
 	Matrix []netplan.PairResult `json:"matrix"`
+	// Ephemeral are the reachability test's dials to ephemeral-range ports.
+	Ephemeral []netplan.PairResult `json:"ephemeral,omitempty"`
 	// KeepSubnet, when valid, is the only subnet a restarted deploy may plan on.
 	KeepSubnet netip.Prefix `json:"keep_subnet,omitzero"`
 	// Engine is the release's behaviour the images decided (nil: the legacy Ray form).
@@ -235,6 +248,9 @@ type PlanInput struct {
 // history, so a later change to the planner cannot change the plan of a running deploy.
 func ChoosePlan(_ context.Context, in PlanInput) (netplan.Plan, error) {
 	plan, err := netplan.ChooseFor(in.Spec, in.Probes, in.Matrix, netplan.Options{Keep: in.KeepSubnet, Engine: in.Engine})
+	if err == nil {
+		err = netplan.CheckEphemeral(plan, in.Ephemeral)
+	}
 	var pe *netplan.Error
 	if errors.As(err, &pe) {
 		return plan, temporal.NewNonRetryableApplicationError(pe.Error(), pe.Type, nil)

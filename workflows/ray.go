@@ -75,7 +75,7 @@ func (d *deployment) checkPlacement(ctx workflow.Context) error {
 		var report contract.PlacementReport
 		err := workflow.ExecuteActivity(d.onNode(ctx, head, "check placement on "+head, o), contract.ActivityCheckPlacement,
 			contract.PlacementRequest{Node: head, DockerHost: d.spec.Head().DockerHost, RayHead: contract.ContainerName(d.spec.Name, head, contract.RoleRayHead),
-				Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize()},
+				Plan: *d.state.Plan, NeedGPUs: d.spec.WorldSize(), RayToken: d.spec.Secrets.RayToken},
 		).Get(ctx, &report)
 		if err != nil {
 			return classify("check placement", head, err)

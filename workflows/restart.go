@@ -137,7 +137,7 @@ func (d *deployment) restart(ctx workflow.Context, why string) {
 		// not quietly move the deploy to a slower network.
 		d.keepSubnet = d.state.Plan.Subnet
 	}
-	d.state.Containers, d.state.Plan, d.probes, d.matrix = nil, nil, nil, nil
+	d.state.Containers, d.state.Plan, d.probes, d.matrix, d.ephemeral = nil, nil, nil, nil, nil
 	d.reboot, d.down = "", map[string]string{}
 	d.req.Replace = true
 	// A rebooted node's agent takes a moment to come back: the next probe waits for it.

@@ -62,6 +62,8 @@ const (
 	ErrRayDriverAttach    = failure.RayDriverAttach
 	ErrVersionMismatch    = failure.VersionMismatch
 	ErrRayUnreachable     = failure.RayGCSUnreachable
+	ErrRayAuthRequired    = failure.RayAuthRequired
+	ErrEphemeralBlocked   = failure.EphemeralPortsBlocked
 	ErrRayNodeDead        = failure.RayNodeDead
 	ErrContainerExited    = failure.ContainerExited
 	ErrVLLMExited         = failure.VLLMExited
@@ -142,6 +144,11 @@ type ListenRequest struct {
 	Port int `json:"port,omitempty"`
 	// TTL closes the listeners by itself if the close never arrives.
 	TTL time.Duration `json:"ttl"`
+	// Ephemeral also opens, on each address, a listener on a port the kernel picks from
+	// the node's ephemeral range (ip_local_port_range), as vLLM's ZMQ sockets bind, and
+	// puts the other (Port 0) below that range, so that a firewall dropping the range is
+	// told from a missing route (netplan.CheckEphemeral).
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // ListenResult is the listeners a node opened, and the token that closes them.
@@ -232,6 +239,9 @@ type PlacementRequest struct {
 	// DashboardPort is kept so that recorded histories decode; placement is read from the
 	// GCS at Plan.RayAddress, not from the dashboard.
 	DashboardPort int `json:"dashboard_port,omitempty"`
+	// RayToken is the spec's secrets.ray_token: a reference the agent resolves on its node
+	// to send Ray's token with its GCS calls, never the value.
+	RayToken *spec.SecretRef `json:"ray_token,omitempty"`
 }
 
 // RegisteredNode is one Ray node as Ray reports it.

@@ -40,10 +40,11 @@ const (
 	VersionMismatch     = "VersionMismatch"
 
 	// The plan (package netplan).
-	NoViableSubnet       = "NoViableSubnet"
-	InsufficientGPUs     = "InsufficientGPUs"
-	GPUsNotVisible       = "GPUsNotVisible"
-	DataPlaneUnreachable = "DataPlaneUnreachable"
+	NoViableSubnet        = "NoViableSubnet"
+	InsufficientGPUs      = "InsufficientGPUs"
+	GPUsNotVisible        = "GPUsNotVisible"
+	DataPlaneUnreachable  = "DataPlaneUnreachable"
+	EphemeralPortsBlocked = "EphemeralPortsBlocked"
 
 	// The model's files.
 	ModelIncomplete  = "ModelIncomplete"
@@ -62,6 +63,7 @@ const (
 
 	// Ray and placement.
 	RayGCSUnreachable     = "RayGCSUnreachable"
+	RayAuthRequired       = "RayAuthRequired"
 	PlacementMismatch     = "PlacementMismatch"
 	DuplicateAddress      = "DuplicateAddress"
 	NodeNotRegistered     = "NodeNotRegistered"
@@ -138,6 +140,7 @@ var All = []Failure{
 	{NoViableSubnet, false, "no subnet is reachable in both directions between every pair of nodes; the plan says why each was rejected"},
 	{InsufficientGPUs, false, "the nodes, Ray, or vLLM's engine offer fewer free GPUs than tensor × pipeline needs"},
 	{GPUsNotVisible, false, "a container sees no GPU, or fewer than tensor × pipeline: Docker has no NVIDIA runtime for GPU requests (install the NVIDIA container toolkit and register it with Docker), or the container was given too few devices; not fixed by a retry"},
+	{EphemeralPortsBlocked, false, "a node cannot reach another's high ephemeral port (Linux's default 32768–60999) on the planned address, though the fixed ports pass: vLLM's ZMQ queues and message-queue broadcasters bind random ports and wait for them without a timeout; the pair, port and address are named; open the range between the nodes"},
 	{DataPlaneUnreachable, false, "the measured links between the nodes' HCAs (a triangle, a ring) cannot carry the parallel layout in any rank order: the message names the pairs that must talk and share no link, and the ways out (cable them, another tensor × pipeline split, or data_plane: skip)"},
 
 	{ModelIncomplete, false, "a node lacks files or weights of the model (a partial download or copy), or a copy's source lacks a file it was asked for"},
@@ -154,6 +157,7 @@ var All = []Failure{
 	{LoadStalled, false, "vLLM made no progress while loading (no output line, no shard, no phase) for `timeouts.load_stall`, default 5m: the node and the last progress seen are named (a wedged engine, a hung rank)"},
 
 	{RayGCSUnreachable, true, "the agent could not read Ray's node table from the head's GCS"},
+	{RayAuthRequired, false, "Ray's GCS refuses tpdeploy's calls (`Unauthenticated`): the cluster runs Ray's token authentication (Ray ≥ 2.59 turns it on at `ray start --head` whenever a token exists: `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token` in the image) and the spec gives no token, or another one; set `secrets.ray_token` to the cluster's token"},
 	{PlacementMismatch, false, "a node registered with Ray under another address than the plan's (vLLM would wait about 42 minutes for its placement group)"},
 	{DuplicateAddress, false, "two Ray nodes, or vLLM's workers on one node, report one address: VLLM_HOST_IP differs from the --node-ip-address Ray registered"},
 	{NodeNotRegistered, false, "planned nodes did not register with Ray within `timeouts.placement`; they and `ray status` are named"},

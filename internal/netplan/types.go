@@ -109,6 +109,9 @@ type Target struct {
 	Node   string         `json:"node"`
 	Subnet netip.Prefix   `json:"subnet"`
 	Addr   netip.AddrPort `json:"addr"`
+	// Ephemeral marks a listener on a port the kernel picked from the node's ephemeral
+	// range (as vLLM's ZMQ sockets bind), beside the one below the range (CheckEphemeral).
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // PairResult is one directed dial: From dialled To's address in Subnet.
@@ -120,6 +123,8 @@ type PairResult struct {
 	OK     bool           `json:"ok"`
 	RTT    time.Duration  `json:"rtt,omitempty"`
 	Error  string         `json:"error,omitempty"`
+	// Ephemeral is a dial to an ephemeral-range port (Target.Ephemeral).
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // Plan is the cluster's network decision and every setting derived from it.

@@ -116,7 +116,7 @@ var (
 	// DefaultSecretDirs is where secret files may be read from.
 	DefaultSecretDirs = []string{"/etc/tpdeploy/secrets"}
 	// DefaultSecretEnv are the agent variables a secret reference may name.
-	DefaultSecretEnv = []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY"}
+	DefaultSecretEnv = []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "RAY_AUTH_TOKEN"}
 )
 
 // Settings and the flags that add to them, as named in error messages.

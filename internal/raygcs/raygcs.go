@@ -12,11 +12,14 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
@@ -32,8 +35,12 @@ import (
 // cluster ID from GetClusterId in the `ray_cluster_id` metadata), decoded from the wire
 // fields of GcsNodeInfo that Ray has kept stable since 2.x (gcs.proto: node_id 1,
 // node_manager_address 2, state 7, resources_total 11, is_head_node 25, death_info 29).
-// A cluster with Ray's token authentication on (RAY_AUTH_MODE=token) refuses it; that
-// is reported as such.
+// A cluster with Ray's token authentication on (RAY_AUTH_MODE=token; from Ray 2.59 on
+// whenever `ray start --head` finds a token, Ray PR #64755) refuses a call without
+// `authorization: Bearer <token>` metadata with gRPC status Unauthenticated (its C++
+// servers check every call, src/ray/rpc/server_call.h); with a token every call sends it,
+// as Ray's own clients do (token_auth_client_interceptor.cc), and a refusal is an
+// *AuthError, not a raw gRPC error.
 
 const nodeInfoService = "/ray.rpc.NodeInfoGcsService/"
 
@@ -47,10 +54,40 @@ type gcsNodeInfo struct {
 	DeathMessage string
 }
 
+// AuthError is the GCS refusing a call for its token: Ray's token authentication is on
+// and the call carried no token, or not the cluster's.
+type AuthError struct {
+	Addr string
+	// TokenSent says whether the call carried a token (then it is not the cluster's).
+	TokenSent bool
+	// Status is the GCS's gRPC status message.
+	Status string
+}
+
+func (e *AuthError) Error() string {
+	what := "the call carried no token"
+	if e.TokenSent {
+		what = "the token sent is not the cluster's"
+	}
+	return fmt.Sprintf("ray GCS at %s refuses the call (Unauthenticated: %s): Ray's token authentication is on and %s; set secrets.ray_token to the cluster's token", e.Addr, e.Status, what)
+}
+
+// authError is err as an *AuthError when it is the GCS's refusal of the token. The
+// GCS's other Unauthenticated answer, a wrong `ray_cluster_id` (server_call.h: "Wrong
+// cluster ID token in request"), is not about the token.
+func authError(addr, token string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unauthenticated || strings.Contains(st.Message(), "cluster ID") {
+		return err
+	}
+	return &AuthError{Addr: addr, TokenSent: token != "", Status: st.Message()}
+}
+
 // Nodes reads Ray's node table from the GCS at addr (host:port), dialling through dial
-// (an agent's: its node's network namespace).
-func Nodes(ctx context.Context, addr string, dial func(ctx context.Context, addr string) (net.Conn, error)) ([]contract.RegisteredNode, error) {
-	nodes, err := nodeInfos(ctx, addr, dial)
+// (an agent's: its node's network namespace), sending token (Ray's authentication token;
+// "" for none) with every call.
+func Nodes(ctx context.Context, addr, token string, dial func(ctx context.Context, addr string) (net.Conn, error)) ([]contract.RegisteredNode, error) {
+	nodes, err := nodeInfos(ctx, addr, token, dial)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +95,7 @@ func Nodes(ctx context.Context, addr string, dial func(ctx context.Context, addr
 }
 
 // nodeInfos is the GCS's GetAllNodeInfo answer.
-func nodeInfos(ctx context.Context, addr string, dial func(ctx context.Context, addr string) (net.Conn, error)) ([]gcsNodeInfo, error) {
+func nodeInfos(ctx context.Context, addr, token string, dial func(ctx context.Context, addr string) (net.Conn, error)) ([]gcsNodeInfo, error) {
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(dial))
@@ -68,8 +105,16 @@ func nodeInfos(ctx context.Context, addr string, dial func(ctx context.Context, 
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	if token != "" {
+		// Ray's clients send `authorization: Bearer <token>` (AuthenticationToken::SetMetadata,
+		// kAuthTokenKey, kBearerPrefix).
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
 	var idReply []byte
 	if err := conn.Invoke(ctx, nodeInfoService+"GetClusterId", &[]byte{}, &idReply, grpc.ForceCodec(rawProto{})); err != nil {
+		if ae := authError(addr, token, err); ae != err {
+			return nil, ae
+		}
 		return nil, fmt.Errorf("ray GCS at %s: GetClusterId: %w", addr, err)
 	}
 	clusterID, err := bytesField(idReply, 2)
@@ -81,6 +126,9 @@ func nodeInfos(ctx context.Context, addr string, dial func(ctx context.Context, 
 	}
 	var reply []byte
 	if err := conn.Invoke(ctx, nodeInfoService+"GetAllNodeInfo", &[]byte{}, &reply, grpc.ForceCodec(rawProto{})); err != nil {
+		if ae := authError(addr, token, err); ae != err {
+			return nil, ae
+		}
 		return nil, fmt.Errorf("ray GCS at %s: GetAllNodeInfo: %w", addr, err)
 	}
 	return decodeNodeInfoReply(reply)
@@ -246,7 +294,7 @@ func registered(nodes []gcsNodeInfo) ([]contract.RegisteredNode, error) {
 // NodesAt reads Ray's node table from the GCS at gcsAddr (host:port), dialling from this
 // process.
 func NodesAt(ctx context.Context, gcsAddr string) ([]contract.RegisteredNode, error) {
-	return Nodes(ctx, gcsAddr, func(ctx context.Context, addr string) (net.Conn, error) {
+	return Nodes(ctx, gcsAddr, "", func(ctx context.Context, addr string) (net.Conn, error) {
 		return (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, "tcp", addr)
 	})
 }

@@ -208,6 +208,11 @@ type Secrets struct {
 	// head): with one, vLLM answers /v1/* only with `Authorization: Bearer KEY`, and
 	// tpdeploy's readiness checks send it, resolved by the head's agent.
 	APIKey *SecretRef `json:"api_key,omitempty"`
+	// RayToken is the Ray cluster's authentication token (Ray's token mode, Ray ≥ 2.52;
+	// on by default at `ray start --head` from Ray 2.59 whenever a token exists): with one,
+	// the Ray containers run with RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH naming a file
+	// the agent writes into them, and the agents' GCS calls send it.
+	RayToken *SecretRef `json:"ray_token,omitempty"`
 }
 
 // SecretRef names where a node agent finds a secret: an environment variable of the agent

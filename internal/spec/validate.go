@@ -67,6 +67,11 @@ const nicSelectionWhy = "vLLM's per-GPU NIC selection (vLLM PR #42083) prepends 
 // secretEnv are variables that carry secret values; they belong in secrets as references.
 var secretEnv = map[string]bool{"HF_TOKEN": true, "HUGGING_FACE_HUB_TOKEN": true}
 
+// rayAuthEnv are Ray's token-authentication variables (python/ray/_private/authentication,
+// src/ray/rpc/authentication/authentication_token_loader.cc): tpdeploy sets them from
+// secrets.ray_token.
+var rayAuthEnv = map[string]bool{"RAY_AUTH_TOKEN": true, "RAY_AUTH_TOKEN_PATH": true, "RAY_AUTH_MODE": true}
+
 // secretLooking says a variable name looks like it carries a secret: *_TOKEN, *_KEY,
 // *_SECRET, *PASSWORD*. The spec is recorded in Temporal's history, so such values are
 // refused there and belong in secrets as references resolved on the node.
@@ -134,7 +139,7 @@ func (c Cluster) Validate() error {
 	for _, sr := range []struct {
 		field string
 		ref   *SecretRef
-	}{{"secrets.hf_token", c.Secrets.HFToken}, {"secrets.api_key", c.Secrets.APIKey}} {
+	}{{"secrets.hf_token", c.Secrets.HFToken}, {"secrets.api_key", c.Secrets.APIKey}, {"secrets.ray_token", c.Secrets.RayToken}} {
 		ref := sr.ref
 		if ref == nil {
 			continue
@@ -356,6 +361,8 @@ func (v *validator) nodes(nodes []Node) {
 				v.add(field, "secret values do not belong in the spec; use secrets.hf_token with env or file")
 			case k == "VLLM_API_KEY":
 				v.add(field, "secret values do not belong in the spec; use secrets.api_key with env or file")
+			case rayAuthEnv[k]:
+				v.add(field, "Ray's token authentication is set from secrets.ray_token (a reference resolved on the node); a value here would be in Temporal's history and in docker inspect")
 			case secretLooking(k):
 				v.add(field, "looks like a secret: "+secretsPointer)
 			}

@@ -76,15 +76,17 @@ type gcs struct {
 	// clusterID is the GCS's cluster ID (28 bytes, like Ray's ClusterID).
 	clusterID []byte
 	health    healthConfig
+	// token is the cluster's authentication token, "" when token mode is off.
+	token string
 }
 
 // newGCS makes the head's GCS. dashboard is the API server address it records, which a
 // minimal Ray records too although nothing serves it.
-func newGCS(session, dashboard string) *gcs {
+func newGCS(session, dashboard, token string) *gcs {
 	id := make([]byte, 28)
 	_, _ = rand.Read(id)
 	return &gcs{changed: make(chan struct{}), nodes: map[string]*gcsNode{}, jobs: map[string]bool{},
-		pgs: map[string]*placementGroup{}, logs: map[string][]string{}, results: map[string]map[string][]json.RawMessage{}, clusterID: id, health: healthConfigFromEnv(),
+		pgs: map[string]*placementGroup{}, logs: map[string][]string{}, results: map[string]map[string][]json.RawMessage{}, clusterID: id, health: healthConfigFromEnv(), token: token,
 		kv: map[string]string{"session_name": session, "temp_dir": rayTempDir, "dashboard": dashboard}}
 }
 
@@ -268,6 +270,11 @@ func fits(free, want map[string]float64) bool {
 	return true
 }
 
+// authorized says whether a request carries the cluster's token (always, with none).
+func (g *gcs) authorized(authorization string) bool {
+	return g.token == "" || authorization == "Bearer "+g.token
+}
+
 func (g *gcs) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/register", func(w http.ResponseWriter, r *http.Request) {
@@ -436,7 +443,14 @@ func (g *gcs) handler() http.Handler {
 		})
 		writeJSON(w, lines)
 	})
-	return mux
+	// In token mode every call needs the token, as every RPC of Ray's GCS does.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !g.authorized(r.Header.Get("Authorization")) {
+			http.Error(w, rayUnauthenticated, http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // wait long-polls: it returns cond's value as soon as cond holds, or after a few seconds.
@@ -507,10 +521,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 type gcsClient struct {
 	addr string
 	http *http.Client
+	// token is sent with every call (this process's Ray in token mode).
+	token string
 }
 
 func newGCSClient(addr string) *gcsClient {
-	return &gcsClient{addr: addr, http: &http.Client{Timeout: 10 * time.Second}}
+	return &gcsClient{addr: addr, http: &http.Client{Timeout: 10 * time.Second}, token: clientToken()}
 }
 
 func (c *gcsClient) call(ctx context.Context, method, path string, in, out any) error {
@@ -523,6 +539,9 @@ func (c *gcsClient) call(ctx context.Context, method, path string, in, out any) 
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.addr+path, &body)
 	if err != nil {
 		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -546,6 +565,13 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string { return fmt.Sprintf("gcs: %d %s", e.code, e.msg) }
+
+// isUnauthenticated is the GCS refusing this process's token (or its lack of one): Ray's
+// GCS client retries only UNAVAILABLE and UNKNOWN (grpc_util.h, IsGrpcRetryableStatus).
+func isUnauthenticated(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.code == http.StatusUnauthorized
+}
 
 func isGone(err error) bool {
 	var se *statusError

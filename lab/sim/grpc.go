@@ -62,7 +62,12 @@ func (g *gcs) grpcHandler(_ any, stream grpc.ServerStream) error {
 	if err := stream.RecvMsg(&req); err != nil {
 		return err
 	}
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	// Token mode: every call needs `authorization: Bearer <token>` (rayauth.go).
+	if auth := md.Get("authorization"); g.token != "" && (len(auth) != 1 || !g.authorized(auth[0])) {
+		return status.Error(codes.Unauthenticated, rayUnauthenticated)
+	}
+	if md != nil {
 		if got := md.Get("ray_cluster_id"); len(got) > 0 && got[0] != hex.EncodeToString(g.clusterID) {
 			rayCppLog("W", "server_call.h:228", fmt.Sprintf("Wrong cluster ID token in request! Expected: %x, but got: %s", g.clusterID, got[0]))
 			return status.Error(codes.Unauthenticated, "Wrong cluster ID token in request")

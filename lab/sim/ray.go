@@ -99,10 +99,17 @@ func rayStart(args []string) error {
 		}
 		gcsAddr = net.JoinHostPort(ip, strconv.Itoa(f.port))
 		sessionName = newSessionName()
-		if err := startHead(ctx, f, sessionName); err != nil {
+		token, err := startAuth(true)
+		if err != nil {
+			return err
+		}
+		if err := startHead(ctx, f, sessionName, token); err != nil {
 			return err
 		}
 	} else {
+		if _, err := startAuth(false); err != nil {
+			return err
+		}
 		gcsAddr = f.address
 		if ip = f.nodeIP; ip == "" {
 			// A worker's auto-detected IP is the source of its route to the head.
@@ -172,8 +179,8 @@ func rayStart(args []string) error {
 // startHead serves the GCS, and the dashboard's HTTP API when Ray's dashboard
 // dependencies are installed (ray[default]); a minimal Ray, as vLLM's images ship it,
 // serves no HTTP on the dashboard port (services.py start_api_server, dashboard/head.py).
-func startHead(ctx context.Context, f startFlags, session string) error {
-	g := newGCS(session, net.JoinHostPort(f.dashboardHost, strconv.Itoa(f.dashboardPort)))
+func startHead(ctx context.Context, f startFlags, session, token string) error {
+	g := newGCS(session, net.JoinHostPort(f.dashboardHost, strconv.Itoa(f.dashboardPort)), token)
 	gl, err := net.Listen("tcp", net.JoinHostPort("0.0.0.0", strconv.Itoa(f.port)))
 	if err != nil {
 		return fmt.Errorf("Failed to start the GCS server on port %d: %w", f.port, err)
@@ -201,6 +208,10 @@ func readGCSKV(ctx context.Context, addr string) (map[string]string, error) {
 		err := gc.call(ctx, "GET", "/v1/kv", nil, &kv)
 		if err == nil {
 			return kv, nil
+		}
+		if isUnauthenticated(err) {
+			// Not retried: no retry brings a token.
+			return nil, fmt.Errorf("ray.exceptions.AuthenticationError: the GCS at %s refused the call: %s", addr, rayUnauthenticated)
 		}
 		rayLog("WARNING", "utils.py:1416", fmt.Sprintf("Unable to connect to GCS at %s:%s. Check that (1) Ray GCS with matching version started successfully at the specified address, and (2) there is no firewall setting preventing access.", host, port))
 		if time.Now().After(deadline) || ctx.Err() != nil {
