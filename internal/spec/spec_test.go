@@ -57,7 +57,7 @@ func TestParseJSONEqualsYAML(t *testing.T) {
 }
 
 func TestExamplesParse(t *testing.T) {
-	for _, f := range []string{"../../examples/seed.yaml", "../../examples/lab.yaml"} {
+	for _, f := range []string{"../../examples/seed.yaml", "../../examples/lab.yaml", "../../examples/lab-triangle.yaml", "../../examples/lab-ring4.yaml"} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
