@@ -77,8 +77,9 @@ func (v *VLLM) StartVLLMRank(ctx context.Context, req contract.RankRequest) (con
 	if err := v.checkSpec(req.Spec); err != nil {
 		return contract.ContainerRef{}, err
 	}
-	if want := req.Spec.NodeRank(req.Node); want != req.Rank {
-		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the spec, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
+	// The plan's rank: the spec's order, or the cables' where the fabric places ranks.
+	if want := req.Plan.NodeRank(req.Spec, req.Node); want != req.Rank {
+		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is node rank %d in the plan, not %d", req.Node, want, req.Rank), contract.ErrBadRequest, nil)
 	}
 	c, err := v.signedSpec(ctx)
 	if err == nil {

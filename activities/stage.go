@@ -28,7 +28,7 @@ func (cs *Containers) plannedAllowed(c spec.Cluster, plan netplan.Plan, d contra
 	var ports []int
 	switch c.Executor {
 	case spec.ExecutorMP:
-		rank := c.NodeRank(cs.name)
+		rank := plan.NodeRank(c, cs.name)
 		s, _, err := rankSpec(contract.RankRequest{Node: cs.name, Deployment: d, Spec: c, Plan: plan, Rank: rank}, cs.docker.opts)
 		if err != nil {
 			return temporal.NewNonRetryableApplicationError("preflight: "+err.Error(), contract.ErrBadRequest, nil)

@@ -27,6 +27,7 @@ func BenchmarkDataPlaneProof(b *testing.B) {
 	defer c.Close()
 	ctl := control.Controller{Client: c, SignKey: l.SignKey}
 	var proofs, deploys []time.Duration
+	links := 1 // the pair's: one hop of NCCL's ring (over both rails)
 	for range benchPairs() {
 		s := benchSpec(b, "bench-proof")
 		dctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
@@ -40,6 +41,9 @@ func BenchmarkDataPlaneProof(b *testing.B) {
 			b.Fatalf("deploy: %v", control.Reason(err))
 		}
 		deploys = append(deploys, time.Since(start))
+		if res.DataPlane != nil && len(res.DataPlane.Links) > 0 {
+			links = len(res.DataPlane.Links)
+		}
 		for _, st := range res.Steps {
 			if st.Step == workflows.PhaseDataPlane {
 				proofs = append(proofs, st.Duration)
@@ -55,5 +59,6 @@ func BenchmarkDataPlaneProof(b *testing.B) {
 	}
 	b.ReportMetric(median(proofs).Seconds(), "s/proof")
 	b.ReportMetric(median(deploys).Seconds(), "s/deploy")
+	b.ReportMetric(median(proofs).Seconds()/float64(links), "s/link")
 	b.Logf("data-plane proof: median %s of a %s deploy (%d runs)", median(proofs).Round(time.Millisecond), median(deploys).Round(time.Millisecond), len(proofs))
 }

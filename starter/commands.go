@@ -297,6 +297,11 @@ func printStatus(stdout io.Writer, cluster string, st control.Status) error {
 	}
 	if dp := st.State.DataPlane; dp != nil {
 		fmt.Fprintf(stdout, "  data plane: %s\n", dp.Summary)
+		for _, l := range dp.Links {
+			if l.Transport != "IB" {
+				fmt.Fprintf(stdout, "    %s-%s: %s\n", l.A, l.B, l.Transport)
+			}
+		}
 	} else if st.State.Plan != nil && len(st.State.Plan.UsedRails()) > 0 && st.State.Plan.DataPlane == spec.DataPlaneSkip {
 		fmt.Fprintf(stdout, "  data plane: not proven (data_plane: skip)\n")
 	}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/dataplane"
 	"github.com/tpdeploy/tpdeploy/internal/metrics"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
@@ -34,6 +36,16 @@ func (d *deployment) proveDataPlane(ctx workflow.Context) error {
 	if rails > 0 {
 		what = fmt.Sprintf("RDMA on %d rail(s)", rails)
 	}
+	// On a graph of cables (a triangle, a ring) the proof's ranks go round the cables, so
+	// its one all_reduce crosses each of them, and the verdict gives each its transport.
+	expect := dataplane.Expect{Mode: plan.DataPlane, RDMA: rails > 0, Rails: rails}
+	rank := func(node string) int { return plan.NodeRank(d.spec, node) }
+	if f := plan.Fabric; f != nil && f.Used && rails == 0 {
+		order := f.ProofOrder(d.spec.Head().Name)
+		expect.RDMA, expect.Links, expect.Shape = true, netplan.ProofLinks(order), f.Name()
+		what = fmt.Sprintf("RDMA on %d link(s) (%s)", len(expect.Links), expect.Shape)
+		rank = func(node string) int { return slices.Index(order, node) }
+	}
 	return d.step(ctx, PhaseDataPlane, fmt.Sprintf("proving the data plane: one NCCL all_reduce across %d nodes, expecting %s", len(d.spec.Nodes), what), func() error {
 		o := deployStep(dataPlaneTimeout+time.Minute, 1)
 		nodes := nodeNames(d.spec.Nodes)
@@ -47,7 +59,7 @@ func (d *deployment) proveDataPlane(ctx workflow.Context) error {
 			}
 			req := contract.ProofRequest{
 				Node: node, DockerHost: n.DockerHost, Container: contract.ContainerName(d.spec.Name, node, role), Plan: np,
-				Rank: d.spec.NodeRank(node), World: len(nodes), Master: master, Timeout: dataPlaneTimeout, Intent: d.req.Intent,
+				Rank: rank(node), World: len(nodes), Master: master, Timeout: dataPlaneTimeout, Intent: d.req.Intent,
 			}
 			if d.spec.Executor == spec.ExecutorMP {
 				// Nothing runs on a node before its rank: the proof gets a container of its
@@ -67,10 +79,14 @@ func (d *deployment) proveDataPlane(ctx workflow.Context) error {
 			r.EnvDisables = envDisablingRDMA(d.spec, node)
 			ranks = append(ranks, r)
 		}
-		v := dataplane.Decide(dataplane.Expect{Mode: plan.DataPlane, RDMA: rails > 0, Rails: rails}, ranks)
+		v := dataplane.Decide(expect, ranks)
 		d.state.DataPlane = &v
 		d.state.Warnings = append(d.state.Warnings, v.Warnings...)
-		metrics.Workflow(ctx).DataPlane(d.spec.Name, v.Transport, v.BusBW)
+		rec := metrics.Workflow(ctx)
+		rec.DataPlane(d.spec.Name, v.Transport, v.BusBW)
+		for _, l := range v.Links {
+			rec.DataPlaneLink(d.spec.Name, l.A+"-"+l.B, l.Transport)
+		}
 		if v.ErrType == "" {
 			return nil
 		}

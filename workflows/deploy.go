@@ -135,7 +135,11 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		err = nil
 	}
 	if err == nil {
-		d.setPhase(ctx, PhaseServed, fmt.Sprintf("serving %s at %s", d.spec.Model.ServedName, d.result.Endpoint))
+		served := fmt.Sprintf("serving %s at %s", d.spec.Model.ServedName, d.result.Endpoint)
+		if dp := d.state.DataPlane; dp != nil {
+			served += "; data plane: " + dp.Summary // the UI's details say what status says
+		}
+		d.setPhase(ctx, PhaseServed, served)
 		d.ensureSupervisor(ctx)
 		d.result.Steps = d.state.Steps
 		d.result.Containers = d.state.Containers

@@ -43,7 +43,7 @@ func (d *deployment) workers() []string {
 
 func (d *deployment) rankRequest(node string, replace bool) contract.RankRequest {
 	return contract.RankRequest{Node: node, Deployment: d.deploymentRef(), Spec: d.spec, Plan: *d.state.Plan,
-		Rank: d.spec.NodeRank(node), Replace: replace, Intent: d.req.Intent}
+		Rank: d.state.Plan.NodeRank(d.spec, node), Replace: replace, Intent: d.req.Intent}
 }
 
 // proveMaster has the head listen on the master address and port and every other node
@@ -102,7 +102,7 @@ func (d *deployment) startRanks(ctx workflow.Context, adopted bool) error {
 		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
 		return forEachNode(ctx, "start headless rank", workers, func(node string) workflow.Future {
 			d.removeOnNode(node, contract.RoleVLLM)
-			return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("vllm rank %d on %s", d.spec.NodeRank(node), node), o),
+			return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("vllm rank %d on %s", d.state.Plan.NodeRank(d.spec, node), node), o),
 				contract.ActivityStartVLLMRank, d.rankRequest(node, d.req.Replace || !adopted))
 		}, func(_ string, ref contract.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
 	})

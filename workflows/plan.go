@@ -115,9 +115,10 @@ func (d *deployment) probe(ctx workflow.Context) error {
 }
 
 // reachability opens short-lived listeners on every candidate address of every node and
-// has every other node dial them, from its own network namespace: all pairs, both ways.
+// has every other node dial them, from its own network namespace: all pairs, both ways;
+// and on both ends of every cable of the data plane, dialled from the other end.
 func (d *deployment) reachability(ctx workflow.Context) error {
-	addrs := netplan.ListenAddrs(d.spec, d.probes)
+	addrs := netplan.ReachAddrs(d.spec, d.probes)
 	if len(d.spec.Nodes) < 2 {
 		return nil
 	}
@@ -163,6 +164,7 @@ func (d *deployment) reachOnce(ctx workflow.Context, addrs map[string][]netip.Pr
 				targets = append(targets, listeners[peer].Targets...)
 			}
 		}
+		targets = netplan.DialTargets(d.probeOf(node), targets)
 		return workflow.ExecuteActivity(d.onNode(ctx, node, "dial peers from "+node, o), contract.ActivityDialPeers,
 			contract.DialRequest{Node: node, Targets: targets, Timeout: dialTimeout})
 	}, func(node string, r []netplan.PairResult) { results[node] = r })
@@ -238,4 +240,14 @@ func ChoosePlan(_ context.Context, in PlanInput) (netplan.Plan, error) {
 		return plan, temporal.NewNonRetryableApplicationError(pe.Error(), pe.Type, nil)
 	}
 	return plan, err
+}
+
+// probeOf is the named node's probe (zero before probing).
+func (d *deployment) probeOf(node string) netplan.NodeProbe {
+	for _, p := range d.probes {
+		if p.Node == node {
+			return p
+		}
+	}
+	return netplan.NodeProbe{Node: node}
 }

@@ -249,3 +249,46 @@ func TestProofThatNeverRan(t *testing.T) {
 		t.Fatalf("%+v", v)
 	}
 }
+
+// TestDecidePerLink: on a ring of four the proof's ranks go round the cables; each rank's
+// channel lines (`… [send] via NET/IB/…`, `… [receive] …`) give the transport per pair,
+// and the summary counts the links and gives the per-hop bandwidth; a pair on sockets is
+// DataPlaneDegraded naming the pair.
+func TestDecidePerLink(t *testing.T) {
+	ring := []string{"node-a", "node-b", "node-c", "node-d"}
+	links := [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-d"}, {"node-d", "node-a"}}
+	chans := func(rank int) string {
+		n, p := (rank+1)%4, (rank+3)%4
+		return "x:1:1 [0] NCCL INFO Using network IB\n" +
+			"x:1:1 [0] NCCL INFO Channel 00/0 : " + itoa(rank) + "[0] -> " + itoa(n) + "[0] [send] via NET/IB/0\n" +
+			"x:1:1 [0] NCCL INFO Channel 01/0 : " + itoa(p) + "[1b000] -> " + itoa(rank) + "[1b000] [receive] via NET/IB/1/GDRDMA\n"
+	}
+	nodes := func() []Node {
+		var out []Node
+		for i, n := range ring {
+			out = append(out, Node{Node: n, Rank: i, HCAs: []string{"rocep1s0f0:1", "rocep1s0f1:1"}, Mapped: []string{"/dev/infiniband/uverbs0"}, Verbs: true,
+				Output: Parse(chans(i) + proof(i, "", 21.7))})
+		}
+		return out
+	}
+	got := nodes()
+	if p := got[1].Output.Peers; len(p) != 2 || p[0] != (Peer{Rank: 2, Transport: IB}) || p[1] != (Peer{Rank: 0, Transport: IB}) {
+		t.Fatalf("node-b peers %+v, want node-c (send) and node-a (receive) on IB", p)
+	}
+	e := Expect{Mode: Require, RDMA: true, Links: links, Shape: "ring node-a-node-b-node-c-node-d"}
+	v := Decide(e, got)
+	if v.Summary != "IB on 4 links (ring node-a-node-b-node-c-node-d), 21.7 GB/s per hop" || v.ErrType != "" || len(v.Links) != 4 {
+		t.Errorf("verdict %+v", v)
+	}
+	// node-b's channel to node-c on sockets, as Parse reads it.
+	ns := nodes()
+	ns[1].Output = Parse(strings.Replace(chans(1), "[send] via NET/IB/0", "[send] via NET/Socket/0", 1) + proof(1, "", 21.7))
+	v = Decide(e, ns)
+	if v.ErrType != "DataPlaneDegraded" || !strings.Contains(v.Err, "node-b-node-c is on Socket, not RDMA") || !strings.Contains(v.Err, "RDMA on 4 link(s)") {
+		t.Errorf("a pair on sockets: %+v", v)
+	}
+	// A rail pair keeps today's line.
+	if v := Decide(Expect{Mode: Require, RDMA: true, Rails: 2}, got[:2]); v.Summary != "IB on 0 rails, 21.7 GB/s bus bandwidth" {
+		t.Errorf("rails summary %q", v.Summary)
+	}
+}

@@ -55,6 +55,18 @@ type Expect struct {
 	Rails int  `json:"rails"`
 	// MinFraction of the link speed below which bandwidth is a warning (0: the default).
 	MinFraction float64 `json:"min_fraction,omitempty"`
+	// Links are the node pairs the proof's ring crosses where the data plane is a graph of
+	// cables (a triangle, a ring) rather than rails every node shares; Shape names it
+	// ("ring node-a-node-b-node-c-node-d"). Empty on rails.
+	Links [][2]string `json:"links,omitempty"`
+	Shape string      `json:"shape,omitempty"`
+}
+
+// LinkVerdict is the transport NCCL used between two nodes, as either end's channels say.
+type LinkVerdict struct {
+	A         string `json:"a"`
+	B         string `json:"b"`
+	Transport string `json:"transport"` // IB, Socket, or "unseen" (no channel line names it)
 }
 
 // Verdict is the decision.
@@ -63,8 +75,11 @@ type Verdict struct {
 	Transport string `json:"transport"`
 	// Rails is how many HCAs every rank's NCCL uses (the fewest).
 	Rails int `json:"rails,omitempty"`
-	// BusBW is the slowest rank's best bus bandwidth, GB/s.
+	// BusBW is the slowest rank's best bus bandwidth, GB/s: on a ring all_reduce, what
+	// each hop carries.
 	BusBW float64 `json:"busbw_gbs"`
+	// Links are the transport per pair of Expect.Links.
+	Links []LinkVerdict `json:"links,omitempty"`
 	// Summary is status's line after "data plane: ".
 	Summary string `json:"summary"`
 	// Findings name each node that is not on the planned data plane, and the likely cause.
@@ -141,12 +156,22 @@ func Decide(e Expect, nodes []Node) Verdict {
 	default:
 		v.Transport = "mixed: " + strings.Join(per, ", ")
 	}
+	v.Links = linkVerdicts(e, nodes)
+	for _, l := range v.Links {
+		if e.RDMA && l.Transport != IB && l.Transport != "unseen" {
+			degraded = append(degraded, fmt.Sprintf("%s-%s is on %s, not RDMA", l.A, l.B, l.Transport))
+		}
+	}
 	v.Summary = summary(v, e)
 	v.Findings = append(degraded, failed...)
 	switch {
 	case len(degraded) > 0:
 		v.ErrType = failure.DataPlaneDegraded
-		v.Err = fmt.Sprintf("the plan has RDMA on %d rail(s) but NCCL does not use it: %s", e.Rails, strings.Join(degraded, "; "))
+		on := fmt.Sprintf("%d rail(s)", e.Rails)
+		if len(e.Links) > 0 {
+			on = fmt.Sprintf("%d link(s)", len(e.Links))
+		}
+		v.Err = fmt.Sprintf("the plan has RDMA on %s but NCCL does not use it: %s", on, strings.Join(degraded, "; "))
 		if len(failed) > 0 {
 			v.Err += "; also " + strings.Join(failed, "; ")
 		}
@@ -171,8 +196,57 @@ func describeTransport(o Rank) string {
 	return "an unknown transport"
 }
 
+// linkVerdicts reads each pair's transport from its ends' channel lines.
+func linkVerdicts(e Expect, nodes []Node) []LinkVerdict {
+	if len(e.Links) == 0 {
+		return nil
+	}
+	rank := map[string]int{}
+	for _, n := range nodes {
+		rank[n.Node] = n.Rank
+	}
+	var out []LinkVerdict
+	for _, l := range e.Links {
+		lv := LinkVerdict{A: l[0], B: l[1], Transport: "unseen"}
+		for _, n := range nodes {
+			other := ""
+			switch n.Node {
+			case l[0]:
+				other = l[1]
+			case l[1]:
+				other = l[0]
+			default:
+				continue
+			}
+			for _, p := range n.Output.Peers {
+				if r, ok := rank[other]; ok && p.Rank == r && (lv.Transport == "unseen" || lv.Transport == IB) {
+					lv.Transport = p.Transport
+				}
+			}
+		}
+		out = append(out, lv)
+	}
+	return out
+}
+
 func summary(v Verdict, e Expect) string {
 	bw := fmt.Sprintf("%.1f GB/s bus bandwidth", v.BusBW)
+	if len(v.Links) > 0 && v.Transport == IB {
+		ib := 0
+		for _, l := range v.Links {
+			if l.Transport == IB {
+				ib++
+			}
+		}
+		s := fmt.Sprintf("IB on %d %s", ib, plural(ib, "link", "links"))
+		if e.Shape != "" {
+			s += " (" + e.Shape + ")"
+		}
+		if unseen := len(v.Links) - ib; unseen > 0 {
+			s += fmt.Sprintf(", %d not seen in NCCL's channel lines", unseen)
+		}
+		return fmt.Sprintf("%s, %.1f GB/s per hop", s, v.BusBW)
+	}
 	switch {
 	case v.Transport == IB:
 		return fmt.Sprintf("IB on %d %s, %s", v.Rails, plural(v.Rails, "rail", "rails"), bw)

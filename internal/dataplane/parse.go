@@ -61,6 +61,10 @@ type Rank struct {
 	// ChannelsIB and ChannelsSocket count `via NET/IB/…` and `via NET/Socket/…` lines.
 	ChannelsIB     int `json:"channels_ib,omitempty"`
 	ChannelsSocket int `json:"channels_socket,omitempty"`
+	// Peers are the ranks this rank's channels connect to over the network, with the
+	// transport of each (`Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0`), in order of
+	// first appearance.
+	Peers []Peer `json:"peers,omitempty"`
 
 	// From the program's own lines.
 	Memlock  string   `json:"memlock,omitempty"` // "unlimited" or bytes
@@ -79,6 +83,12 @@ type Rank struct {
 	Error string `json:"error,omitempty"`
 	// Phase is where it failed: import, init, all_reduce, bandwidth, timeout.
 	Phase string `json:"phase,omitempty"`
+}
+
+// Peer is one network connection of a rank's channels.
+type Peer struct {
+	Rank      int    `json:"rank"`
+	Transport string `json:"transport"`
 }
 
 // Size is one timed size.
@@ -106,6 +116,8 @@ var (
 	// `Using network IB`, `Using network Socket`, `Using network AWS Libfabric`.
 	usingNetwork = regexp.MustCompile(`\bUsing network (\S+)`)
 	bootstrap    = regexp.MustCompile(`Bootstrap ?: Using (\S+)`)
+	// `Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0` (src/transport.cc, ncclTransportP2pSetup).
+	channel = regexp.MustCompile(`Channel \d+/\d+ : (\d+)\[[0-9a-fA-F]+\] -> (\d+)\[[0-9a-fA-F]+\] \[(send|receive)\] via NET/([^/\s]+)/`)
 )
 
 // Parse reads one rank's output. Lines it does not know are ignored: NCCL's and torch's
@@ -155,6 +167,15 @@ func Parse(out string) Rank {
 		case bootstrap.MatchString(msg) && r.Bootstrap == "":
 			r.Bootstrap = bootstrap.FindStringSubmatch(msg)[1]
 		}
+		if m := channel.FindStringSubmatch(msg); m != nil {
+			from, _ := strconv.Atoi(m[1])
+			to, _ := strconv.Atoi(m[2])
+			peer := to
+			if m[3] == "receive" {
+				peer = from
+			}
+			r.addPeer(Peer{Rank: peer, Transport: m[4]})
+		}
 		if strings.Contains(msg, " via NET/IB/") {
 			r.ChannelsIB++
 		} else if strings.Contains(msg, " via NET/Socket/") {
@@ -162,6 +183,19 @@ func Parse(out string) Rank {
 		}
 	}
 	return r
+}
+
+// addPeer records a connection; a peer reached over sockets on any channel is on sockets.
+func (r *Rank) addPeer(p Peer) {
+	for i, q := range r.Peers {
+		if q.Rank == p.Rank {
+			if p.Transport != IB {
+				r.Peers[i].Transport = p.Transport
+			}
+			return
+		}
+	}
+	r.Peers = append(r.Peers, p)
 }
 
 func (r *Rank) proofLine(s string) {

@@ -326,6 +326,9 @@ func (f *Agents) ProveDataPlane(ctx context.Context, req contract.ProofRequest) 
 			r.UVerbs = append(r.UVerbs, d.UVerbs)
 			r.BusBW = 23.7
 		}
+		if req.World > 1 { // NCCL's ring: each rank sends to the next
+			r.Peers = []dataplane.Peer{{Rank: (req.Rank + 1) % req.World, Transport: r.Transport}}
+		}
 	}
 	n := dataplane.Node{Node: req.Node, Rank: req.Rank, Output: r}
 	for _, d := range req.Plan.RDMA {

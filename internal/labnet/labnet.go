@@ -307,6 +307,58 @@ func (t *Topology) Cut(node string) error {
 	return fmt.Errorf("labnet: no node %s", node)
 }
 
+// Cable joins two nodes by a veth pair of their own, as a direct cable between two
+// switchless Sparks: its own subnet (a's end first address, b's the second), MTU 9000,
+// named by the caller (interface names are per namespace). It returns when both ends run.
+func (t *Topology) Cable(a, b int, ifA, ifB string, subnet netip.Prefix) error {
+	if a == b || a < 0 || b < 0 || a >= len(t.Nodes) || b >= len(t.Nodes) {
+		return fmt.Errorf("labnet: cable %d-%d: no such pair of nodes", a, b)
+	}
+	na, err := openNamed(t.Nodes[a].NetNS)
+	if err != nil {
+		return err
+	}
+	defer na.close()
+	nb, err := openNamed(t.Nodes[b].NetNS)
+	if err != nil {
+		return err
+	}
+	defer nb.close()
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: ifA, MTU: 9000}, PeerName: ifB, PeerNamespace: netlink.NsFd(nb.fd)}
+	if err := na.h.LinkAdd(v); err != nil {
+		return fmt.Errorf("labnet: %s: add %s: %w", na.name, ifA, err)
+	}
+	first := subnet.Masked().Addr().Next()
+	if err := errors.Join(na.addr(ifA, netip.PrefixFrom(first, subnet.Bits())), na.up(ifA),
+		nb.addr(ifB, netip.PrefixFrom(first.Next(), subnet.Bits())), nb.up(ifB)); err != nil {
+		return fmt.Errorf("labnet: cable %s-%s: %w", t.Nodes[a].Name, t.Nodes[b].Name, err)
+	}
+	peer, err := nb.h.LinkByName(ifB)
+	if err != nil {
+		return err
+	}
+	if err := nb.h.LinkSetMTU(peer, 9000); err != nil {
+		return fmt.Errorf("labnet: %s: %s: %w", nb.name, ifB, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, end := range []struct {
+		ns   *namespace
+		name string
+	}{{na, ifA}, {nb, ifB}} {
+		for {
+			l, err := end.ns.h.LinkByName(end.name)
+			if err == nil && l.Attrs().RawFlags&unix.IFF_RUNNING != 0 && l.Attrs().OperState == netlink.OperUp {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("labnet: %s: %s not running after 5s", end.ns.name, end.name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 // Close destroys the topology.
 func (t *Topology) Close() error { return Destroy(t.Prefix) }
 

@@ -56,6 +56,12 @@ const (
 	// same name; DataPlaneRDMA is 1 when every rank's NCCL used IB, else 0 (label cluster).
 	DataPlaneBusBW = "tpdeploy_data_plane_busbw_gbs"
 	DataPlaneRDMA  = "tpdeploy_data_plane_rdma"
+	// DataPlaneLink is 1 when the proof saw NCCL use IB between the two nodes of a cable
+	// of a switchless fabric (a triangle, a ring), else 0: labels cluster, link
+	// ("node-a-node-b") and transport (IB, Socket, unseen). Prometheus: a gauge of the same
+	// name; the per-hop bandwidth is DataPlaneBusBW (a ring all_reduce's bus bandwidth is
+	// what each hop carries).
+	DataPlaneLink = "tpdeploy_data_plane_link_rdma"
 )
 
 // Outcomes of a deploy and of a step.
@@ -157,6 +163,15 @@ func (r Recorder) DataPlane(cluster, transport string, busbwGBs float64) {
 		v = 1
 	}
 	r.h.WithTags(map[string]string{"cluster": cluster}).Gauge(DataPlaneRDMA).Update(v)
+}
+
+// DataPlaneLink records the transport the proof saw on one cable of the data plane.
+func (r Recorder) DataPlaneLink(cluster, link, transport string) {
+	v := 0.0
+	if transport == "IB" {
+		v = 1
+	}
+	r.h.WithTags(map[string]string{"cluster": cluster, "link": link, "transport": transport}).Gauge(DataPlaneLink).Update(v)
 }
 
 // Incident counts one incident the supervisor acted on; node is empty for the cluster.

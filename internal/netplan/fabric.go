@@ -79,6 +79,9 @@ type Fabric struct {
 	// Cannot says what the layout cannot do on this graph (an all-to-all between nodes that
 	// share no link).
 	Cannot []string `json:"cannot,omitempty"`
+	// Placement says who puts the ranks in Order: tpdeploy (executor mp's --node-rank) or
+	// vLLM's Ray executor, whose own order the plan checked.
+	Placement string `json:"placement,omitempty"`
 	// Used says whether NCCL_IB_HCA lists the graph's HCAs (through the rails every node
 	// shares, Plan.Rails, or per link); false when data_plane: skip or warn leaves it unused.
 	Used bool `json:"used,omitempty"`
@@ -224,6 +227,36 @@ func ShouldDial(from NodeProbe, t Target) bool {
 		}
 	}
 	return false
+}
+
+// ReachAddrs are the addresses each node listens on in the reachability test: its
+// addresses in the bootstrap candidates (ListenAddrs) and its ends of the data plane's
+// cables (DataPlaneListenAddrs), so the matrix holds every link measured in both
+// directions and BuildGraph keeps only the cables that connected.
+func ReachAddrs(c spec.Cluster, probes []NodeProbe) map[string][]netip.Prefix {
+	out := ListenAddrs(c, probes)
+	links := DataPlaneListenAddrs(c, probes)
+	for _, n := range c.Nodes {
+		for _, a := range links[n.Name] {
+			if !slices.Contains(out[n.Name], a) {
+				out[n.Name] = append(out[n.Name], a)
+			}
+		}
+	}
+	return out
+}
+
+// DialTargets are the other nodes' listeners that the node probed as from dials: every
+// bootstrap candidate, and a cable's address only from the node at its other end (the
+// agent refuses a dial outside its own subnets, and a node off the cable has no route).
+func DialTargets(from NodeProbe, targets []Target) []Target {
+	var out []Target
+	for _, t := range targets {
+		if t.Node != from.Node && ShouldDial(from, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // shape names the graph and, for a ring, gives its nodes in cable order from the first.
@@ -443,6 +476,14 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 	for _, e := range edges {
 		f.Pairs = append(f.Pairs, [2]string{order[e[0]], order[e[1]]})
 	}
+	f.judgeOrder(groups, slots, linked)
+	return f, nil
+}
+
+// judgeOrder sets what NCCL may use, and what the layout cannot do, with the ranks in
+// f.Order: groups are each communicator's slots, slots how many the ranks fill.
+func (f *Fabric) judgeOrder(groups [][]int, slots int, linked func(a, b string) bool) {
+	f.Algo, f.AlgoReason, f.Cannot = "", "", nil
 	// NCCL's double binary tree (src/graph/trees.cc, ncclGetDtree) and PAT (src/transport/
 	// generic.cc, ncclTransportPatConnect, rank ± 2^k with one GPU per node) connect nodes
 	// that are not neighbours in rank order: node 0 to node 2 of four. Where a group of
@@ -454,7 +495,7 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 		}
 		for i := range gs {
 			for j := i + 1; j < len(gs); j++ {
-				if a, b := order[gs[i]], order[gs[j]]; !linked(a, b) {
+				if a, b := f.Order[gs[i]], f.Order[gs[j]]; !linked(a, b) {
 					notClique = appendNew(notClique, a+" and "+b)
 				}
 			}
@@ -468,8 +509,8 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 		f.AlgoReason = "every node of each communicator is linked to every other: NCCL may choose its algorithm"
 	}
 	var unlinked []string
-	for i, a := range order[:slots] {
-		for _, b := range order[i+1 : slots] {
+	for i, a := range f.Order[:slots] {
+		for _, b := range f.Order[i+1 : slots] {
 			if !linked(a, b) {
 				unlinked = append(unlinked, a+"-"+b)
 			}
@@ -478,7 +519,6 @@ func planFabric(c spec.Cluster, g Graph, gpus map[string]int) (Fabric, error) {
 	if len(unlinked) > 0 {
 		f.Cannot = append(f.Cannot, "no all-to-all (expert parallelism), tree or direct traffic between "+strings.Join(unlinked, ", ")+": they share no link")
 	}
-	return f, nil
 }
 
 func unreachableMessage(c spec.Cluster, g Graph, nodes []string, counts []int, equal, gaveUp bool, edges [][2]int) string {
@@ -533,18 +573,56 @@ func carriedLayouts(c spec.Cluster, g Graph, nodes []string, counts []int, equal
 	return out
 }
 
+// Name is the fabric's shape with its nodes, as status and plan print it: "ring
+// node-a-node-b-node-c-node-d" (in cable order), "triangle node-a-node-b-node-c".
+func (f Fabric) Name() string {
+	switch f.Shape {
+	case "ring":
+		_, ring := shape(f.Graph)
+		return f.Shape + " " + strings.Join(ring, "-")
+	case "pair", "triangle", "mesh":
+		return f.Shape + " " + strings.Join(f.Graph.Nodes, "-")
+	}
+	return f.Shape
+}
+
+// ProofOrder is the rank order of the data-plane proof's one all_reduce, head first: on a
+// ring the cables' cycle, so that NCCL's ring over the whole world crosses every cable and
+// no uncabled pair (the layout's own order may not: tensor 2 x pipeline 2 ranks a, b, d, c,
+// whose world ring would close over b-d); elsewhere the rank order.
+func (f Fabric) ProofOrder(head string) []string {
+	if f.Shape != "ring" {
+		return f.Order
+	}
+	_, ring := shape(f.Graph)
+	i := slices.Index(ring, head)
+	if i < 0 {
+		return f.Order
+	}
+	return append(slices.Clone(ring[i:]), ring[:i]...)
+}
+
+// ProofLinks are the node pairs the proof's world ring crosses in order (the last back to
+// the first when there are more than two).
+func ProofLinks(order []string) [][2]string {
+	if len(order) < 2 {
+		return nil
+	}
+	if len(order) == 2 {
+		return [][2]string{{order[0], order[1]}}
+	}
+	var out [][2]string
+	for i := range order {
+		out = append(out, [2]string{order[i], order[(i+1)%len(order)]})
+	}
+	return out
+}
+
 // Lines draws the data plane for `starter plan`: the shape and links, then the rank
 // order, the algorithms and what the layout cannot do.
 func (f Fabric) Lines() []string {
 	g := f.Graph
-	_, ring := shape(g)
-	name := f.Shape
-	switch f.Shape {
-	case "ring":
-		name += " " + strings.Join(ring, "-")
-	case "pair", "triangle", "mesh":
-		name += " " + strings.Join(g.Nodes, "-")
-	}
+	name := f.Name()
 	lines := []string{fmt.Sprintf("data plane: %s, %d link(s)", name, len(g.Links))}
 	for _, l := range g.Links {
 		line := fmt.Sprintf("  %s-%s %s %s<->%s", l.A, l.B, l.Subnet, l.AHCA.HCA(), l.BHCA.HCA())
@@ -558,6 +636,9 @@ func (f Fabric) Lines() []string {
 	}
 	if len(f.Order) > 0 {
 		lines = append(lines, "  ranks by node: "+strings.Join(f.Order, ", "))
+	}
+	if f.Placement != "" && f.Used {
+		lines = append(lines, "  placed by: "+f.Placement)
 	}
 	if len(f.Pairs) > 0 {
 		var ps []string
@@ -644,23 +725,14 @@ func fabricWarnings(c spec.Cluster, f Fabric) []string {
 	var out []string
 	if !f.Used {
 		why := "data_plane: skip"
-		if c.DataPlane != spec.DataPlaneSkip {
+		switch {
+		case c.DataPlane != spec.DataPlaneSkip && f.Placement != "":
+			why = fmt.Sprintf("%s (data_plane: %s)", f.Placement, c.DataPlane)
+		case c.DataPlane != spec.DataPlaneSkip:
 			why = fmt.Sprintf("no rank order carries tensor %d x pipeline %d on them (data_plane: %s)", c.Parallel.Tensor, max(c.Parallel.Pipeline, 1), c.DataPlane)
 		}
 		out = append(out, fmt.Sprintf("the data plane's %d link(s) are not used: %s; NCCL runs over sockets on the bootstrap subnet", len(f.Graph.Links), why))
 		return out
-	}
-	listed := []string{c.Head().Name}
-	for _, n := range c.Nodes {
-		if n.Name != listed[0] {
-			listed = append(listed, n.Name)
-		}
-	}
-	if len(f.Order) > 0 && !slices.Equal(f.Order, listed) {
-		// The order is the plan's; placing ranks by it is the deploy's (not yet done).
-		out = append(out, fmt.Sprintf("the cables need the ranks in the order %s, not the spec's %s: list the nodes in the spec in that order "+
-			"(executor mp ranks nodes in the spec's order; vLLM's legacy Ray executor ranks the driver's node first, then the others by IP address as a string)",
-			strings.Join(f.Order, ", "), strings.Join(listed, ", ")))
 	}
 	if f.Algo == "" {
 		return out

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/internal/failure"
+	"github.com/tpdeploy/tpdeploy/internal/release"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
@@ -43,27 +44,21 @@ func switchless(names []string, cables [][2]int) (spec.Cluster, []NodeProbe) {
 // bootstrap candidates plus every link subnet between the nodes it joins, both ways.
 // blocked "from>to@subnet" dials fail.
 func measured(c spec.Cluster, probes []NodeProbe, blocked map[string]bool) []PairResult {
-	addrs := ListenAddrs(c, probes)
-	for n, as := range DataPlaneListenAddrs(c, probes) {
-		addrs[n] = append(addrs[n], as...)
-	}
+	addrs := ReachAddrs(c, probes)
 	var out []PairResult
 	for _, from := range probes {
+		var targets []Target
 		for _, to := range probes {
-			if from.Node == to.Node {
-				continue
-			}
 			for _, a := range addrs[to.Node] {
-				t := Target{Node: to.Node, Subnet: a.Masked(), Addr: netip.AddrPortFrom(a.Addr(), 40000)}
-				if !ShouldDial(from, t) {
-					continue
-				}
-				r := PairResult{From: from.Node, To: to.Node, Subnet: t.Subnet, Addr: t.Addr, OK: true, RTT: 50 * time.Microsecond}
-				if blocked[from.Node+">"+to.Node+"@"+t.Subnet.String()] {
-					r.OK, r.RTT, r.Error = false, 0, "i/o timeout"
-				}
-				out = append(out, r)
+				targets = append(targets, Target{Node: to.Node, Subnet: a.Masked(), Addr: netip.AddrPortFrom(a.Addr(), 40000)})
 			}
+		}
+		for _, t := range DialTargets(from, targets) {
+			r := PairResult{From: from.Node, To: t.Node, Subnet: t.Subnet, Addr: t.Addr, OK: true, RTT: 50 * time.Microsecond}
+			if blocked[from.Node+">"+t.Node+"@"+t.Subnet.String()] {
+				r.OK, r.RTT, r.Error = false, 0, "i/o timeout"
+			}
+			out = append(out, r)
 		}
 	}
 	return out
@@ -146,8 +141,8 @@ func TestRing4PlacesRanksByTheCables(t *testing.T) {
 			if slices.Equal(f.Order, names) != tc.specFits {
 				t.Errorf("order %v: the spec's order does not fit the cables", f.Order)
 			}
-			if w := "the cables need the ranks in the order " + strings.Join(f.Order, ", ") + ", not the spec's node-a, node-c, node-b, node-d"; !strings.Contains(strings.Join(plan.Warnings, "\n"), w) {
-				t.Errorf("warnings %q lack %q", plan.Warnings, w)
+			if len(plan.Warnings) != 0 || !strings.HasPrefix(f.Placement, "executor not decided") {
+				t.Errorf("warnings %q, placement %q: the deploy places the ranks once the image decides the executor", plan.Warnings, f.Placement)
 			}
 			if f.Algo != tc.algo {
 				t.Errorf("algo %q (%s), want %q", f.Algo, f.AlgoReason, tc.algo)
@@ -306,6 +301,159 @@ func TestDataPlaneListenAddrsAreTheCablesOnly(t *testing.T) {
 	}
 	if !ShouldDial(probes[2], Target{Node: "node-a", Subnet: netip.MustParsePrefix("10.1.230.0/24")}) {
 		t.Error("node-c does not dial the LAN")
+	}
+}
+
+// TestRanksPlacedByTheExecutor: on a ring of four listed a, c, b, d, executor mp gives
+// every node its place in the cables' order as its node rank; vLLM's legacy Ray executor
+// ranks by IP string (a, c, b, d here), which the cables do not carry, so the deploy is
+// refused naming the pairs and the ways out; listed a, b, c, d, the IP order is the
+// cables' and Ray serves; RayExecutorV2 ranks by Ray node ID and is refused on the ring
+// but serves a triangle, where every order is cabled.
+func TestRanksPlacedByTheExecutor(t *testing.T) {
+	ring := func(names ...string) (spec.Cluster, []NodeProbe) {
+		idx := func(n string) int { return slices.Index(names, n) }
+		var cables [][2]int
+		for _, cb := range [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-d"}, {"node-d", "node-a"}} {
+			cables = append(cables, [2]int{idx(cb[0]), idx(cb[1])})
+		}
+		return switchless(names, cables)
+	}
+	mp := &release.Model{Executor: spec.ExecutorMP}
+	legacy := &release.Model{Executor: spec.ExecutorRay, RayExecutor: release.RayLegacy}
+	v2 := &release.Model{Executor: spec.ExecutorRay, RayExecutor: release.RayV2}
+
+	c, probes := ring("node-a", "node-c", "node-b", "node-d")
+	m := measured(c, probes, nil)
+	plan, err := ChooseFor(c, probes, m, Options{Engine: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plan.Fabric.Order; !slices.Equal(got, []string{"node-a", "node-b", "node-c", "node-d"}) || !strings.HasPrefix(plan.Fabric.Placement, "executor mp") {
+		t.Fatalf("mp order %v (%s)", got, plan.Fabric.Placement)
+	}
+	for want, n := range []string{"node-a", "node-b", "node-c", "node-d"} {
+		if r := plan.NodeRank(c, n); r != want {
+			t.Errorf("mp: %s has node rank %d, want %d (the spec ranks it %d)", n, r, want, c.NodeRank(n))
+		}
+	}
+	if len(plan.Warnings) != 0 {
+		t.Errorf("mp places the ranks itself; warnings %q", plan.Warnings)
+	}
+
+	for _, e := range []*release.Model{legacy, v2} {
+		_, err = ChooseFor(c, probes, m, Options{Engine: e})
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Type != failure.DataPlaneUnreachable || !strings.Contains(pe.Msg, "ways out: executor: mp") {
+			t.Fatalf("%s: %v", e.RayExecutor, err)
+		}
+		if e == legacy && !strings.Contains(pe.Msg, "node-a, node-c, node-b, node-d (node-c 10.1.230.11 < node-b 10.1.230.12 < node-d 10.1.230.13), in which node-a and node-c share no link; node-b and node-d share no link") {
+			t.Errorf("legacy: %s", pe.Msg)
+		}
+		if e == v2 && !strings.Contains(pe.Msg, "by Ray node ID") {
+			t.Errorf("v2: %s", pe.Msg)
+		}
+	}
+	// data_plane: warn serves on sockets and says why.
+	cw := c
+	cw.DataPlane = spec.DataPlaneWarn
+	plan, err = ChooseFor(cw, probes, m, Options{Engine: legacy})
+	if err != nil || plan.Fabric.Used || !strings.Contains(strings.Join(plan.Warnings, "\n"), "are not used: tensor 4 x pipeline 1 needs the ranks in the order") {
+		t.Errorf("warn: %v, used %v, warnings %q", err, plan.Fabric.Used, plan.Warnings)
+	}
+	if _, ok := plan.Node("node-a"); ok && plan.NodeRank(cw, "node-c") != 1 {
+		t.Errorf("unused fabric: node-c ranks %d, want the spec's 1", plan.NodeRank(cw, "node-c"))
+	}
+
+	c, probes = ring("node-a", "node-b", "node-c", "node-d")
+	plan, err = ChooseFor(c, probes, measured(c, probes, nil), Options{Engine: legacy})
+	if err != nil || !strings.Contains(plan.Fabric.Placement, "node-b 10.1.230.11 < node-c 10.1.230.12 < node-d 10.1.230.13): that order carries the layout") {
+		t.Fatalf("legacy on an IP order that follows the cables: %v %+v", err, plan.Fabric)
+	}
+
+	// The other way round the ring by IP (node-d .11, node-b .13): Ray's order replaces the
+	// search's, with its pairs.
+	c, probes = ring("node-a", "node-b", "node-c", "node-d")
+	probes[1].Links[0].Addrs[0], probes[3].Links[0].Addrs[0] = probes[3].Links[0].Addrs[0], probes[1].Links[0].Addrs[0]
+	plan, err = ChooseFor(c, probes, measured(c, probes, nil), Options{Engine: legacy})
+	if err != nil || !slices.Equal(plan.Fabric.Order, []string{"node-a", "node-d", "node-c", "node-b"}) || plan.Fabric.Algo != "Ring" ||
+		!slices.Contains(plan.Fabric.Pairs, [2]string{"node-a", "node-d"}) {
+		t.Fatalf("legacy the other way round: %v %+v", err, plan.Fabric)
+	}
+
+	c, probes = switchless([]string{"node-a", "node-b", "node-c"}, [][2]int{{0, 1}, {1, 2}, {2, 0}})
+	if plan, err = ChooseFor(c, probes, measured(c, probes, nil), Options{Engine: v2}); err != nil || !strings.Contains(plan.Fabric.Placement, "every such order carries") {
+		t.Fatalf("v2 on a triangle: %v %+v", err, plan.Fabric)
+	}
+}
+
+// TestProofGoesRoundTheCables: tensor 2 x pipeline 2 on a ring ranks a, b, d, c, whose
+// world ring would close over b-d; the proof's one all_reduce ranks the cables' cycle
+// from the head instead, crossing each cable once.
+func TestProofGoesRoundTheCables(t *testing.T) {
+	c, probes := switchless([]string{"node-a", "node-c", "node-b", "node-d"}, [][2]int{{0, 2}, {2, 1}, {1, 3}, {3, 0}})
+	c.Parallel = spec.Parallel{Tensor: 2, Pipeline: 2}
+	plan, err := Choose(c, probes, measured(c, probes, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := plan.Fabric
+	if !slices.Equal(f.Order, []string{"node-a", "node-b", "node-d", "node-c"}) {
+		t.Fatalf("order %v", f.Order)
+	}
+	order := f.ProofOrder("node-a")
+	links := ProofLinks(order)
+	if len(links) != 4 {
+		t.Fatalf("proof order %v links %v", order, links)
+	}
+	for _, l := range links {
+		if !f.Graph.Linked(l[0], l[1]) {
+			t.Errorf("the proof's ring crosses %s-%s, which share no link (order %v)", l[0], l[1], order)
+		}
+	}
+	if f.Name() != "ring node-a-node-b-node-c-node-d" || order[0] != "node-a" {
+		t.Errorf("name %q, proof order %v", f.Name(), order)
+	}
+	if got := ProofLinks([]string{"x", "y"}); len(got) != 1 {
+		t.Errorf("a pair's proof crosses %v, want its one link", got)
+	}
+}
+
+// TestReachabilityMeasuresEveryCableBothWays: on a ring of four the test listens on the
+// LAN and on both ends of every cable, each cable's address is dialled only from the node
+// at its other end, and a cable cut in one direction is left out naming that direction.
+func TestReachabilityMeasuresEveryCableBothWays(t *testing.T) {
+	c, probes := switchless([]string{"node-a", "node-b", "node-c", "node-d"}, ring4Cables)
+	addrs := ReachAddrs(c, probes)
+	for _, n := range c.Nodes {
+		if len(addrs[n.Name]) != 3 { // the LAN and two cables
+			t.Errorf("%s listens on %v, want the LAN and its two cables", n.Name, addrs[n.Name])
+		}
+	}
+	matrix := measured(c, probes, nil)
+	// 12 LAN dials (all ordered pairs) + 8 cable dials (4 cables, both ways).
+	if len(matrix) != 12+8 {
+		t.Fatalf("matrix has %d dials, want 20", len(matrix))
+	}
+	for _, r := range matrix {
+		if r.Subnet.Bits() == 30 && ((r.From == "node-a" && r.To == "node-c") || (r.From == "node-b" && r.To == "node-d")) {
+			t.Errorf("%s dialled %s over %s, a cable it is not on", r.From, r.To, r.Subnet)
+		}
+	}
+	if g := BuildGraph(c, probes, matrix); len(g.Links) != 4 || len(g.LeftOut) != 0 {
+		t.Fatalf("graph %+v, want the 4 cables", g)
+	}
+	// node-b's dial to node-c on the b-c cable times out; node-c's to node-b connects.
+	g := BuildGraph(c, probes, measured(c, probes, map[string]bool{"node-b>node-c@192.168.11.0/30": true}))
+	if len(g.Links) != 3 || len(g.LeftOut) != 1 {
+		t.Fatalf("graph %+v, want b-c left out", g)
+	}
+	lo := g.LeftOut[0]
+	if lo.A != "node-b" || lo.B != "node-c" || lo.Reason != "node-b cannot reach node-c at 192.168.11.2:40000 (i/o timeout)" {
+		t.Errorf("left out %+v", lo)
+	}
+	if g.Linked("node-b", "node-c") {
+		t.Error("a cable that failed one way is a link")
 	}
 }
 

@@ -2,6 +2,7 @@ package netplan
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path"
@@ -498,6 +499,23 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 	fabric, err := dataPlaneFabric(c, byNode, matrix, probes, railHCAs)
 	if err != nil {
 		return plan, err
+	}
+	if fabric != nil && fabric.Used && len(railHCAs) == 0 {
+		addrs, gpus := map[string]netip.Addr{}, map[string]int{}
+		for _, m := range best.members {
+			addrs[m.node] = m.addr.Addr()
+		}
+		for _, n := range c.Nodes {
+			gpus[n.Name] = cmp.Or(n.GPUs, byNode[n.Name].GPUs)
+		}
+		var pe *Error
+		if err := placeForExecutor(c, o.Engine, fabric, addrs, gpus); errors.As(err, &pe) {
+			if c.DataPlane != spec.DataPlaneSkip && c.DataPlane != spec.DataPlaneWarn {
+				return plan, err
+			}
+			// warn and skip serve on sockets rather than on a ring NCCL cannot connect.
+			fabric.Used, fabric.Placement = false, strings.SplitN(pe.Msg, "\n", 2)[0]
+		}
 	}
 	if fabric != nil {
 		plan.Fabric = fabric

@@ -87,7 +87,7 @@ func planLocal(ctx context.Context, s spec.Cluster, netns map[string]string) (wo
 		}
 		rep.Probes = append(rep.Probes, p)
 	}
-	addrs := netplan.ListenAddrs(s, rep.Probes)
+	addrs := netplan.ReachAddrs(s, rep.Probes)
 	listeners := map[string]contract.ListenResult{}
 	defer func() {
 		for node, l := range listeners {
@@ -101,13 +101,14 @@ func planLocal(ctx context.Context, s spec.Cluster, netns map[string]string) (wo
 		}
 		listeners[n.Name] = l
 	}
-	for _, n := range s.Nodes {
+	for i, n := range s.Nodes {
 		var targets []netplan.Target
 		for _, peer := range s.Nodes {
 			if peer.Name != n.Name {
 				targets = append(targets, listeners[peer.Name].Targets...)
 			}
 		}
+		targets = netplan.DialTargets(rep.Probes[i], targets) // probed in the spec's order
 		r, err := agents[n.Name].Reachability.DialPeers(ctx, contract.DialRequest{Node: n.Name, Targets: targets, Timeout: 2 * time.Second})
 		if err != nil {
 			return rep, fmt.Errorf("%s: dial peers: %w", n.Name, err)
