@@ -299,3 +299,16 @@ func TestManagedArgsInVLLMSpelling(t *testing.T) {
 		}
 	}
 }
+
+// The plan may restrict NCCL to its ring where the node's env says nothing; no other value
+// or variable passes as the plan's own.
+func TestPlanDefaultEnvIsOnlyTheRingRestriction(t *testing.T) {
+	if !PlanDefaultEnv("NCCL_ALGO", "Ring") {
+		t.Error("NCCL_ALGO=Ring is the plan's on a switchless ring")
+	}
+	for _, kv := range [][2]string{{"NCCL_ALGO", "Tree"}, {"NCCL_ALGO", "ring,tree"}, {"NCCL_COMM_ID", "Ring"}, {"NCCL_RUNTIME_CONNECT", "0"}} {
+		if PlanDefaultEnv(kv[0], kv[1]) {
+			t.Errorf("%s=%s passes as the plan's", kv[0], kv[1])
+		}
+	}
+}
