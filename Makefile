@@ -76,7 +76,7 @@ lab-images: $(BIN)/temporal
 	$(GO) run ./lab/labctl images --temporal $(BIN)/temporal
 
 lab-up: build $(BIN)/temporal
-	$(BIN)/labctl up --prefix tpd-lab --temporal $(BIN)/temporal
+	$(BIN)/labctl up --prefix tpd-lab --topology $(TOPOLOGY) --temporal $(BIN)/temporal
 
 lab-down: build
 	$(BIN)/labctl down --prefix tpd-lab
@@ -96,8 +96,11 @@ dev: $(BIN)/temporal
 	$(BIN)/temporal server start-dev --db-filename $(DATA)/temporal.db --ui-port 8233 \
 	  --search-attribute ClusterName=Keyword --search-attribute DeployPhase=Keyword
 
+# The demo's lab: TOPOLOGY=spark (the seed: two DGX Sparks on two RoCE rails, so the run
+# ends with the data-plane line), pair, triangle or ring4 (lab/README.md).
+TOPOLOGY ?= spark
 demo: deps build $(BIN)/temporal
-	./scripts/demo.sh up
+	TOPOLOGY=$(TOPOLOGY) ./scripts/demo.sh up
 
 demo-down: build
 	./scripts/demo.sh down

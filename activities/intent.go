@@ -79,7 +79,7 @@ func (n *hostNet) signedNodePlan(c *spec.Cluster, np netplan.NodePlan, join stri
 		switch signed, inSpec := node.Env[k]; {
 		case inSpec && signed != v:
 			return n.deny("signed intent: the plan sets %s=%q for %s, the signed spec's nodes[%d].env says %q", k, v, n.name, i, signed)
-		case !inSpec && !spec.PlannedEnv(k):
+		case !inSpec && !spec.PlannedEnv(k) && !spec.PlanDefaultEnv(k, v):
 			return n.deny("signed intent: the plan sets %s for %s, which is neither in the signed spec's nodes[%d].env nor a variable the plan owns", k, n.name, i)
 		case k == "VLLM_HOST_IP" && v != np.Address.String():
 			return n.deny("signed intent: the plan's VLLM_HOST_IP %s for %s is not its planned address %s", v, n.name, np.Address)

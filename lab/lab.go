@@ -2,7 +2,8 @@
 // on: node containers running the real tpdeploy worker, on Docker networks that
 // reproduce the seed (a management network for Temporal, an external network only the
 // head has and that carries its default route, a fast internal network with MTU 9000
-// that all nodes share), a Temporal dev server container, and the Ray/vLLM simulator
+// that all nodes share) or, per Config.Topology, two rails with RoCE HCAs or a switchless
+// triangle or ring of cables (topology.go), a Temporal dev server container, and the Ray/vLLM simulator
 // image the deploy starts. docker-compose.yml declares the same two-node lab for people;
 // this package is what tests drive, with a prefix and subnets of their own.
 package lab
@@ -128,15 +129,13 @@ type Config struct {
 	// memory.max, v1's limit_in_bytes): its agent then reads its memory facts from that
 	// cgroup (package hostmem), as a memory-limited node.
 	NodeMemory int64
-	// Topology is the lab's network shape: "" the seed's (one fast network, no RDMA), or
-	// TopologySpark: two DGX Sparks, each CX-7 port two rails (fast, 10.200.I.0/24, and
-	// fast2, 10.201.I.0/24, both MTU 9000), each with a simulated RoCE HCA in the node's
-	// sysfs and its verbs device node (spark.go).
+	// Topology is the lab's network shape (Topologies): "" or TopologyPair, the seed's (one
+	// fast network, no RDMA); TopologySpark, two DGX Sparks on two rails with a simulated
+	// RoCE HCA each (spark.go); TopologyTriangle and TopologyRing4, three and four Sparks
+	// without a switch, a network per cable (topology.go). Every topology has the management
+	// network joining every node and the head's external network.
 	Topology string
 }
-
-// TopologySpark is two rails per node on two subnets, as on a DGX Spark pair.
-const TopologySpark = "spark"
 
 // Lab is a running lab.
 type Lab struct {
@@ -148,6 +147,10 @@ type Lab struct {
 	// Fast2 is the second rail's subnet (TopologySpark only).
 	Fast2    netip.Prefix
 	Topology string
+	// Nets are the lab's networks in the order nodes are attached (mgmt first), with
+	// their subnets; Cables the link networks of a switchless fabric (triangle, ring4).
+	Nets   []Net
+	Cables []Cable
 	// Temporal is the dev server's frontend address, reachable from this host and the
 	// nodes; UI is its Web UI.
 	Temporal, UI string
@@ -211,13 +214,22 @@ type Node struct {
 	Name      string // spec name: node-a, node-b, ...
 	Container string // container name: PREFIX-node-a
 	Mgmt      netip.Addr
-	Fast      netip.Addr
+	Fast      netip.Addr // pair and spark
 	Ext       netip.Addr // head only
 	Fast2     netip.Addr // TopologySpark only
+	// Addrs is the node's address on every lab network it joins, by network name (mgmt,
+	// ext, fast, fast2, link-ab, ...): on a triangle or ring4 its addresses per cable.
+	Addrs map[string]netip.Addr
+	// HCAs are the node's simulated RoCE HCAs, each on one network (spark, triangle, ring4).
+	HCAs []HCA
 }
 
-// Addr is the node's address on a lab network ("mgmt", "ext", "fast"); invalid if none.
+// Addr is the node's address on a lab network ("mgmt", "ext", "fast", "link-ab"); invalid
+// if none.
 func (n Node) Addr(network string) netip.Addr {
+	if a, ok := n.Addrs[network]; ok {
+		return a
+	}
 	switch network {
 	case "mgmt":
 		return n.Mgmt
@@ -248,8 +260,15 @@ func host(p netip.Prefix, last int) netip.Addr {
 // Without temporalBin the lab has no Temporal server (the agents wait for one): enough
 // for driving the simulator by hand, as the seed's script did.
 func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config) (*Lab, error) {
+	topo, err := topologyOf(cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Nodes == 0 {
-		cfg.Nodes = 2
+		cfg.Nodes = topo.nodes
+	}
+	if topo.fixed && cfg.Nodes != topo.nodes {
+		return nil, fmt.Errorf("lab: topology %s has %d nodes, not %d", topo.name, topo.nodes, cfg.Nodes)
 	}
 	if cfg.Nodes < 1 || cfg.Nodes > 20 {
 		return nil, fmt.Errorf("lab: %d nodes; 1 to 20 supported", cfg.Nodes)
@@ -268,11 +287,8 @@ func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config)
 		return nil, err
 	}
 	_ = Down(ctx, eng, cfg.Prefix)
-	if cfg.Topology != "" && cfg.Topology != TopologySpark {
-		return nil, fmt.Errorf("lab: no topology %q (empty or %q)", cfg.Topology, TopologySpark)
-	}
 	l := &Lab{Prefix: cfg.Prefix, Release: rel, Image: rel.Image(), eng: eng, Topology: cfg.Topology, APIKey: "sk-lab-" + randomHex(16), RayToken: randomHex(16)}
-	if err := l.networks(ctx, cfg.Index); err != nil {
+	if err := l.networks(ctx, topo, cfg.Nodes, cfg.Index); err != nil {
 		_ = Down(ctx, eng, cfg.Prefix)
 		return nil, err
 	}
@@ -283,17 +299,26 @@ func Up(ctx context.Context, eng *client.Client, temporalBin string, cfg Config)
 	return l, nil
 }
 
-// networks creates the three networks, searching for free subnets when index is 0.
-func (l *Lab) networks(ctx context.Context, index int) error {
+// networks creates the topology's networks, searching for free subnets when index is 0.
+func (l *Lab) networks(ctx context.Context, topo topology, nodes, index int) error {
 	first, last := index, index
 	if index == 0 {
 		first, last = 1, 250
 	}
 	var err error
 	for i := first; i <= last; i++ {
-		l.Mgmt, l.Ext, l.Fast = subnet(231, i), subnet(230, i), subnet(200, i)
-		if l.Topology == TopologySpark {
-			l.Fast2 = subnet(201, i)
+		l.Nets, l.Cables = topo.build(nodes, i)
+		for _, n := range l.Nets {
+			switch n.Name {
+			case "mgmt":
+				l.Mgmt = n.Subnet
+			case "ext":
+				l.Ext = n.Subnet
+			case "fast":
+				l.Fast = n.Subnet
+			case "fast2":
+				l.Fast2 = n.Subnet
+			}
 		}
 		if err = l.createNetworks(ctx); err == nil {
 			return nil
@@ -307,38 +332,25 @@ func (l *Lab) networks(ctx context.Context, index int) error {
 }
 
 func (l *Lab) createNetworks(ctx context.Context) error {
-	for _, n := range []struct {
-		name     string
-		p        netip.Prefix
-		internal bool
-		mtu      string
-	}{
-		{"mgmt", l.Mgmt, true, ""},
-		{"ext", l.Ext, false, ""},
-		{"fast", l.Fast, true, "9000"},
-		{"fast2", l.Fast2, true, "9000"},
-	} {
-		if !n.p.IsValid() {
-			continue
-		}
+	for _, n := range l.Nets {
 		opts := map[string]string{}
-		if n.mtu != "" {
-			opts["com.docker.network.driver.mtu"] = n.mtu
+		if n.MTU != 0 {
+			opts["com.docker.network.driver.mtu"] = fmt.Sprint(n.MTU)
 		}
-		_, err := l.eng.NetworkCreate(ctx, l.Prefix+"-"+n.name, client.NetworkCreateOptions{
-			Driver: "bridge", Internal: n.internal, Options: opts, Labels: map[string]string{LabelLab: l.Prefix},
-			IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: n.p, Gateway: host(n.p, 1)}}},
+		_, err := l.eng.NetworkCreate(ctx, l.Prefix+"-"+n.Name, client.NetworkCreateOptions{
+			Driver: "bridge", Internal: n.Internal, Options: opts, Labels: map[string]string{LabelLab: l.Prefix},
+			IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: n.Subnet, Gateway: host(n.Subnet, 1)}}},
 		})
 		if err != nil {
-			return fmt.Errorf("network %s-%s (%s): %w", l.Prefix, n.name, n.p, err)
+			return fmt.Errorf("network %s-%s (%s): %w", l.Prefix, n.Name, n.Subnet, err)
 		}
 	}
 	return nil
 }
 
 func (l *Lab) removeNetworks(ctx context.Context) {
-	for _, n := range []string{"mgmt", "ext", "fast", "fast2"} {
-		_, _ = l.eng.NetworkRemove(ctx, l.Prefix+"-"+n, client.NetworkRemoveOptions{})
+	for _, n := range l.Nets {
+		_, _ = l.eng.NetworkRemove(ctx, l.Prefix+"-"+n.Name, client.NetworkRemoveOptions{})
 	}
 }
 
@@ -363,16 +375,14 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		}
 	}
 	for i := 0; i < cfg.Nodes; i++ {
-		n := Node{Name: NodeName(i), Container: l.Prefix + "-" + NodeName(i), Mgmt: host(l.Mgmt, 10+i), Fast: host(l.Fast, 12+i)}
-		nets := map[string]netip.Addr{"mgmt": n.Mgmt, "fast": n.Fast}
-		if i == 0 {
-			n.Ext = host(l.Ext, 180)
-			nets["ext"] = n.Ext
+		n := Node{Name: NodeName(i), Container: l.Prefix + "-" + NodeName(i), Addrs: map[string]netip.Addr{}, HCAs: l.hcasOf(i)}
+		for _, net := range l.Nets {
+			if a, ok := net.addrOf(i); ok {
+				n.Addrs[net.Name] = a
+			}
 		}
-		if l.Fast2.IsValid() {
-			n.Fast2 = host(l.Fast2, 12+i)
-			nets["fast2"] = n.Fast2
-		}
+		n.Mgmt, n.Ext, n.Fast, n.Fast2 = n.Addrs["mgmt"], n.Addrs["ext"], n.Addrs["fast"], n.Addrs["fast2"]
+		nets := n.Addrs
 		env := []string{
 			"TPDEPLOY_NODE=" + n.Name, "TEMPORAL_ADDRESS=" + l.Temporal,
 			"TPDEPLOY_CONTAINER_NETWORK=container:" + n.Container, "TPDEPLOY_GPUS=none",
@@ -426,7 +436,7 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		// The node's "disk" is a directory of the host, at the same path in the agent's
 		// container, so the agent's reads and the engine's binds name the same files.
 		env = append(env, barrier.EnvDir+"="+nodeBarrierDir, "TPDEPLOY_HOST_ROOT="+root)
-		if l.Topology == TopologySpark {
+		if len(n.HCAs) > 0 {
 			// The node's sysfs (HCAs, link speeds) and device nodes are the lab's (spark.go):
 			// the agent reads them, and its containers see them as a real node's do.
 			env = append(env, "TPDEPLOY_SYS_ROOT="+filepath.Join(root, "sys"), "TPDEPLOY_CONTAINER_SYSFS="+filepath.Join(root, "sys"))
@@ -440,7 +450,7 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			return err
 		}
 		l.Nodes = append(l.Nodes, n)
-		if l.Topology == TopologySpark {
+		if len(n.HCAs) > 0 {
 			if err := l.sparkSysfs(ctx, n, root); err != nil {
 				return err
 			}
@@ -453,10 +463,13 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 }
 
 // run creates a container attached to the lab networks named in nets (first the
-// management network, then the others in a fixed order, so interface names are
-// predictable: eth0 mgmt, then ext, then fast) and starts it.
+// management network, then the others in the topology's order, so interface names are
+// predictable: eth0 mgmt, then ext, then fast or the cables) and starts it.
 func (l *Lab) run(ctx context.Context, name string, cfg *container.Config, nets map[string]netip.Addr, caps []string, binds ...string) error {
-	order := []string{"mgmt", "ext", "fast", "fast2"}
+	var order []string
+	for _, n := range l.Nets {
+		order = append(order, n.Name)
+	}
 	ep := func(n string) *network.EndpointSettings {
 		return &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: nets[n]}}
 	}
@@ -510,7 +523,7 @@ func (l *Lab) Node(name string) (Node, bool) {
 	return Node{}, false
 }
 
-// Cut disconnects a node from a lab network ("fast", "ext", "mgmt"): its interface
+// Cut disconnects a node from a lab network ("fast", "ext", "mgmt", "link-ab"): its interface
 // disappears, as when a cable is pulled.
 func (l *Lab) Cut(ctx context.Context, node, net string) error {
 	n, ok := l.Node(node)
@@ -595,7 +608,7 @@ func Down(ctx context.Context, eng *client.Client, prefix string) error {
 	return errors.Join(errs...)
 }
 
-// Iface is the name of a node's interface on a lab network ("mgmt", "ext", "fast"), read
+// Iface is the name of a node's interface on a lab network ("mgmt", "ext", "fast", "link-ab"), read
 // with netlink from the node container's network namespace (Docker does not say, and the
 // names differ per node, as on real machines).
 func (l *Lab) Iface(ctx context.Context, node, network string) (string, error) {

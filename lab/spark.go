@@ -21,8 +21,8 @@ var SparkHCAs = [2]struct{ HCA, UVerbs, Network string }{
 // sparkRateMbps is each half's rate: a PCIe Gen5 x4 endpoint, about 100 Gb/s.
 const sparkRateMbps = 100000
 
-// sparkSysfs writes the node's simulated sysfs under root/sys, as the kernel lays it out
-// for RoCE HCAs (the files tpdeploy's probe and libibverbs read), and the HCAs' verbs
+// sparkSysfs writes the node's simulated sysfs under root/sys for its HCAs (n.HCAs: a
+// spark's two rails, a triangle's or ring's two ports), as the kernel lays it out for RoCE HCAs (the files tpdeploy's probe and libibverbs read), and the HCAs' verbs
 // device nodes under root/dev/infiniband. The lab's host has no RDMA driver, so each
 // uverbsN is a character device with /dev/null's numbers (1:3): what matters to the
 // model is that the agent must map it for a container to see it.
@@ -38,7 +38,7 @@ func (l *Lab) sparkSysfs(ctx context.Context, n Node, root string) error {
 	if err := os.MkdirAll(filepath.Join(root, "dev/infiniband"), 0o755); err != nil {
 		return err
 	}
-	for _, h := range SparkHCAs {
+	for _, h := range n.HCAs {
 		iface, err := l.Iface(ctx, n.Name, h.Network)
 		if err != nil {
 			return err

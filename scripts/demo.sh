@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# demo.sh up|down — the lab (Temporal dev server + two simulated GPU nodes running the real
-# node agent, with the seed's asymmetric networks), then a real deploy to a serving endpoint.
+# demo.sh up|down — the lab (Temporal dev server + simulated GPU nodes running the real node
+# agent, with the seed's asymmetric networks), then a real deploy to a serving endpoint.
+# TOPOLOGY (default spark: the seed's two DGX Sparks on two RoCE rails) picks the lab's
+# networks: pair, spark, triangle (three Sparks, no switch) or ring4 (four); lab/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=tpd-demo
 DATA=.tpdeploy-data
+TOPOLOGY=${TOPOLOGY:-spark}
+case "$TOPOLOGY" in
+  pair|spark) SPEC=examples/lab.yaml ;;
+  triangle) SPEC=examples/lab-triangle.yaml ;;
+  ring4) SPEC=examples/lab-ring4.yaml ;;
+  *) echo "TOPOLOGY=$TOPOLOGY: want pair, spark, triangle or ring4" >&2; exit 2 ;;
+esac
 
 down() {
   bin/labctl down --prefix "$PREFIX"
@@ -13,8 +22,8 @@ down() {
 
 up() {
   mkdir -p "$DATA"
-  echo "== lab: building images if stale, starting Temporal and node-a, node-b"
-  bin/labctl up --prefix "$PREFIX" --temporal bin/temporal | tee "$DATA/lab.env"
+  echo "== lab ($TOPOLOGY): building images if stale, starting Temporal and the nodes"
+  bin/labctl up --prefix "$PREFIX" --topology "$TOPOLOGY" --temporal bin/temporal | tee "$DATA/lab.env"
   TEMPORAL_ADDRESS=$(sed -n 's/^TEMPORAL_ADDRESS=//p' "$DATA/lab.env")
   UI=$(sed -n 's/^TEMPORAL_UI=//p' "$DATA/lab.env")
   # The lab's agents trust only specs signed by the lab operator's key (trusted_keys).
@@ -23,20 +32,24 @@ up() {
   sleep 2 # the agents connect
 
   echo
-  echo "== starter plan -f examples/lab.yaml   (no network settings in the spec)"
-  bin/starter plan -f examples/lab.yaml
+  echo "== starter plan -f $SPEC   (no network settings in the spec)"
+  bin/starter plan -f "$SPEC"
   echo
-  echo "== starter deploy -f examples/lab.yaml --watch"
-  bin/starter deploy -f examples/lab.yaml --watch --report-every 1s | tee "$DATA/deploy.out"
+  echo "== starter deploy -f $SPEC --watch"
+  bin/starter deploy -f "$SPEC" --watch --report-every 1s | tee "$DATA/deploy.out"
   endpoint=$(sed -n 's/^serving: //p' "$DATA/deploy.out" | head -1)
   echo
   echo "== GET $endpoint/v1/models"
   curl -fsS "$endpoint/v1/models"
   echo
   echo
+  name=$(sed -n 's/^name: //p' "$SPEC")
+  echo "== starter status $name"
+  bin/starter status "$name" | tee "$DATA/status.out"
+  echo
   echo "endpoint:    $endpoint"
   echo "Temporal UI: $UI   (TEMPORAL_ADDRESS=$TEMPORAL_ADDRESS)"
-  echo "again:       make demo        remove: make demo-down"
+  echo "again:       make demo TOPOLOGY=$TOPOLOGY        remove: make demo-down"
 }
 
 case "${1:-up}" in

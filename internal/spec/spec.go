@@ -578,6 +578,12 @@ func (n Node) PinnedAddress() netip.Addr {
 // RAY_ADDRESS, the interface and HCA variables); a node's env may not.
 func PlannedEnv(name string) bool { return plannedEnv[name] != "" }
 
+// PlanDefaultEnv says whether the plan may set the variable to value on a node whose own
+// env does not set it (where the node's env sets it, that value stands): NCCL_ALGO=Ring on a
+// switchless ring, where NCCL's tree would connect uncabled pairs (netplan's fabric). Only
+// the restriction itself: any other value is the operator's to sign.
+func PlanDefaultEnv(name, value string) bool { return name == "NCCL_ALGO" && value == "Ring" }
+
 func ParseCIDRs(cidrs []string) []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(cidrs))
 	for _, s := range cidrs {

@@ -57,7 +57,7 @@ func TestParseJSONEqualsYAML(t *testing.T) {
 }
 
 func TestExamplesParse(t *testing.T) {
-	for _, f := range []string{"../../examples/seed.yaml", "../../examples/lab.yaml"} {
+	for _, f := range []string{"../../examples/seed.yaml", "../../examples/lab.yaml", "../../examples/lab-triangle.yaml", "../../examples/lab-ring4.yaml"} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -301,6 +301,19 @@ func TestManagedArgsInVLLMSpelling(t *testing.T) {
 			t.Errorf("%s refused: %v", tc.args, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: got %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// The plan may restrict NCCL to its ring where the node's env says nothing; no other value
+// or variable passes as the plan's own.
+func TestPlanDefaultEnvIsOnlyTheRingRestriction(t *testing.T) {
+	if !PlanDefaultEnv("NCCL_ALGO", "Ring") {
+		t.Error("NCCL_ALGO=Ring is the plan's on a switchless ring")
+	}
+	for _, kv := range [][2]string{{"NCCL_ALGO", "Tree"}, {"NCCL_ALGO", "ring,tree"}, {"NCCL_COMM_ID", "Ring"}, {"NCCL_RUNTIME_CONNECT", "0"}} {
+		if PlanDefaultEnv(kv[0], kv[1]) {
+			t.Errorf("%s=%s passes as the plan's", kv[0], kv[1])
 		}
 	}
 }

@@ -32,6 +32,8 @@ type rankSpec struct {
 	LoadFor time.Duration `json:"load_for"`
 	// Model is the model path every rank loads from its own node's disk.
 	Model string `json:"model"`
+	// TP is the tensor-parallel size (vLLM's communicators: fabric.go commGroupsOf).
+	TP int `json:"tp,omitempty"`
 	// V2 marks a RayWorkerProc of RayExecutorV2 (lab/sim/rayv2.go); the rest describe
 	// what the driver hands it: its node (for Ray's log prefix), the model's size and the
 	// store timeout (rank 0 hosts the store).
@@ -59,6 +61,10 @@ type hello struct {
 	NCCL    string `json:"nccl"`     // bootstrap listener, ip:port
 	NCCLIfs int    `json:"nccl_ifs"` // interfaces NCCL's socket transport would use
 	Err     string `json:"err"`      // set when the rank's NCCL cannot start
+	// IB are the HCA ports the rank's NCCL would use (none: sockets) and IBKey names its
+	// node, for the IB connections per link (fabric.go).
+	IB    []ibPort `json:"ib,omitempty"`
+	IBKey string   `json:"ib_key,omitempty"`
 }
 
 // strerror is C's text for the errnos a connect can return (Python prints these).
@@ -94,6 +100,7 @@ type rankLog func(level, where, msg string)
 // selects and the bootstrap listener on the first.
 type endpoints struct {
 	ifs  []netIf
+	ib   []ibPort
 	nccl net.Listener
 	err  error
 }
@@ -119,7 +126,7 @@ func acceptAndHold(l net.Listener) {
 // the first; nothing is logged until the NCCL phase (ncclStart), after torch's group is up,
 // as vLLM's PyNcclCommunicator comes after the Gloo group.
 func ncclEndpoints(getenv func(string) string) *endpoints {
-	e := &endpoints{ifs: ncclSelect(getenv("NCCL_SOCKET_IFNAME"), localInterfaces())}
+	e := &endpoints{ifs: ncclSelect(getenv("NCCL_SOCKET_IFNAME"), localInterfaces()), ib: ncclIBPorts(getenv)}
 	if len(e.ifs) == 0 {
 		return e
 	}
@@ -131,7 +138,7 @@ func ncclEndpoints(getenv func(string) string) *endpoints {
 }
 
 func (e *endpoints) hello(rank int, ip string) hello {
-	h := hello{Rank: rank, NodeIP: ip, NCCLIfs: len(e.ifs)}
+	h := hello{Rank: rank, NodeIP: ip, NCCLIfs: len(e.ifs), IB: e.ib, IBKey: ip}
 	switch {
 	case len(e.ifs) == 0:
 		h.Err = "no socket interface"
@@ -153,6 +160,15 @@ func (e *endpoints) ncclStart(log rankLog) error {
 		return e.err
 	}
 	log("INFO", "bootstrap.cc:121", "NCCL INFO "+bootstrapLine(ncclVersion, e.ifs[0].String()))
+	if len(e.ib) > 0 {
+		var line strings.Builder
+		for i, p := range e.ib {
+			fmt.Fprintf(&line, " [%d]%s:%d/RoCE", i, p.HCA, max(p.Port, 1))
+		}
+		log("INFO", "net_ib.cc:0", fmt.Sprintf("NCCL INFO NET/IB : Using%s [RO]; OOB %s", line.String(), e.ifs[0]))
+		log("INFO", "init.cc:0", "NCCL INFO Using network IB")
+		return nil
+	}
 	var using []string
 	for i, f := range e.ifs {
 		using = append(using, fmt.Sprintf("[%d]%s", i, f))
@@ -281,7 +297,7 @@ func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, env
 	if err := result(ctx, gc, rs.Job, "init", &in); err != nil {
 		return err
 	}
-	g, err := joinGroup(ctx, rs.Rank, rs.World, in.InitMethod, in.StoreTimeout, ip, env, o, nil)
+	g, err := joinGroup(ctx, rs.Rank, rs.World, rs.TP, in.InitMethod, in.StoreTimeout, ip, env, o, nil)
 	if err != nil {
 		return err
 	}
@@ -347,7 +363,7 @@ func (g *group) Close() {
 // rendezvous and Gloo group in the rank's torch process with the rank's environment, then
 // the simulated NCCL: its interface lines, and on ranks other than 0 the connection to
 // rank 0. Rank 0 accepts its peers' connections itself (acceptPeers).
-func joinGroup(ctx context.Context, rank, world int, init string, timeout time.Duration, ip string, env map[string]string, o rankOut, lost func() error, onInit ...func(string)) (*group, error) {
+func joinGroup(ctx context.Context, rank, world, tp int, init string, timeout time.Duration, ip string, env map[string]string, o rankOut, lost func() error, onInit ...func(string)) (*group, error) {
 	getenv := func(k string) string { return env[k] }
 	if !strings.HasPrefix(init, "store://") {
 		o.log("DEBUG", "parallel_state.py:1104", fmt.Sprintf("world_size=%d rank=%d local_rank=0 distributed_init_method=%s backend=nccl", world, rank, init))
@@ -370,8 +386,11 @@ func joinGroup(ctx context.Context, rank, world int, init string, timeout time.D
 	if err := ep.ncclStart(o.log); err != nil {
 		return fail(err)
 	}
-	if ncclCountMismatch(len(ep.ifs), peers) {
+	if len(ep.ib) == 0 && ncclCountMismatch(len(ep.ifs), peers) {
 		return fail(ncclCountError(len(ep.ifs), o.log))
+	}
+	if err := ibConnect(ctx, rank, world, tp, getenv, ep.ib, peers, o.log); err != nil {
+		return fail(err)
 	}
 	if rank == 0 {
 		return g, nil

@@ -169,7 +169,7 @@ func osEnv() map[string]string {
 // its node's copy of the weights, reports to rank 0 and answers collectives.
 func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, o rankOut) error {
 	init := "tcp://" + net.JoinHostPort(f.masterAddr, strconv.Itoa(f.masterPort))
-	g, err := joinGroup(ctx, rank, world, init, mpStoreTimeout(), ip, osEnv(), o, nil)
+	g, err := joinGroup(ctx, rank, world, f.tp, init, mpStoreTimeout(), ip, osEnv(), o, nil)
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (e *engine) startMP(ctx context.Context, local int) error {
 			}
 		}()
 	}
-	g, err := joinGroup(ctx, 0, e.world, init, mpStoreTimeout(), ip, osEnv(), rankOut{e.log, e.raw}, nil)
+	g, err := joinGroup(ctx, 0, e.world, f.tp, init, mpStoreTimeout(), ip, osEnv(), rankOut{e.log, e.raw}, nil)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -195,7 +196,11 @@ func proofMain() error {
 		}
 		gbs = float64(speed) / 1000 * 0.24 / 8
 	}
-	res, err := rendezvous(e, gbs)
+	me := proofHello{Rank: e.rank, GBs: gbs}
+	if transport == "IB" {
+		me.IB, me.Key = ibPortsOf(hcas), ifs[0].Addr
+	}
+	res, err := rendezvous(e, me)
 	if err != nil {
 		return err
 	}
@@ -212,9 +217,45 @@ func proofMain() error {
 			return proofFail(e, "init", "DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "+e.nccl)
 		}
 	}
-	for c := 0; c < 2; c++ {
-		peer := (e.rank + 1) % max(e.world, 1)
-		ncclInfo(fmt.Sprintf("Channel %02d/0 : %d[0] -> %d[0] [send] via NET/%s/%d", c, e.rank, peer, transport, c%max(len(hcas), 1)))
+	if transport == "IB" && e.world > 1 {
+		// The connections per link (fabric.go): each over the HCA whose cable reaches the
+		// peer, NCCL's failure where none does; a rank whose own links connect waits for a
+		// communicator another pair of which failed (NCCL has no timeout there).
+		var peers []hello
+		for _, p := range res.Peers {
+			peers = append(peers, hello{Rank: p.Rank, IB: p.IB, IBKey: p.Key})
+		}
+		log := func(level, where, msg string) {
+			if m, ok := strings.CutPrefix(msg, "NCCL WARN "); ok {
+				ncclWarn(where, m)
+				return
+			}
+			ncclInfo(strings.TrimPrefix(msg, "NCCL INFO "))
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(e.timeout))
+		err := ibConnect(ctx, e.rank, e.world, e.world, os.Getenv, me.IB, peers, log)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				proofSay("error", map[string]any{"rank": e.rank, "phase": "timeout", "error": fmt.Sprintf("no result after %.0f s (in init): a rank did not join, or the collective hangs (NCCL over sockets has no timeout)", e.timeout.Seconds())})
+				return &exitError{code: 3}
+			}
+			return proofFail(e, "init", "DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "+e.nccl)
+		}
+		bw, failed := ibHopGBs(e.world, e.world, peers, hcas)
+		if failed {
+			time.Sleep(e.timeout)
+			proofSay("error", map[string]any{"rank": e.rank, "phase": "timeout", "error": fmt.Sprintf("no result after %.0f s (in init): a rank did not join, or the collective hangs (NCCL over sockets has no timeout)", e.timeout.Seconds())})
+			return &exitError{code: 3}
+		}
+		if bw > 0 {
+			res.GBs = bw
+		}
+	} else {
+		for c := 0; c < 2; c++ {
+			peer := (e.rank + 1) % max(e.world, 1)
+			ncclInfo(fmt.Sprintf("Channel %02d/0 : %d[0] -> %d[0] [send] via NET/%s/%d", c, e.rank, peer, transport, c%max(len(hcas), 1)))
+		}
 	}
 	n := e.world
 	busbw := res.GBs
@@ -290,6 +331,7 @@ type verbsPort struct {
 	hca, layer string
 	port       int
 	rateMbps   int
+	netdev     string // gid_attrs/ndevs/0: the port's netdev (RoCE)
 }
 
 // verbsDevices is libibverbs' device list: every /sys/class/infiniband_verbs/uverbsN whose
@@ -334,7 +376,8 @@ func verbsDevices() []verbsPort {
 				v, _ := strconv.ParseFloat(f[0], 64)
 				mbps = int(v * 1000)
 			}
-			out = append(out, verbsPort{hca: hca, port: port, layer: layer, rateMbps: mbps})
+			ndev, _ := os.ReadFile(filepath.Join(dir, "gid_attrs/ndevs/0"))
+			out = append(out, verbsPort{hca: hca, port: port, layer: layer, rateMbps: mbps, netdev: strings.TrimSpace(string(ndev))})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].hca < out[j].hca })
@@ -378,25 +421,30 @@ func filterHCAs(spec string, devs []verbsPort) []verbsPort {
 type proofResult struct {
 	Sum float64 `json:"sum"`
 	GBs float64 `json:"gbs"`
+	// Peers are every rank's hello, in rank order (the IB ports per link, fabric.go).
+	Peers []proofHello `json:"peers,omitempty"`
 }
 
 type proofHello struct {
-	Rank int     `json:"rank"`
-	GBs  float64 `json:"gbs"`
+	Rank int      `json:"rank"`
+	GBs  float64  `json:"gbs"`
+	IB   []ibPort `json:"ib,omitempty"`
+	Key  string   `json:"key,omitempty"`
 }
 
 // rendezvous is the store and the all_reduce over real sockets: rank 0 listens on the
 // master address, every other rank dials it from its own network namespace and sends
 // rank+1; rank 0 answers with the sum and the slowest rank's link (the collective runs at
 // the slowest link). A rank that never comes ends in the program's watchdog error.
-func rendezvous(e proofEnv, gbs float64) (proofResult, error) {
+func rendezvous(e proofEnv, me proofHello) (proofResult, error) {
+	gbs := me.GBs
 	deadline := time.Now().Add(e.timeout)
 	timeoutErr := func() error {
 		proofSay("error", map[string]any{"rank": e.rank, "phase": "timeout", "error": fmt.Sprintf("no result after %.0f s (in init): a rank did not join, or the collective hangs (NCCL over sockets has no timeout)", e.timeout.Seconds())})
 		return &exitError{code: 3}
 	}
 	if e.world <= 1 {
-		return proofResult{Sum: 1, GBs: gbs}, nil
+		return proofResult{Sum: 1, GBs: gbs, Peers: []proofHello{me}}, nil
 	}
 	if e.rank == 0 {
 		_, port, _ := net.SplitHostPort(e.master)
@@ -406,6 +454,7 @@ func rendezvous(e proofEnv, gbs float64) (proofResult, error) {
 		}
 		defer l.Close()
 		sum, slow := 1.0, gbs
+		peers := []proofHello{me}
 		var conns []net.Conn
 		for len(conns) < e.world-1 {
 			_ = l.(*net.TCPListener).SetDeadline(deadline)
@@ -421,9 +470,11 @@ func rendezvous(e proofEnv, gbs float64) (proofResult, error) {
 			}
 			sum += float64(h.Rank + 1)
 			slow = min(slow, h.GBs)
+			peers = append(peers, h)
 			conns = append(conns, c)
 		}
-		res := proofResult{Sum: sum, GBs: slow}
+		sort.Slice(peers, func(i, j int) bool { return peers[i].Rank < peers[j].Rank })
+		res := proofResult{Sum: sum, GBs: slow, Peers: peers}
 		for _, c := range conns {
 			_ = json.NewEncoder(c).Encode(res)
 			c.Close()
@@ -435,7 +486,7 @@ func rendezvous(e proofEnv, gbs float64) (proofResult, error) {
 		if err == nil {
 			_ = c.SetDeadline(deadline)
 			var res proofResult
-			err = json.NewEncoder(c).Encode(proofHello{Rank: e.rank, GBs: gbs})
+			err = json.NewEncoder(c).Encode(me)
 			if err == nil {
 				err = json.NewDecoder(c).Decode(&res)
 			}

@@ -104,7 +104,7 @@ func (e *engine) startV2(ctx context.Context, d *driver) error {
 	for rank, b := range order {
 		node := e.pg.Nodes[b]
 		e.rankNodes = append(e.rankNodes, node)
-		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, LoadFor: e.loadFor(), Model: e.flags.model,
+		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, TP: e.flags.tp, LoadFor: e.loadFor(), Model: e.flags.model,
 			V2: true, DriverNode: d.node.ID, Shards: e.shards(), ShardTime: e.shardTime(), StoreTimeout: e.storeWait()})
 		if err := e.gc.call(ctx, "POST", "/v1/tasks", task{Job: e.job, Node: node, Spec: spec}, nil); err != nil {
 			return fmt.Errorf("RuntimeError: start RayWorkerProc rank %d: %v", rank, err)

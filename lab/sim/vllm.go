@@ -374,7 +374,7 @@ func (e *engine) lostErr() error {
 func (e *engine) startWorkers(ctx context.Context) ([]string, error) {
 	go e.relayWorkerLogs(ctx)
 	for rank := 1; rank < e.world; rank++ {
-		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, LoadFor: e.loadFor(), Model: e.flags.model})
+		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, TP: e.flags.tp, LoadFor: e.loadFor(), Model: e.flags.model})
 		if err := e.gc.call(ctx, "POST", "/v1/tasks", task{Job: e.job, Node: e.pg.Nodes[rank], Spec: spec}, nil); err != nil {
 			return nil, fmt.Errorf("RuntimeError: start RayWorkerWrapper rank %d: %v", rank, err)
 		}
@@ -597,7 +597,7 @@ func (e *engine) initDistributed(ctx context.Context, ip string) error {
 	if e.actorEnv != nil {
 		env = e.actorEnv
 	}
-	g, err := joinGroup(ctx, 0, e.world, init, timeout, ip, env, rankOut{e.log, e.raw}, e.lostErr, onInit)
+	g, err := joinGroup(ctx, 0, e.world, e.flags.tp, init, timeout, ip, env, rankOut{e.log, e.raw}, e.lostErr, onInit)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,143 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
+	"github.com/tpdeploy/tpdeploy/lab"
+)
+
+// fabricLab brings up a lab of its own with a switchless topology (lab.TopologyTriangle,
+// lab.TopologyRing4), removed when the test ends, and a starter bound to it.
+func fabricLab(t *testing.T, prefix, topology string) (*lab.Lab, func(args ...string) (string, int)) {
+	t.Helper()
+	root, _ := images.ModuleRoot()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	prefix += hex.EncodeToString(b)
+	start := time.Now()
+	l, err := lab.Up(context.Background(), eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: topology})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s lab up in %s", topology, time.Since(start).Round(100*time.Millisecond))
+	t.Cleanup(func() {
+		l.Close()
+		if err := lab.Down(context.Background(), eng, prefix); err != nil {
+			t.Logf("lab down: %v", err)
+		}
+	})
+	return l, func(args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, starter, args...)
+		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+l.Temporal, "TPDEPLOY_SIGN_KEY_FILE="+l.SignKeyFile)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatalf("starter %v: %v\n%s", args, err, out)
+		}
+		return string(out), 0
+	}
+}
+
+// fabricSpec is examples/FILE under a cluster name of the test's own, on image.
+func fabricSpec(t *testing.T, file, name, image string) spec.Cluster {
+	t.Helper()
+	root, _ := images.ModuleRoot()
+	b, err := os.ReadFile(filepath.Join(root, "examples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := spec.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Name = name
+	if image != "" {
+		s.Image = image
+	}
+	since := time.Now()
+	t.Cleanup(func() { finishCluster(t, name, since) })
+	return s
+}
+
+// deployServes deploys s, checks that status shows the data plane per link, and tears it
+// down leaving nothing.
+func deployServes(t *testing.T, starterAt func(...string) (string, int), s spec.Cluster, wants ...string) {
+	t.Helper()
+	start := time.Now()
+	if out, code := starterAt("deploy", "-f", writeSpec(t, s), "--watch"); code != 0 {
+		t.Fatalf("%s: deploy exit %d:\n%s", s.Name, code, out)
+	}
+	t.Logf("%s served in %s", s.Name, time.Since(start).Round(time.Second))
+	out, _ := starterAt("status", s.Name)
+	t.Logf("status:\n%s", out)
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("%s: status lacks %q:\n%s", s.Name, w, out)
+		}
+	}
+	if out, code := starterAt("teardown", s.Name); code != 0 {
+		t.Errorf("teardown %s exit %d:\n%s", s.Name, code, out)
+	}
+	if left := containersOf(t, s.Name); len(left) > 0 {
+		t.Errorf("containers left for %s: %v", s.Name, left)
+	}
+}
+
+// TestTriangleServesOnEveryCable: three simulated Sparks without a switch serve tensor 3
+// with vLLM's own multi-node mode (the stock 0.22.1 image) and with RayExecutorV2 (0.22.1
+// with Ray: every rank order is cabled on a triangle), NCCL on IB over every cable, and
+// status gives the data plane per link.
+func TestTriangleServesOnEveryCable(t *testing.T) {
+	_, starterAt := fabricLab(t, "tpd-e2e-tri-", lab.TopologyTriangle)
+	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
+	deployServes(t, starterAt, fabricSpec(t, "lab-triangle.yaml", "e2e-tri-mp", stock.Image()),
+		"executor mp", "data plane: IB on 3 links (triangle", "GB/s per hop")
+	deployServes(t, starterAt, fabricSpec(t, "lab-triangle.yaml", "e2e-tri-ray", ""),
+		"data plane: IB on 3 links (triangle", "GB/s per hop")
+}
+
+// TestRing4ServesAndRefusesALayoutItCannotCarry: four simulated Sparks in a ring serve
+// tensor 4 with executor mp, ranks round the cables and NCCL_ALGO=Ring (NCCL's tree would
+// cross the diagonal), status giving each cable; tensor 3 (over Ray) needs three nodes all
+// cabled to each other, which a ring of four has nowhere, and is refused as
+// DataPlaneUnreachable naming the pairs, with nothing started on any node.
+func TestRing4ServesAndRefusesALayoutItCannotCarry(t *testing.T) {
+	_, starterAt := fabricLab(t, "tpd-e2e-ring-", lab.TopologyRing4)
+	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
+	deployServes(t, starterAt, fabricSpec(t, "lab-ring4.yaml", "e2e-ring-mp", stock.Image()),
+		"executor mp", "data plane: IB on 4 links (ring node-a-node-b-node-c-node-d)", "GB/s per hop")
+
+	// With Ray (vLLM's own mode needs the GPUs to divide over the nodes, which 3 over 4 does not).
+	s := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-tp3", "")
+	s.Parallel.Tensor = 3
+	out, code := starterAt("deploy", "-f", writeSpec(t, s), "--watch")
+	if code == 0 {
+		t.Fatalf("tensor 3 on a ring of four served:\n%s", out)
+	}
+	t.Logf("tensor 3 refused:\n%s", out)
+	for _, want := range []string{"DataPlaneUnreachable", "node-a and node-c share no link", "ways out"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("refusal lacks %q:\n%s", want, out)
+		}
+	}
+	if left := containersOf(t, s.Name); len(left) > 0 {
+		t.Errorf("containers left for %s: %v", s.Name, left)
+	}
+}
