@@ -287,6 +287,28 @@ func TestDecidePerLink(t *testing.T) {
 	if v.ErrType != "DataPlaneDegraded" || !strings.Contains(v.Err, "node-b-node-c is on Socket, not RDMA") || !strings.Contains(v.Err, "RDMA on 4 link(s)") {
 		t.Errorf("a pair on sockets: %+v", v)
 	}
+	// A hop is one cable: 11.8 GB/s on 100 Gb/s ports is no warning, though the node's two
+	// ports make 200 Gb/s; 3 GB/s is.
+	hop := nodes()
+	for i := range hop {
+		hop[i].LinkGbps = 200
+		hop[i].Output = Parse(chans(i) + proof(i, "", 11.8))
+	}
+	bandwidth := func(v Verdict) (out []string) {
+		for _, w := range v.Warnings {
+			if strings.Contains(w, "bus bandwidth") {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	if w := bandwidth(Decide(e, hop)); len(w) != 0 {
+		t.Errorf("a 100 Gb/s hop at 11.8 GB/s warned: %q", w)
+	}
+	hop[2].Output = Parse(chans(2) + proof(2, "", 3))
+	if w := bandwidth(Decide(e, hop)); len(w) != 1 || !strings.Contains(w[0], "node-c: bus bandwidth 3.0 GB/s is below 50% of one planned link's 100 Gb/s") {
+		t.Errorf("a slow hop: %q", w)
+	}
 	// A rail pair keeps today's line.
 	if v := Decide(Expect{Mode: Require, RDMA: true, Rails: 2}, got[:2]); v.Summary != "IB on 0 rails, 21.7 GB/s bus bandwidth" {
 		t.Errorf("rails summary %q", v.Summary)
