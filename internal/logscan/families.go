@@ -124,6 +124,11 @@ var (
 	// NVIDIA/nccl src/misc/ibvwrap.cc, the verbs wrappers: WARN("Call to " #name " failed with error %s", strerror(ret))
 	// (2.2x: "… failed with error %s errno %d"); the INFO form is a probe NCCL recovers from.
 	ibvCall = regexp.MustCompile(`NCCL WARN Call to (ibv_\w+) failed with error (.+)`)
+	// NVIDIA/nccl src/misc/ibvwrap.cc, wrap_ibv_modify_qp (v2.28.9-1), after its retries of an
+	// ETIMEDOUT (the INFO "…, retrying N/35 after M msec of sleep" lines are not the failure):
+	//   WARN("Call to ibv_modify_qp failed with %d %s, %s", ret, strerror(ret), qpMsg)
+	// where qpMsg (ibvModifyQpLog) starts "on dev %s:%d, curr state %s, next state %s, …".
+	ibvModifyQP = regexp.MustCompile(`NCCL WARN Call to ibv_modify_qp failed with (\d+) ([^,]+), on dev (\S+?),`)
 	// huggingface/transformers src/transformers/utils/hub.py, cached_files:
 	//   f"{path_or_repo_id} does not appear to have a file named {full_filename}. Checkout '…' for available files."
 	// for a weight shard (config.json and params.json are the older rule's).
@@ -240,6 +245,10 @@ func families(c ctx) *Finding {
 	if m := torchNCCLErr.FindStringSubmatch(t); m != nil {
 		return c.find(failure.NCCLError, "NCCL failed on "+c.onNode()+" (error "+m[1]+": "+strings.TrimSpace(m[2])+")", fixNCCL, true)
 	}
+	if m := ibvModifyQP.FindStringSubmatch(t); m != nil {
+		return c.find(failure.NCCLError, "NCCL on "+c.onNode()+" could not connect a queue pair on "+m[3]+" to its peer ("+m[1]+" "+strings.TrimSpace(m[2])+"): the two HCAs share no working link",
+			"check the cable between the pair (starter plan draws the measured links) and that NCCL_IB_HCA, NCCL_ALGO and the rank order are the plan's: on a ring only NCCL_ALGO=Ring keeps NCCL to cabled pairs", true)
+	}
 	if m := ibvCall.FindStringSubmatch(t); m != nil {
 		return c.find(failure.NCCLError, "NCCL could not set up RDMA on "+c.onNode()+" ("+m[1]+": "+clip(strings.TrimSpace(m[2]), 80)+"): the HCA, port, GID index or the peer's configuration does not match", fixIB, true)
 	}
@@ -247,8 +256,8 @@ func families(c ctx) *Finding {
 		return c.find(failure.ModelIncomplete, "the model "+strings.Trim(m[1], "'\"`")+" lacks the weight file "+m[2]+" on "+c.onNode()+" (a partial download or copy)", fixIncomplete, true)
 	}
 	if m := ncclShm.FindStringSubmatch(t); m != nil {
-		return c.find(failure.NCCLError, "NCCL on "+c.onNode()+" failed "+m[1]+" its shared-memory segment ("+m[3]+" bytes) in /dev/shm: the container's /dev/shm is too small or not shared between its ranks",
-			"start the node's container with --ipc=host or a larger --shm-size (NCCL's SHM transport needs it), or set NCCL_SHM_DISABLE=1", true)
+		return c.find(failure.NCCLError, "NCCL on "+c.onNode()+" failed "+m[1]+" its shared-memory segment ("+m[3]+" bytes) in /dev/shm: the container's /dev/shm is too small",
+			"raise the agent's --shm-size (TPDEPLOY_SHM_SIZE; each container has its own /dev/shm of that size, 10g by default) — NCCL's SHM transport needs it — or set NCCL_SHM_DISABLE=1", true)
 	}
 	if m := tfNoConnect.FindStringSubmatch(t); m != nil {
 		return c.find(failure.ModelOffline, c.onNode()+" cannot reach "+m[1]+" and the model is not in its Hugging Face cache", fixOffline, true)
