@@ -236,3 +236,32 @@ func threadOf(src string) string {
 	}
 	return strings.TrimSuffix(src, "/")
 }
+
+// heldOut7Floor and heldOut7NewestFloor are testdata/heldout7_lines.json's figures, a fresh set
+// gathered after heldout6 (threads disjoint from every other set), measured once before any
+// rule was written from it: 30 of its 30 failure lines right (28 fatal, 2 warnings), 5 of the
+// 5 dated from newestSince on, 0 false alarms on 45 ordinary lines (one of them vLLM's
+// misleading `Error retrieving file list: Repo id must use ...` retry, vllm PR 13266).
+const (
+	heldOut7Floor       = 30
+	heldOut7NewestFloor = 5
+)
+
+// TestHeldOut7 measures the seventh held-out set by thread and by date, like TestHeldOut3.
+func TestHeldOut7(t *testing.T) {
+	const file = "testdata/heldout7_lines.json"
+	rows := loadRows(t, file)
+	t.Run("ByThread", func(t *testing.T) {
+		measureRows(t, file, rows, heldOut7Floor, 25, 25, "testdata/heldout_lines.json", "testdata/heldout2_lines.json",
+			"testdata/heldout3_lines.json", "testdata/heldout4_lines.json", "testdata/heldout5_lines.json", "testdata/heldout6_lines.json")
+	})
+	t.Run("ByDate", func(t *testing.T) {
+		var newest []realLine
+		for _, r := range rows {
+			if r.Date >= newestSince {
+				newest = append(newest, r)
+			}
+		}
+		measureRows(t, file+" (threads from "+newestSince+")", newest, heldOut7NewestFloor, 5, 10)
+	})
+}
