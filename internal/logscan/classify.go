@@ -126,9 +126,14 @@ var (
 	gcsAt     = regexp.MustCompile(`GCS (?:\(ray head\) )?(?:at|server)(?: address)? (\S*?):(\d+)`)
 	gcsLastAt = regexp.MustCompile(`last attempted GCS server address was (\S*)`)
 
-	c10dErrno   = regexp.MustCompile(`failed to connect to (\S+) \(errno: (\d+) - ([^)]*)\)`)
-	c10dAny     = regexp.MustCompile(`failed to connect to any network address of \(([^,]+), (\d+)\)`)
-	c10dTimeout = regexp.MustCompile(`client socket has timed out after (\S+) while trying to connect to \(([^,]+), (\d+)\)`)
+	c10dErrno = regexp.MustCompile(`failed to connect to (\S+) \(errno: (\d+) - ([^)]*)\)`)
+	c10dAny   = regexp.MustCompile(`failed to connect to any network address of \(([^,]+), (\d+)\)`)
+	// c10dTimeout is pytorch/pytorch torch/csrc/distributed/c10d/socket.cpp (torch 2.4, as
+	// pasted in pytorch#105782), SocketConnectOp::throwTimeoutError: fmt::format("The client
+	// socket has timed out after {} while trying to connect to ({}, {}).",
+	// opts_->connect_timeout(), host_, port_). The port is any placeholder's text, not only
+	// digits: users redact it ("(PRIVATE_IP, PORT)", heldout4).
+	c10dTimeout = regexp.MustCompile(`client socket has timed out after (\S+) while trying to connect to \(([^,()]+), ([^,()\s]+)\)`)
 	c10dRetry   = regexp.MustCompile(`TCP client failed to connect/validate to host (\S+?):(\d+) - retrying`)
 	c10dServer  = regexp.MustCompile(`Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined`)
 
@@ -175,6 +180,23 @@ var (
 	hfURL      = regexp.MustCompile(`(?:for url:? |Unauthorized for url: )(https://huggingface\.co/\S+?)\.?(?:\s|$)`)
 	gpuAtIP    = regexp.MustCompile(`current_ip='([^']+)'`)
 	tpExceeds  = regexp.MustCompile(`Tensor parallel size \((\d+)\) exceeds available GPUs \((\d+)\)`)
+
+	// gpusExceed is vLLM's check of the GPUs a placement group can offer, in three forms that
+	// differ in whether vLLM stops:
+	//   - vllm-project/vllm vllm/engine/ray_utils.py initialize_cluster (commit 085ccad, the
+	//     0.2-0.3 releases): raise ValueError("The number of required GPUs exceeds the total
+	//     number of " "available GPUs in the placement group.") and, with no current group,
+	//     the same ending "in the cluster."; pasted as the traceback's `ValueError: ...` line;
+	//   - vllm/executor/ray_utils.py initialize_ray_cluster (commit 01eec54), a given group:
+	//     raise ValueError(f"The number of required {device_str}s exceeds the total number of
+	//     available {device_str}s in the placement group. Required number of devices:
+	//     {world_size}. Total number of devices: {device_bundles}.");
+	//   - the same function, no group yet: logger.warning("The number of required %ss exceeds
+	//     the total number of available %ss in the placement group.") and vLLM goes on to
+	//     wait for the group (a warning, not a stop).
+	// So the line is fatal when it is the raised exception (`ValueError: ` before it), names
+	// the counts, or ends "in the cluster."; the bare logged sentence is the warning.
+	gpusExceed = regexp.MustCompile(`(ValueError: )?The number of required GPUs exceeds the total number of available GPUs in the (placement group|cluster)\.(?: Required number of devices: (\d+)\. Total number of devices: (\d+)\.)?`)
 	noConfFmt  = regexp.MustCompile(`No supported config format found in (\S+)`)
 	cantConfig = regexp.MustCompile(`Can't load config for '([^']*)'`)
 
@@ -739,8 +761,16 @@ func gpus(c ctx) *Finding {
 	if m := tpExceeds.FindStringSubmatch(t); m != nil {
 		return c.find(failure.InsufficientGPUs, "the tensor-parallel size "+m[1]+" exceeds the "+m[2]+" GPUs Ray sees", "join every planned node's GPUs to Ray (ray status) before serving, or lower the parallel size", false)
 	}
-	if strings.Contains(t, "The number of required GPUs exceeds the total number of available GPUs") {
-		return c.find(failure.InsufficientGPUs, "vLLM needs more GPUs than Ray offers", "join every planned node's GPUs to Ray (ray status) before serving", strings.Contains(t, "Required number of devices"))
+	if !strings.Contains(t, "The number of required GPUs exceeds") { // the regexp only on lines that can match
+		return nil
+	}
+	if m := gpusExceed.FindStringSubmatch(t); m != nil {
+		diag := "vLLM needs more GPUs than Ray offers"
+		if m[3] != "" {
+			diag = "vLLM needs " + m[3] + " GPUs but its placement group offers " + m[4]
+		}
+		fatal := m[1] != "" || m[2] == "cluster" || m[3] != ""
+		return c.find(failure.InsufficientGPUs, diag, "join every planned node's GPUs to Ray (ray status) before serving", fatal)
 	}
 	return nil
 }

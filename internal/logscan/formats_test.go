@@ -146,7 +146,7 @@ var formatFamilies = []formatFamily{
 		`"CUDA error: " + cudaGetErrorString(err)  // cudaErrorInvalidDevice: "invalid device ordinal"`,
 		[]string{"(Worker_TP3 pid=77) torch.AcceleratorError: CUDA error: invalid device ordinal"},
 		failure.GPUsNotVisible},
-	{"vllm-project/vllm vllm/executor/ray_utils.py",
+	{"vllm-project/vllm vllm/executor/ray_utils.py (commit 01eec54)",
 		`raise ImportError("Ray is not installed. Please install Ray to use distributed serving.")  // "… multi-node serving.", "… distributed inference." earlier`,
 		[]string{"ImportError: Ray is not installed. Please install Ray to use multi-node serving."},
 		failure.ImageLacksRay},
@@ -208,6 +208,22 @@ var formatFamilies = []formatFamily{
 		`RAY_LOG(FATAL) << "Failed to register worker " << worker_id << " to Raylet. " << status`,
 		[]string{"[2020-01-01 00:00:00,000 E 1 1] core_worker.cc:150: Failed to register worker 02000000ffffffffffffffffffffffffffffffffffffffffffffffff to Raylet. IOError: End of file"},
 		failure.RayDriverAttach},
+	{"pytorch/pytorch torch/csrc/distributed/c10d/socket.cpp (torch 2.4, as pasted in pytorch#105782)",
+		`fmt::format("The client socket has timed out after {} while trying to connect to ({}, {}).", opts_->connect_timeout(), host_, port_)`,
+		[]string{
+			"[W0101 00:00:00.000000000 socket.cpp:1000] [c10d] The client socket has timed out after 42s while trying to connect to (198.51.100.7, 4411).",
+			"torch.distributed.DistNetworkError: The client socket has timed out after 90000ms while trying to connect to (HEAD_NODE, MASTER_PORT)",
+		}, failure.C10dUnreachable},
+	{"vllm-project/vllm vllm/engine/ray_utils.py (commit 085ccad, 0.2-0.3)",
+		`raise ValueError("The number of required GPUs exceeds the total number of " "available GPUs in the placement group.")  // and "... in the cluster."`,
+		[]string{
+			"ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement group.",
+			"(pid=3) ValueError: The number of required GPUs exceeds the total number of available GPUs in the cluster.",
+		}, failure.InsufficientGPUs},
+	{"vllm-project/vllm vllm/executor/ray_utils.py (commit 01eec54)",
+		`raise ValueError(f"The number of required {device_str}s exceeds the total number of available {device_str}s in the placement group. Required number of devices: {parallel_config.world_size}. Total number of devices: {device_bundles}.")`,
+		[]string{"(EngineCore_DP0 pid=8) ERROR 01-01 00:00:00 [core.py:700] ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement group. Required number of devices: 6. Total number of devices: 5."},
+		failure.InsufficientGPUs},
 }
 
 // TestFormatFamilies checks that every instance of every upstream format string above is
@@ -269,5 +285,16 @@ func TestFormatFamiliesCiteSources(t *testing.T) {
 		if !ok || strings.Count(repo, "/") != 1 || fam.format == "" || len(fam.instances) == 0 {
 			t.Errorf("family %q: want \"owner/repo path\", a format string and instances", fam.source)
 		}
+	}
+}
+
+// TestGPUsExceedWarningWaits: vllm/executor/ray_utils.py logs the bare sentence as a warning
+// when it creates the placement group itself and then waits for it, so that form stays a
+// warning while the raised forms above are fatal.
+func TestGPUsExceedWarningWaits(t *testing.T) {
+	line := "(EngineCore_DP0 pid=8) WARNING 01-01 00:00:00 [ray_utils.py:310] The number of required GPUs exceeds the total number of available GPUs in the placement group."
+	f := Classify(Parse(line))
+	if f == nil || f.Type != failure.InsufficientGPUs || f.Fatal {
+		t.Fatalf("got %+v, want InsufficientGPUs as a warning", f)
 	}
 }
