@@ -82,8 +82,9 @@ var notForInference = []string{"training_args.bin", "optimizer.bin", "optimizer.
 //
 //   - weights: vLLM tries the patterns *.safetensors, then *.bin, and uses the first that
 //     matches a file in the model's directory (it globs the directory, so files in
-//     subfolders such as gpt-oss's original/ and metal/ are never loaded); .bin files only
-//     when no safetensors exist.
+//     subfolders such as gpt-oss's original/ and metal/ are never loaded, and vLLM's
+//     --ignore-patterns defaults to original/**/* so that its download skips them too,
+//     vllm/config/load.py LoadConfig); .bin files only when no safetensors exist.
 //   - with safetensors and an index, only the shards the index's weight_map names
 //     (filter_duplicate_safetensors_files: Mistral's repositories hold the shards and a
 //     consolidated.safetensors of the same weights, and loading both breaks);

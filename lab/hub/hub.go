@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -46,6 +47,34 @@ type Repo struct {
 type Hub struct {
 	Repos  map[string]*Repo
 	Tokens map[string][]string
+
+	mu   sync.Mutex
+	sums map[dataKey]string // an LFS file's sha256, by its data's address and length
+}
+
+// sum is f's sha256, computed once per file: a lab model's shards are read once per
+// request otherwise.
+func (h *Hub) sum(f File) string {
+	if len(f.Data) == 0 {
+		return SHA256(nil)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := dataKey{&f.Data[0], len(f.Data)}
+	if s, ok := h.sums[k]; ok {
+		return s
+	}
+	if h.sums == nil {
+		h.sums = map[dataKey]string{}
+	}
+	s := SHA256(f.Data)
+	h.sums[k] = s
+	return s
+}
+
+type dataKey struct {
+	p *byte
+	n int
 }
 
 // GitBlobID is git's id of a blob: sha1 of "blob <len>\0" and the content.
@@ -281,7 +310,7 @@ func (h *Hub) resolve(w http.ResponseWriter, r *http.Request, rest string) {
 	}
 	w.Header().Set("X-Repo-Commit", commit)
 	if file.LFS {
-		sum := SHA256(file.Data)
+		sum := h.sum(*file)
 		w.Header().Set("X-Linked-Etag", `"`+sum+`"`)
 		w.Header().Set("X-Linked-Size", fmt.Sprint(len(file.Data)))
 		w.Header().Set("ETag", `"`+GitBlobID(pointer(*file))+`"`)
@@ -320,7 +349,7 @@ func (h *Hub) lfs(w http.ResponseWriter, r *http.Request, sum string) {
 	for _, rp := range h.Repos {
 		for _, files := range rp.Commits {
 			for _, f := range files {
-				if f.LFS && SHA256(f.Data) == sum {
+				if f.LFS && h.sum(f) == sum {
 					w.Header().Set("ETag", `"`+sum+`"`)
 					http.ServeContent(w, r, "", modTime, bytes.NewReader(f.Data))
 					return
