@@ -53,6 +53,7 @@ const (
 	ErrModelNotFound      = failure.ModelNotFound
 	ErrModelGated         = failure.ModelGated
 	ErrModelOffline       = failure.ModelOffline
+	ErrDiskInsufficient   = failure.DiskInsufficient
 	ErrGPUsNotVisible     = failure.GPUsNotVisible
 	ErrCollectiveTimeout  = failure.CollectiveTimeout
 	ErrKVCacheTooSmall    = failure.KVCacheTooSmall

@@ -55,6 +55,7 @@ const (
 	ModelGated       = "ModelGated"
 	ModelOffline     = "ModelOffline"
 	ModelUnsupported = "ModelUnsupported"
+	DiskInsufficient = "DiskInsufficient"
 
 	// Host memory and the load (package hostmem).
 	HostMemoryInsufficient = "HostMemoryInsufficient"
@@ -151,6 +152,7 @@ var All = []Failure{
 	{ModelGated, false, "the model's Hugging Face repository is gated and the token has no access: accept its terms on huggingface.co with the account whose HF_TOKEN every node's container gets, or serve downloaded weights"},
 	{ModelOffline, false, "Hugging Face is off (HF_HUB_OFFLINE) or unreachable from the node and the model is not in its cache: fill every node's cache first, or serve a mounted local path"},
 	{ModelUnsupported, false, "the image's vLLM (or transformers) does not know the model's architecture: use a newer image"},
+	{DiskInsufficient, false, "a node's model directory has less free space than the model's files it must receive (a download from the hub or a copy from the head): refused before anything is written; the node, the bytes it needs and the bytes free are named; free space there or point the node's mount at a larger disk"},
 
 	{HostMemoryInsufficient, false, "a node's host memory cannot hold what the deploy would put on it (its share of the weights and, on unified memory, the KV cache `--gpu-memory-utilization` takes, the engine's and NCCL's buffers, the node policy's host_reserve): refused at preflight, before any container starts; the node, what it needs and what is available are named"},
 	{HostMemoryPressure, false, "a node's available host memory fell below its agent's guard floor (policy memory_floor, default max(1 GiB, 2 %)) while its engine ran: the agent stopped the engine containers (SIGTERM, then SIGKILL) before the host could wedge; the lowest MemAvailable seen is named"},
