@@ -58,7 +58,7 @@ check: lint
 
 # Everything: check, then the integration-tagged tests (Docker, namespaces, the dev server).
 test: deps check $(BIN)/temporal
-	$(GO) test -count=1 -tags integration -timeout 45m $(INTEGRATION_PKGS)
+	$(GO) test -count=1 -tags integration -timeout 80m $(INTEGRATION_PKGS)
 
 # The whole fault matrix (every step × every fault, about an hour here); it rewrites the
 # table in docs/faults.md. `make test` runs one cell per fault.

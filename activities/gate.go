@@ -108,7 +108,9 @@ func (b *nodeBase) verify(s contract.Signature) (*spec.Cluster, error) {
 		if err := intent.Current(s.Intent, time.Now(), b.policy.NotBefore); err != nil {
 			fix := "sign the spec again (starter deploy --sign-key-file FILE, with --sign-valid-for for a new expiry)"
 			var te *intent.TimeError
-			if errors.As(err, &te) && !te.Expired {
+			if errors.As(err, &te) && te.Future {
+				fix = "sync the clocks of the signing host and this node (NTP), then sign the spec again (starter deploy --sign-key-file FILE)"
+			} else if errors.As(err, &te) && !te.Expired {
 				fix += fmt.Sprintf("; this node's %s is %s (%s, %s)", policy.SettingNotBefore, b.policy.NotBefore.Format(time.RFC3339), b.policy.File, policy.FlagNotBefore)
 			}
 			return nil, b.deny("signed intent: %v: %s", err, fix)

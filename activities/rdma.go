@@ -47,6 +47,10 @@ func (d *docker) rdmaMapping(np netplan.NodePlan) rdmaMapping {
 	}
 	var notes []string
 	for _, hca := range np.RDMA {
+		if err := validHCAName(hca.Name); err != nil {
+			notes = append(notes, fmt.Sprintf("the plan's HCA %v: nothing mapped", err))
+			continue
+		}
 		uv := d.sys.uverbsOf(hca.Name)
 		if uv == "" {
 			notes = append(notes, fmt.Sprintf("%s has no verbs device in sysfs (%s): is ib_uverbs loaded?", hca.Name, d.sys.sys("class/infiniband", hca.Name, "device/infiniband_verbs")))

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +55,22 @@ func TestRDMAMapping(t *testing.T) {
 	m = a.rdmaMapping(np)
 	if len(m.Devices) != 1 || !strings.Contains(m.Note, "uverbs3 is not there") || !strings.Contains(m.Note, "memlock is not unlimited") {
 		t.Fatalf("missing device: %+v", m)
+	}
+	// HCA names from the plan go into a sysfs path: one that climbs out of
+	// class/infiniband (to a tree a container could have planted) or is no kernel device
+	// name maps nothing, and the note names it.
+	writeFile(t, filepath.Join(sys, "planted/device/infiniband_verbs/uverbs1/ibdev"), "planted\n")
+	for _, name := range []string{"../../planted", "rocep1s0f1/../../../planted", "..", ".", "", "a b", strings.Repeat("m", 65)} {
+		m := a.rdmaMapping(netplan.NodePlan{RDMA: []netplan.RDMADevice{{Name: name, Port: 1}}})
+		if len(m.Devices) != 0 || !strings.Contains(m.Note, fmt.Sprintf("%q is not an RDMA device name", name)) {
+			t.Errorf("HCA %q: %+v", name, m)
+		}
+	}
+	// A verbs entry that is not uverbsN is not a device name either.
+	writeFile(t, filepath.Join(sys, "class/infiniband/mlx5_0/device/infiniband_verbs/uverbs1x/ibdev"), "mlx5_0\n")
+	writeFile(t, filepath.Join(root, "dev/infiniband/uverbs1x"), "")
+	if m := a.rdmaMapping(netplan.NodePlan{RDMA: []netplan.RDMADevice{{Name: "mlx5_0", Port: 1}}}); len(m.Devices) != 0 {
+		t.Errorf("a verbs entry uverbs1x: %+v", m)
 	}
 	// No RDMA in the plan: nothing at all.
 	if m := a.rdmaMapping(netplan.NodePlan{}); len(m.Devices) != 0 || m.Note != "" {

@@ -146,15 +146,38 @@ func (s sysfs) gpus(specGPUs int) (int, string) {
 // uverbsOf is the HCA's verbs device: sysfs lists it as
 // /sys/class/infiniband/HCA/device/infiniband_verbs/uverbsN, the name of the character
 // device /dev/infiniband/uverbsN that libibverbs opens for it (rdma-core's open_cdev).
+// The caller checks hca with validHCAName first: it comes from the plan, and goes into a
+// path. Only an entry named uverbsN counts: it goes into a /dev path in turn.
 func (s sysfs) uverbsOf(hca string) string {
+	if validHCAName(hca) != nil {
+		return ""
+	}
 	entries, err := os.ReadDir(s.sys("class/infiniband", hca, "device/infiniband_verbs"))
 	if err != nil {
 		return ""
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "uverbs") {
+		if uverbsName.MatchString(e.Name()) {
 			return e.Name()
 		}
 	}
 	return ""
+}
+
+var (
+	// hcaName is what the kernel names an RDMA device (mlx5_0, rocep1s0f1, roceP2p1s0f1,
+	// ibp1s0.8001 after a rename): one path component of at most IB_DEVICE_NAME_MAX-1 bytes
+	// (include/rdma/ib_verbs.h: 64 with its NUL).
+	hcaName    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)
+	uverbsName = regexp.MustCompile(`^uverbs[0-9]{1,4}$`)
+)
+
+// validHCAName refuses an HCA name from the plan that is not a kernel device name: it
+// would be joined into /sys/class/infiniband/NAME/..., where "../.." or a slash would read
+// (and map the device of) whatever tree it leads to.
+func validHCAName(name string) error {
+	if !hcaName.MatchString(name) || name == "." || name == ".." {
+		return fmt.Errorf("%q is not an RDMA device name (letters, digits, _, - and ., at most 63, no path)", name)
+	}
+	return nil
 }

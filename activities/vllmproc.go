@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
@@ -258,17 +259,29 @@ type vllmOutput struct {
 	container string
 }
 
-// maxRead bounds one read of vLLM's output; maxLine bounds one delivered line (longer
-// lines are cut, never split into two).
+// maxRead bounds one read of vLLM's output; maxLine bounds one delivered line. A longer
+// line is delivered once, as its first maxLine bytes followed by truncationMark (which
+// says so and how long the line was, or that it was longer than a read), never cut
+// silently nor split into two lines: the read after one that ended inside a line drops the
+// rest of it.
 const (
 	maxRead = 1 << 20
 	maxLine = 256 << 10
 )
 
+// truncationMark ends a delivered line that was longer than maxLine.
+const truncationMark = " …[tpdeploy: line truncated at %d of its %s bytes]"
+
 // read returns the complete lines from offset (and the offset after them) and the status.
-// A partial last line is left for the next read.
+// A partial last line is left for the next read. A read from offset > 0 starts one byte
+// earlier: that byte says whether offset starts a line or lies inside one a previous read
+// delivered truncated.
 func (o vllmOutput) read(ctx context.Context, offset int64) ([]string, int64, vllmStatus, error) {
-	r, err := execIn(ctx, o.eng, o.container, shScript(vllmReadScript, strconv.FormatInt(offset, 10), strconv.Itoa(maxRead)), nil)
+	from, n := offset, maxRead
+	if offset > 0 {
+		from, n = offset-1, maxRead+1
+	}
+	r, err := execIn(ctx, o.eng, o.container, shScript(vllmReadScript, strconv.FormatInt(from, 10), strconv.Itoa(n)), nil)
 	if err != nil {
 		return nil, offset, vllmStatus{}, err
 	}
@@ -276,21 +289,52 @@ func (o vllmOutput) read(ctx context.Context, offset int64) ([]string, int64, vl
 	if err != nil {
 		return nil, offset, st, fmt.Errorf("%v (exit %d)", err, r.ExitCode)
 	}
-	data := r.Stdout
+	data, lineStart := r.Stdout, true
+	if offset > 0 {
+		if data == "" {
+			return nil, offset, st, nil
+		}
+		data, lineStart = data[1:], data[0] == '\n'
+	}
+	lines, next := splitOutput(data, offset, lineStart)
+	return lines, next, st, nil
+}
+
+// splitOutput splits data, read from offset (at most maxRead bytes), into complete lines
+// and the offset after them. lineStart says offset starts a line; when it does not, the
+// bytes up to the next newline are the rest of a line delivered truncated, and are dropped.
+func splitOutput(data string, offset int64, lineStart bool) ([]string, int64) {
+	if !lineStart {
+		i := strings.IndexByte(data, '\n')
+		if i < 0 {
+			return nil, offset + int64(len(data))
+		}
+		data, offset = data[i+1:], offset+int64(i+1)
+	}
 	end := strings.LastIndexByte(data, '\n')
 	if end < 0 {
 		if len(data) < maxRead {
-			return nil, offset, st, nil
+			return nil, offset
 		}
-		end = len(data) - 1 // one line longer than a read: deliver it cut
+		// One line longer than a read: its head now, the rest dropped by the next reads.
+		return []string{cutLine(data, fmt.Sprintf("more than %d", maxRead))}, offset + int64(len(data))
 	}
 	lines := strings.Split(data[:end], "\n")
 	for i, l := range lines {
 		if len(l) > maxLine {
-			lines[i] = l[:maxLine]
+			lines[i] = cutLine(l, strconv.Itoa(len(l)))
 		}
 	}
-	return lines, offset + int64(end) + 1, st, nil
+	return lines, offset + int64(end) + 1
+}
+
+// cutLine is l's first maxLine bytes (back to a UTF-8 character's start) and the mark.
+func cutLine(l, length string) string {
+	n := maxLine
+	for n > 0 && !utf8.RuneStart(l[n]) {
+		n--
+	}
+	return l[:n] + fmt.Sprintf(truncationMark, maxLine, length)
 }
 
 // launchLocks serialise launches per container within one agent; the wrapper's lock

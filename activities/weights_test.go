@@ -616,6 +616,7 @@ func getModelFile(t *testing.T, local net.Addr, srv contract.ModelServer, name, 
 		req.Header.Set("Range", rng)
 	}
 	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: local}).DialContext}}
+	defer hc.CloseIdleConnections() // the server caps a peer's connections (MaxConnsPerPeer)
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)

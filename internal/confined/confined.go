@@ -1,6 +1,14 @@
 // Package confined opens paths beneath a directory the way the node agent must: the kernel
-// resolves every path with openat2(2) beneath the directory, so no symlink, ".." or
-// mount point planted below it can make the agent read or write outside.
+// resolves every path with openat2(2) beneath the directory, so no symlink or ".." planted
+// below it can make the agent read or write outside.
+//
+// Mount points below the directory are crossed (no RESOLVE_NO_XDEV), on purpose: an
+// operator's allowed mount may have disks mounted below it (a cache on another volume;
+// without a policy the root is "/", and every other filesystem is below it), and those
+// must keep working. What a container plants cannot be a mount point of the agent's: the
+// containers have no CAP_SYS_ADMIN (CapDrop ALL), and a mount made inside a container's
+// namespace does not propagate to the host's (Docker's binds are rprivate). Only the
+// host's root can add a mount below an allowed mount, and it needs no agent to reach it.
 //
 // The agent runs as root, and the directories it reads, serves and writes (the Hugging
 // Face cache, model directories, secret directories) are also mounted read-write into

@@ -171,3 +171,19 @@ func TestDirIsAnFS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Mount points below the root are crossed (the package comment says why): /proc is a
+// mount point below "/", the root an agent without a policy opens, and a model cache on
+// another disk below an allowed mount is the same case.
+func TestCrossesMountPointsBelowTheRoot(t *testing.T) {
+	d := open(t, "/")
+	f, err := d.OpenFile("proc/version", os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatalf("a file on the procfs mounted below /: %v", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("read /proc/version: %q, %v", b, err)
+	}
+}

@@ -126,14 +126,18 @@ func Verify(in *contract.Intent, pub ed25519.PublicKey) (spec.Cluster, error) {
 	return c, nil
 }
 
-// Current refuses an intent, verified, that expired before now (its not_after), or that
-// was signed before notBefore (a node's intents_not_before, which revokes every intent
-// signed earlier; zero: none). The times are checked after the signature: they are part
+// Current refuses an intent, verified, that expired before now (its not_after), that was
+// signed more than MaxClockSkew after now, or that was signed before notBefore (a node's
+// intents_not_before, which revokes every intent signed earlier; zero: none). The times are checked after the signature: they are part
 // of what is signed.
 func Current(in *contract.Intent, now, notBefore time.Time) error {
 	if !in.NotAfter.IsZero() && now.After(in.NotAfter) {
 		return &TimeError{Expired: true, Msg: fmt.Sprintf("the signature expired at %s (its not_after; signed at %s, this node's clock reads %s)",
 			stamp(in.NotAfter), stamp(in.SignedAt), stamp(now.Truncate(time.Second)))}
+	}
+	if in.SignedAt.After(now.Add(MaxClockSkew)) {
+		return &TimeError{Future: true, Msg: fmt.Sprintf("the spec was signed at %s, in the future: this node's clock reads %s, and a signing time more than %s ahead of it is refused (it would outlive any intents_not_before raised before then); check the signer's and this node's clocks",
+			stamp(in.SignedAt), stamp(now.Truncate(time.Second)), MaxClockSkew)}
 	}
 	if notBefore.IsZero() {
 		return nil
@@ -147,9 +151,17 @@ func Current(in *contract.Intent, now, notBefore time.Time) error {
 	return nil
 }
 
-// TimeError is Current's refusal: an expired signature, or a revoked one.
+// MaxClockSkew is how far ahead of a node's clock an intent's signed_at may lie: the
+// starter's and the node's clocks differ by that much at most (NTP keeps them well within
+// it). An intent signed further ahead is refused, or a signer could date intents after any
+// intents_not_before an operator will raise later and so survive the revocation.
+const MaxClockSkew = 5 * time.Minute
+
+// TimeError is Current's refusal: an expired signature, one signed in the future (Future),
+// or a revoked one.
 type TimeError struct {
 	Expired bool
+	Future  bool
 	Msg     string
 }
 

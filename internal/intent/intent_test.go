@@ -163,6 +163,17 @@ func TestSignedTimes(t *testing.T) {
 	if err := Current(&got, now, now.Add(time.Minute)); !errors.As(err, &te) || te.Expired || !strings.Contains(err.Error(), "signed at 2026-05-01T12:00:00Z, before 2026-05-01T12:01:00Z") {
 		t.Errorf("signed before intents_not_before: %v", err)
 	}
+	// Signed in the future: with a node clock beyond the skew allowance behind the signing
+	// time, the intent would survive any intents_not_before raised until then.
+	if err := Current(&got, now.Add(-MaxClockSkew+time.Second), now.Add(-time.Hour)); err != nil {
+		t.Errorf("signed within the clock-skew allowance ahead of the node: %v", err)
+	}
+	for _, nb := range []time.Time{{}, now.Add(-time.Hour)} {
+		if err := Current(&got, now.Add(-MaxClockSkew-time.Minute), nb); !errors.As(err, &te) || te.Expired || !te.Future ||
+			!strings.Contains(err.Error(), "signed at 2026-05-01T12:00:00Z, in the future") {
+			t.Errorf("signed %s ahead of the node's clock (intents_not_before %s): %v", MaxClockSkew+time.Minute, nb, err)
+		}
+	}
 	// The first format: the spec alone, no time.
 	v1 := &contract.Intent{Spec: s.Canonical(), KeyID: KeyID(pub)}
 	v1.Sig = ed25519.Sign(priv, append([]byte("tpdeploy intent v1\n"), v1.Spec...))

@@ -166,6 +166,7 @@ func (c Copy) Run(ctx context.Context) (Result, error) {
 	if parallel <= 0 {
 		parallel = parallelism
 	}
+	parallel = min(parallel, MaxConnsPerPeer) // the server closes more
 	tr := &http.Transport{
 		DialContext:           c.Dial,
 		ResponseHeaderTimeout: 30 * time.Second,

@@ -35,7 +35,16 @@ const (
 	MaxLifetime = 12 * time.Hour
 	// MaxPeers bounds the keys and the peer addresses of one server (a cluster's nodes).
 	MaxPeers = 64
+	// MaxConnsPerPeer bounds the connections one peer address holds open at once (a copy
+	// opens one per file it fetches at once, Copy.Parallel, clipped to this), and all
+	// addresses that are no peer together as many; one more is closed at accept.
+	MaxConnsPerPeer = 16
 )
+
+// idleTimeout closes a connection idle between requests (HTTP keep-alive): without it a
+// peer, or what runs on a compromised one, could hold the agent's sockets for the
+// server's life. A variable for the test.
+var idleTimeout = time.Minute
 
 // ErrFull is an Open refused because MaxServers are open.
 var ErrFull = fmt.Errorf("%d model servers are open, the most an agent keeps", MaxServers)
@@ -130,7 +139,8 @@ func (ss *Servers) Open(s Serve) (string, error) {
 	}
 	srv := &server{owner: ss, node: s.Node, id: id, keys: keys, peers: peers, dir: s.Dir, rel: s.Rel, files: files, ttl: ttl, last: now,
 		deadline: now.Add(MaxLifetime), ln: s.Listener, log: log}
-	srv.srv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	lim := &limitListener{Listener: s.Listener, peers: peers, conns: map[netip.Addr]int{}, open: map[net.Conn]netip.Addr{}}
+	srv.srv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout, ConnState: lim.state}
 	ss.mu.Lock()
 	if len(ss.m) >= MaxServers {
 		ss.mu.Unlock()
@@ -146,7 +156,7 @@ func (ss *Servers) Open(s Serve) (string, error) {
 	srv.timer = time.AfterFunc(ttl, srv.expire)
 	srv.mu.Unlock()
 	ss.mu.Unlock()
-	go func() { _ = srv.srv.Serve(s.Listener) }()
+	go func() { _ = srv.srv.Serve(lim) }()
 	log.Info("model server open", zap.Stringer("addr", s.Listener.Addr()), zap.String("root", s.Dir.Path(s.Rel)),
 		zap.Int("files", len(files)), zap.Int("keys", len(keys)), zap.Stringers("peers", peers), zap.Duration("ttl", ttl))
 	return id, nil
@@ -336,4 +346,57 @@ func (c countingWriter) ReadFrom(r io.Reader) (int64, error) {
 	n, err := io.Copy(c.ResponseWriter, r)
 	c.n.Add(n)
 	return n, err
+}
+
+// limitListener accepts at most MaxConnsPerPeer connections at once of each peer, and as
+// many of all other addresses together (the handler answers those 403, naming the address
+// for the operator); one over the cap is closed before any HTTP is read. It hands the server the accepted
+// connection itself (a *net.TCPConn keeps sendfile); the server's ConnState says when
+// one ends.
+type limitListener struct {
+	net.Listener
+	peers []netip.Addr
+
+	mu    sync.Mutex
+	conns map[netip.Addr]int
+	open  map[net.Conn]netip.Addr
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ap, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		a := ap.Addr().Unmap()
+		if !slices.Contains(l.peers, a) {
+			a = netip.Addr{} // every other address together: each is answered 403 naming it
+		}
+		l.mu.Lock()
+		if l.conns[a] >= MaxConnsPerPeer {
+			l.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		l.conns[a]++
+		l.open[c] = a
+		l.mu.Unlock()
+		return c, nil
+	}
+}
+
+// state releases a connection's place when the server is done with it.
+func (l *limitListener) state(c net.Conn, st http.ConnState) {
+	if st != http.StateClosed && st != http.StateHijacked {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a, ok := l.open[c]; ok {
+		delete(l.open, c)
+		if l.conns[a]--; l.conns[a] <= 0 {
+			delete(l.conns, a)
+		}
+	}
 }
