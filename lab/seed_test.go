@@ -134,6 +134,11 @@ func logsOf(t *testing.T, eng *client.Client, id string) string {
 // waitLogs waits until the container's output contains every string.
 func waitLogs(t *testing.T, eng *client.Client, id string, within time.Duration, want ...string) string {
 	t.Helper()
+	// within is what the line takes on a quiet machine; the wait allows four times that
+	// (at least a minute), because real torch's start-up on a loaded 2-core CI machine took
+	// longer than 30 s once. A bound on a hang, not a speed assertion: a line that never
+	// comes still fails.
+	within = max(4*within, time.Minute)
 	deadline := time.Now().Add(within)
 	for {
 		out := logsOf(t, eng, id)
