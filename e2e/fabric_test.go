@@ -125,7 +125,8 @@ func TestRing4ServesAndRefusesALayoutItCannotCarry(t *testing.T) {
 		"executor mp", "data plane: IB on 4 links (ring node-a-node-b-node-c-node-d)", "GB/s per hop")
 
 	// With Ray (vLLM's own mode needs the GPUs to divide over the nodes, which 3 over 4 does not).
-	s := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-tp3", "")
+	withRay, _ := lab.ReleaseNamed("vllm-0.22.1-ray")
+	s := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-tp3", withRay.Image())
 	s.Parallel.Tensor = 3
 	out, code := starterAt("deploy", "-f", writeSpec(t, s), "--watch")
 	if code == 0 {
