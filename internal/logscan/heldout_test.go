@@ -36,13 +36,7 @@ func TestHeldOut3(t *testing.T) {
 		measureRows(t, file, rows, heldOut3Floor, 60, 100, "testdata/heldout_lines.json", "testdata/heldout2_lines.json")
 	})
 	t.Run("ByDate", func(t *testing.T) {
-		var newest []realLine
-		for _, r := range rows {
-			if r.Date >= newestSince {
-				newest = append(newest, r)
-			}
-		}
-		measureRows(t, file+" (threads from "+newestSince+")", newest, heldOut3NewestFloor, 15, 50)
+		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut3NewestFloor, 15, 50)
 	})
 }
 
@@ -64,13 +58,7 @@ func TestHeldOut4(t *testing.T) {
 		measureRows(t, file, rows, heldOut4Floor, 30, 60, "testdata/heldout_lines.json", "testdata/heldout2_lines.json", "testdata/heldout3_lines.json")
 	})
 	t.Run("ByDate", func(t *testing.T) {
-		var newest []realLine
-		for _, r := range rows {
-			if r.Date >= newestSince {
-				newest = append(newest, r)
-			}
-		}
-		measureRows(t, file+" (threads from "+newestSince+")", newest, heldOut4NewestFloor, 10, 25)
+		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut4NewestFloor, 10, 25)
 	})
 }
 
@@ -91,13 +79,7 @@ func TestHeldOut5(t *testing.T) {
 		measureRows(t, file, rows, heldOut5Floor, 30, 30, "testdata/heldout_lines.json", "testdata/heldout2_lines.json", "testdata/heldout3_lines.json", "testdata/heldout4_lines.json")
 	})
 	t.Run("ByDate", func(t *testing.T) {
-		var newest []realLine
-		for _, r := range rows {
-			if r.Date >= newestSince {
-				newest = append(newest, r)
-			}
-		}
-		measureRows(t, file+" (threads from "+newestSince+")", newest, heldOut5NewestFloor, 10, 15)
+		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut5NewestFloor, 10, 15)
 	})
 }
 
@@ -119,13 +101,7 @@ func TestHeldOut6(t *testing.T) {
 			"testdata/heldout3_lines.json", "testdata/heldout4_lines.json", "testdata/heldout5_lines.json")
 	})
 	t.Run("ByDate", func(t *testing.T) {
-		var newest []realLine
-		for _, r := range rows {
-			if r.Date >= newestSince {
-				newest = append(newest, r)
-			}
-		}
-		measureRows(t, file+" (threads from "+newestSince+")", newest, heldOut6NewestFloor, 3, 6)
+		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut6NewestFloor, 3, 6)
 	})
 }
 
@@ -256,12 +232,17 @@ func TestHeldOut7(t *testing.T) {
 			"testdata/heldout3_lines.json", "testdata/heldout4_lines.json", "testdata/heldout5_lines.json", "testdata/heldout6_lines.json")
 	})
 	t.Run("ByDate", func(t *testing.T) {
-		var newest []realLine
-		for _, r := range rows {
-			if r.Date >= newestSince {
-				newest = append(newest, r)
-			}
-		}
-		measureRows(t, file+" (threads from "+newestSince+")", newest, heldOut7NewestFloor, 5, 10)
+		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut7NewestFloor, 5, 10)
 	})
+}
+
+// newestOf is the rows whose thread is dated from newestSince on: the by-date measure.
+func newestOf(rows []realLine) []realLine {
+	var newest []realLine
+	for _, r := range rows {
+		if r.Date >= newestSince {
+			newest = append(newest, r)
+		}
+	}
+	return newest
 }
