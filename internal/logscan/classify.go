@@ -168,7 +168,7 @@ var (
 	layers    = regexp.MustCompile(`Total number of hidden layers \((\d+)\) must be divisible by pipeline parallel size \((\d+)\)`)
 	blockQuan = regexp.MustCompile(`(\w+) = (\d+) is not divisible by weight quantization block_[nk] = (\d+)`)
 
-	archs      = regexp.MustCompile(`Model architectures \[([^\]]*)\] (failed to be inspected|are not supported for now)`)
+	archs      = regexp.MustCompile(`Model architectures \[([^\]]*)\] (failed to be inspected|are not supported)`)
 	archInspec = regexp.MustCompile(`Error in inspecting model architecture '([^']+)'`)
 	tfUnknown  = regexp.MustCompile("model type `?([\\w\\-.]+)`? but Transformers does not recognize this architecture")
 	noConfig   = regexp.MustCompile(`(\S+) does not appear to have a file named ([\w.\-]+?)\.?(?:\s|$)`)

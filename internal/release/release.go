@@ -263,7 +263,8 @@ func (m Model) CanPrint(typ string) bool {
 	case failure.DuplicateAddress:
 		// "Every node should have a unique IP address" is _init_workers_ray's, legacy only.
 		return m.Executor == ExecutorRay && m.ChecksUniqueIPs
-	case failure.PlacementGroupPending, failure.GCSUnreachable, failure.RayDriverAttach:
+	case failure.PlacementGroupPending, failure.GCSUnreachable, failure.RayDriverAttach, failure.RayNodeDead:
+		// RayNodeDead here is a Ray line (a node marked dead), which only Ray's processes print.
 		return m.Executor == ExecutorRay
 	}
 	return true
