@@ -135,7 +135,11 @@ var (
 	// digits: users redact it ("(PRIVATE_IP, PORT)", heldout4).
 	c10dTimeout = regexp.MustCompile(`client socket has timed out after (\S+) while trying to connect to \(([^,()]+), ([^,()\s]+)\)`)
 	c10dRetry   = regexp.MustCompile(`TCP client failed to connect/validate to host (\S+?):(\d+) - retrying`)
-	c10dServer  = regexp.MustCompile(`Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined`)
+	// c10dServer is pytorch/pytorch torch/csrc/distributed/c10d/TCPStore.cpp, waitForWorkers:
+	// fmt::format("Timed out after {} seconds waiting for clients. {}/{} clients joined.", …);
+	// pytorch PR 111805, which added it, shows it as "… waiting for workers. 1/2 workers joined."
+	// (its first wording), so both nouns are read.
+	c10dServer = regexp.MustCompile(`Timed out after (\d+) seconds waiting for (?:clients|workers)\. (\d+)/(\d+) (?:clients|workers) joined`)
 
 	ncclFamily  = regexp.MustCompile(`with family (\d+) is neither AF_INET\(2\) nor AF_INET6\(10\)`)
 	ncclDupGPU  = regexp.MustCompile(`Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+)`)
@@ -414,7 +418,7 @@ func gcs(c ctx) *Finding {
 func c10d(c ctx) *Finding {
 	t := c.t
 	if !(strings.Contains(t, "client socket") || strings.Contains(t, "c10d") || strings.Contains(t, "DistNetworkError") ||
-		strings.Contains(t, "TCP client") || strings.Contains(t, "waiting for clients")) {
+		strings.Contains(t, "TCP client") || strings.Contains(t, "waiting for clients") || strings.Contains(t, "waiting for workers")) {
 		return nil
 	}
 	if m := c10dErrno.FindStringSubmatch(t); m != nil {

@@ -202,6 +202,24 @@ var (
 	// golang/go src/os/exec (exec.Error): "exec: " + strconv.Quote(name) + ": executable file not found in $PATH",
 	// which dockerd and runc print when daemon.json names the NVIDIA runtime or hook and the host lacks it.
 	nvidiaHookMissing = regexp.MustCompile(`exec: "(nvidia-container-runtime(?:-hook)?|nvidia-container-toolkit|nvidia-ctk)": executable file not found`)
+	// moby/moby daemon/runtime_unix.go, getRuntime (Docker 23+):
+	//   errdefs.InvalidParameter(errors.Errorf("unknown or invalid runtime name: %s", name))
+	// and daemon/daemon_unix.go, verifyPlatformContainerSettings (Docker ≤ 20.10):
+	//   fmt.Errorf("Unknown runtime specified %s", hostConfig.Runtime)
+	// --runtime=nvidia (or a compose file's runtime: nvidia) on a dockerd whose daemon.json has no
+	// "nvidia" runtime. Only runtime names with "nvidia" in them are read: another name is no GPU matter.
+	dockerNoRuntime = regexp.MustCompile(`(?:unknown or invalid runtime name:|Unknown runtime specified) (\S*nvidia\S*?)\.?$`)
+	// NVML's nvmlReturn_t NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18 ("RM detects a driver/library version
+	// mismatch", nvml.h of the CUDA toolkit, as in NVIDIA/go-nvml pkg/nvml/nvml.h); nvidia-smi prints it as "Failed to initialize NVML:
+	// Driver/library version mismatch" and nvidia-container-cli as "nvml error: driver/library version
+	// mismatch" (nvmlErrorString is closed source: the text is as these tools print it in the threads).
+	// The loaded kernel module is older than the installed user-space driver: the fix is a reboot.
+	nvmlMismatch = regexp.MustCompile(`(?i)(?:Failed to initialize NVML|nvml error): driver/library version mismatch`)
+	// urllib3/urllib3 src/urllib3/exceptions.py, MaxRetryError: f"Max retries exceeded with url: {url}
+	// (Caused by {reason!r})", prefixed by PoolError with str(pool), connectionpool.py ConnectionPool.__str__:
+	// f"{type(self).__name__}(host={self.host!r}, port={self.port!r})"; requests re-raises it as
+	// ConnectionError. Read only for a Hugging Face host and only when raised, not when logged and retried.
+	hfMaxRetry = regexp.MustCompile(`(?:ConnectionError|MaxRetryError)\W.*HTTPSConnectionPool\(host='((?:[\w-]+\.)*(?:huggingface\.co|hf\.co))', port=\d+\): Max retries exceeded`)
 )
 
 const fixOffline = "serve the model's local path (mounted on every node), or fill each node's Hugging Face cache before setting HF_HUB_OFFLINE (or cutting its network)"
@@ -218,6 +236,7 @@ var familyWords = []string{
 	"Unable to register worker", "Failed to register worker", "was supported in vLLM until", "not supported in-tree anymore",
 	"marked dead", "marked as dead", "died unexpectedly", "got fatal signal", " died, exit code", "C10d store", "Original timeout was",
 	"while trying to connect to", "Heartbeat monitor", "watchdog got stuck", "pair.cc", "Cache directory not found", "nvidia-container",
+	"runtime name:", "Unknown runtime specified", "version mismatch", "Max retries exceeded",
 }
 
 // families classifies the lines whose upstream format strings are listed above.
@@ -364,6 +383,17 @@ func families(c ctx) *Finding {
 	if m := nvidiaHookMissing.FindStringSubmatch(t); m != nil {
 		return c.find(failure.GPUsNotVisible, "Docker on "+c.onNode()+" is set up for the NVIDIA runtime but "+m[1]+" is not installed: the container cannot get its GPUs",
 			"install the NVIDIA container toolkit on that node (it provides "+m[1]+") and restart dockerd; check `docker run --rm --gpus all <image> nvidia-smi`", true)
+	}
+	if m := dockerNoRuntime.FindStringSubmatch(t); m != nil {
+		return c.find(failure.GPUsNotVisible, "Docker on "+c.onNode()+" has no runtime named "+m[1]+" (the NVIDIA container toolkit is not installed or not registered in daemon.json): the container cannot get its GPUs",
+			"install the NVIDIA container toolkit on that node and register it with Docker (nvidia-ctk runtime configure --runtime=docker, then restart dockerd); check `docker run --rm --gpus all <image> nvidia-smi`", true)
+	}
+	if nvmlMismatch.MatchString(t) {
+		return c.find(failure.GPUsNotVisible, "NVML cannot start on "+c.onNode()+": the loaded NVIDIA kernel module and the installed user-space driver are different versions (the driver was upgraded without a reboot)",
+			"reboot that node (or unload and reload the nvidia kernel modules) so the loaded module matches the installed driver; check `nvidia-smi` on the host, then `docker run --rm --gpus all <image> nvidia-smi`", true)
+	}
+	if m := hfMaxRetry.FindStringSubmatch(t); m != nil && !strings.Contains(t, "etrying") && !strings.Contains(t, "Error retrieving") {
+		return c.find(failure.ModelOffline, c.onNode()+" cannot reach "+m[1]+" (no network or DNS to it) and the model is not in its Hugging Face cache", fixOffline, true)
 	}
 	if rayletRegister.MatchString(t) {
 		return c.find(failure.RayDriverAttach, "a Ray worker or driver could not register with the raylet of its node (the raylet closed the socket or is gone): it runs outside the Ray node's container, against another Ray session, or the raylet died", fixDriver, true)
