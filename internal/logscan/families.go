@@ -177,7 +177,7 @@ var (
 	// down. See stack trace above for root cause issue." (sic); the V0 vllm/executor/multiproc_worker_utils.py
 	// WorkerMonitor: logger.error("Worker %s pid %s died, exit code: %s", process.name, process.pid, process.exitcode).
 	workerDied = regexp.MustCompile(`(?:Worker proc |RayWorkerProc rank=)(\S+) died unexpectedly, shutting down executor|Mul(?:ti|it)procExecutor got fatal signal from worker processes|Worker (\S+) pid (\d+) died, exit code: (-?\d+)`)
-	// pytorch/pytorch torch/csrc/distributed/elastic/rendezvous/c10d_rendezvous_backend.py, _create_tcp_store:
+	// pytorch/pytorch torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py, _create_tcp_store:
 	//   raise RendezvousConnectionError("The connection to the C10d store has failed. See inner exception for details.") from exc
 	// torch/lib/c10d/Utils.cpp (≤ 1.8), tcputil::connect: "connect() timed out. Original timeout was " + ms + " ms.";
 	// and socket.cpp's timeout with the address as host:port (torch 2.0, as pasted in pytorch#107021; 2.4 prints
