@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -86,7 +87,13 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 			s.m.Dir = w.mounts.nodePath(dir.Path(s.m.Dir))
 		}
 		if s.err == nil {
-			s.m.Free = freeBeneath(dir, rel)
+			// Where the files go: the directory, or the repository's directory in the
+			// cache (its blobs), which may be a disk of its own.
+			target := rel
+			if req.Dir == "" {
+				target = filepath.Join(rel, strings.TrimPrefix(weights.HFRepoDir(req.HFCache, req.Repo), filepath.Clean(req.HFCache)))
+			}
+			s.m.Free = freeBeneath(dir, target)
 		}
 		done <- s
 	}()
