@@ -42,7 +42,7 @@ func (l *Lab) startHub(ctx context.Context) error {
 	return l.run(ctx, l.Prefix+"-hub", &container.Config{
 		Image: HubImage, Labels: map[string]string{LabelLab: l.Prefix},
 		Env: []string{"LABHUB_TOKEN=" + l.HubToken},
-		Cmd: []string{"--listen", ":80", "--repo", HubRepo, "--gated", HubGatedRepo},
+		Cmd: []string{"-addr", ":80", "--repo", HubRepo, "--gated", HubGatedRepo},
 	}, map[string]netip.Addr{"mgmt": l.hubAddr()}, nil)
 }
 

@@ -1,13 +1,17 @@
-// Command labhub is the lab's Hugging Face hub (package lab/hub) as a server: the lab runs
-// it in a container of its own (FROM scratch) on the lab's management network, serving the
-// lab's model as a public repository and as a gated one that only the lab's token reads.
+// Command labhub is the lab's Hugging Face hub (package lab/hub) as a server, built static
+// (CGO_ENABLED=0): the lab runs it in a container of its own (FROM scratch) on the lab's
+// management network, serving the lab's model (hub.LabModel, generated from a seed, so the
+// image holds no weights) as a public repository and as a gated one that only the lab's
+// token reads; with -dir it serves that model directory instead.
 package main
 
 import (
 	"flag"
+	"io/fs"
 	"log"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,7 +19,8 @@ import (
 )
 
 func main() {
-	listen := flag.String("listen", ":80", "address to serve on")
+	listen := flag.String("addr", ":8080", "listen address")
+	dir := flag.String("dir", "", "serve this model directory instead of the generated model")
 	public := flag.String("repo", "lab/tiny-moe", "the public repository (Org/Name) holding the lab's model")
 	gated := flag.String("gated", "lab/gated-moe", "the gated repository holding the same model")
 	shards := flag.Int("shards", 2, "the model's shards")
@@ -25,6 +30,12 @@ func main() {
 	// The token granted the gated repository comes from the environment, not argv.
 	token := os.Getenv("LABHUB_TOKEN")
 	files := hub.LabModel(*shards, *size, *seed)
+	if *dir != "" {
+		var err error
+		if files, err = load(*dir); err != nil {
+			log.Fatal(err)
+		}
+	}
 	h := &hub.Hub{Repos: map[string]*hub.Repo{}, Tokens: map[string][]string{}}
 	for _, r := range []struct {
 		id    string
@@ -41,4 +52,25 @@ func main() {
 	if err := srv.ListenAndServe(); err != nil && !strings.Contains(err.Error(), "closed") {
 		log.Fatal(err)
 	}
+}
+
+// load reads a model directory's files; weights and files over 10 MB are LFS files, as the
+// hub's default .gitattributes has them.
+func load(dir string) ([]hub.File, error) {
+	var files []hub.File
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		name := filepath.ToSlash(rel)
+		lfs := strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".bin") || len(data) > 10<<20
+		files = append(files, hub.File{Name: name, Data: data, LFS: lfs})
+		return nil
+	})
+	return files, err
 }
