@@ -74,10 +74,12 @@ func TestResolveHubModelSelectsAndClassifies(t *testing.T) {
 }
 
 // The download writes the commit's files into the cache as huggingface_hub does (the
-// manifest then finds the snapshot at the ref, every file verified), and reports the
-// destination's free space; a second download finds everything in place.
+// manifest then finds the snapshot at the ref, every file verified), resuming a partial
+// file an earlier attempt left (through the hub's CDN redirect, with Range), and the
+// manifest reports the destination's free space; a second download finds everything in
+// place.
 func TestDownloadHubModelFillsTheCache(t *testing.T) {
-	a, url, cache, _ := hubAgent(t)
+	a, url, cache, files := hubAgent(t)
 	tok := &spec.SecretRef{Env: "TPD_TEST_HF_TOKEN"}
 	hm, err := run[contract.HubModel](a, a.node.Weights.ResolveHubModel, contract.ResolveHubModelRequest{Node: "node-a", Repo: "lab/gated", Endpoint: url, Token: tok})
 	if err != nil {
@@ -89,12 +91,19 @@ func TestDownloadHubModelFillsTheCache(t *testing.T) {
 	}
 	req := contract.DownloadHubModelRequest{Node: "node-a", Root: weights.HFSnapshotDir(cache, "lab/gated", hm.Commit), Repo: "lab/gated",
 		Commit: hm.Commit, Endpoint: url, Token: tok, Ref: "main", Files: hm.Files}
+	shard := files[3] // model-00001-of-00002.safetensors
+	if err := os.MkdirAll(req.Root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(req.Root, shard.Name+weights.PartialSuffix), shard.Data[:10000], 0o644); err != nil {
+		t.Fatal(err)
+	}
 	res, err := run[contract.SyncResult](a, a.node.Weights.DownloadHubModel, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Bytes != hm.Size() || len(res.Copied) != 5 {
-		t.Errorf("downloaded %+v, want %d bytes in 5 files", res, hm.Size())
+	if res.Bytes != hm.Size()-10000 || res.Reused != 10000 || len(res.Copied) != 5 {
+		t.Errorf("downloaded %+v, want %d bytes in 5 files, 10000 of them resumed", res, hm.Size())
 	}
 	m := a.manifest(t, contract.ModelManifestRequest{HFCache: cache, Repo: "lab/gated"})
 	if m.Revision != hm.Commit || len(m.Files) != 5 || len(m.Missing) != 0 || len(weights.Lacking(weights.Manifest{Revision: hm.Commit, Files: hm.Files}, m)) != 0 {
