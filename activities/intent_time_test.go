@@ -64,6 +64,8 @@ func timedRequests(c spec.Cluster, in *contract.Intent, own netip.Prefix) map[st
 		"model copy key": {contract.ActivityPrepareModelCopy, contract.PrepareModelCopyRequest{Node: "node-a", Root: snapshot, Intent: in}},
 		"model copy": {contract.ActivitySyncModel, contract.SyncModelRequest{Node: "node-a", From: netip.AddrPortFrom(own.Addr(), 40000), Key: strings.Repeat("0", 64), Addr: own.Addr(),
 			Root: snapshot, Layout: contract.ModelLayoutHF, Files: []weights.File{{Name: "config.json", Size: 2}}, Intent: in}},
+		"hub download": {contract.ActivityDownloadHubModel, contract.DownloadHubModelRequest{Node: "node-a", Root: snapshot, Repo: c.Model.Path,
+			Commit: "0123456789abcdef0123456789abcdef01234567", Files: []weights.File{{Name: "config.json", Size: 2, Blob: strings.Repeat("0", 40)}}, Intent: in}},
 		// What starts nothing: an expired or revoked signature still does it.
 		"container removal":    {contract.ActivityRemoveContainers, contract.RemoveRequest{Node: "node-a", DockerHost: spec.DefaultDockerHost, Cluster: c.Name, Intent: in}},
 		"partial file removal": {contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snapshot, Intent: in}},

@@ -97,13 +97,13 @@ func EndpointKey(v *VLLM) func(c spec.Cluster, in *contract.Intent, endpoint str
 	}
 }
 
-func (v *VLLM) resolveSecret(field string, ref spec.SecretRef) (string, error) {
+func (b *nodeBase) resolveSecret(field string, ref spec.SecretRef) (string, error) {
 	bad := func(format string, args ...any) error {
-		return temporal.NewNonRetryableApplicationError(v.name+": "+field+": "+fmt.Sprintf(format, args...), contract.ErrBadRequest, nil)
+		return temporal.NewNonRetryableApplicationError(b.name+": "+field+": "+fmt.Sprintf(format, args...), contract.ErrBadRequest, nil)
 	}
 	switch {
 	case ref.Env != "":
-		if err := v.allowed(func(p policy.Policy) error { return p.CheckSecretEnv(ref.Env) }); err != nil {
+		if err := b.allowed(func(p policy.Policy) error { return p.CheckSecretEnv(ref.Env) }); err != nil {
 			return "", err
 		}
 		v := os.Getenv(ref.Env)
@@ -112,14 +112,14 @@ func (v *VLLM) resolveSecret(field string, ref spec.SecretRef) (string, error) {
 		}
 		return v, nil
 	case ref.File != "":
-		if err := v.allowed(func(p policy.Policy) error { return p.CheckSecretFile(ref.File) }); err != nil {
+		if err := b.allowed(func(p policy.Policy) error { return p.CheckSecretFile(ref.File) }); err != nil {
 			return "", err
 		}
-		b, err := v.readSecretFile(ref.File)
+		data, err := b.readSecretFile(ref.File)
 		if err != nil {
 			return "", err
 		}
-		return strings.TrimSpace(string(b)), nil
+		return strings.TrimSpace(string(data)), nil
 	}
 	return "", bad("set env or file")
 }
@@ -127,46 +127,46 @@ func (v *VLLM) resolveSecret(field string, ref spec.SecretRef) (string, error) {
 // readSecretFile reads a secret file beneath its secret directory: no link followed, a
 // regular file only (not /dev/zero, not a FIFO that blocks), at most maxSecretSize. Its
 // errors never hold the content.
-func (v *VLLM) readSecretFile(file string) ([]byte, error) {
+func (b *nodeBase) readSecretFile(file string) ([]byte, error) {
 	dirName, rel := filepath.Dir(file), filepath.Base(file)
-	if v.policy != nil {
-		d, _ := v.policy.SecretDir(file)
+	if b.policy != nil {
+		d, _ := b.policy.SecretDir(file)
 		r, err := filepath.Rel(d, filepath.Clean(file))
 		if err != nil {
-			return nil, v.deny("secret file %s: %v", file, err)
+			return nil, b.deny("secret file %s: %v", file, err)
 		}
 		dirName, rel = d, r
 	}
 	dir, err := confined.Open(dirName)
 	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", v.name, file, err), contract.ErrBadRequest, nil)
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", b.name, file, err), contract.ErrBadRequest, nil)
 	}
 	defer dir.Close()
 	f, err := dir.OpenFile(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		if confined.IsRefusal(err) {
-			return nil, v.denyPath("secret file "+file, err)
+			return nil, b.denyPath("secret file "+file, err)
 		}
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", v.name, file, err), contract.ErrBadRequest, nil)
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", b.name, file, err), contract.ErrBadRequest, nil)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	switch {
 	case err != nil:
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", v.name, file, err), contract.ErrBadRequest, nil)
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: %v", b.name, file, err), contract.ErrBadRequest, nil)
 	case !fi.Mode().IsRegular():
-		return nil, v.deny("secret file %s is not a regular file (%s)", file, fi.Mode().Type())
+		return nil, b.deny("secret file %s is not a regular file (%s)", file, fi.Mode().Type())
 	case fi.Size() > maxSecretSize:
-		return nil, v.deny("secret file %s is %d bytes, more than the %d a secret may be", file, fi.Size(), maxSecretSize)
+		return nil, b.deny("secret file %s is %d bytes, more than the %d a secret may be", file, fi.Size(), maxSecretSize)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
 	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: read failed", v.name, file), contract.ErrBadRequest, nil)
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: secret file %s: read failed", b.name, file), contract.ErrBadRequest, nil)
 	}
-	if len(b) > maxSecretSize {
-		return nil, v.deny("secret file %s grew past the %d bytes a secret may be", file, maxSecretSize)
+	if len(data) > maxSecretSize {
+		return nil, b.deny("secret file %s grew past the %d bytes a secret may be", file, maxSecretSize)
 	}
-	return b, nil
+	return data, nil
 }
 
 // copySecretFiles copies files (container path: content) into a created container that has

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -85,6 +86,15 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 		if s.m.Dir != "" {
 			s.m.Dir = w.mounts.nodePath(dir.Path(s.m.Dir))
 		}
+		if s.err == nil {
+			// Where the files go: the directory, or the repository's directory in the
+			// cache (its blobs), which may be a disk of its own.
+			target := rel
+			if req.Dir == "" {
+				target = filepath.Join(rel, strings.TrimPrefix(weights.HFRepoDir(req.HFCache, req.Repo), filepath.Clean(req.HFCache)))
+			}
+			s.m.Free = freeBeneath(dir, target)
+		}
 		done <- s
 	}()
 	// Hashing reads every byte (minutes for a large model): heartbeat meanwhile.
@@ -117,6 +127,28 @@ func (w *Weights) ModelManifest(ctx context.Context, req contract.ModelManifestR
 			// The scan stops at its next file (it reads with ctx); the activity does not
 			// wait for a read that does not return.
 			return weights.Manifest{}, fmt.Errorf("scan model: %w", ctx.Err())
+		}
+	}
+}
+
+// freeBeneath is the free space for an unprivileged writer (f_bavail × f_bsize) of the
+// file system holding rel, or its deepest ancestor that exists (the destination of a
+// first download is not there yet), opened beneath dir without following links; nil
+// when it cannot be read.
+func freeBeneath(dir *confined.Dir, rel string) *int64 {
+	for p := filepath.Clean(rel); ; p = filepath.Dir(p) {
+		f, err := dir.OpenFile(p, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err == nil {
+			defer f.Close()
+			var st unix.Statfs_t
+			if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+				return nil
+			}
+			free := int64(st.Bavail) * st.Bsize
+			return &free
+		}
+		if p == "." || p == "/" || p == filepath.Dir(p) {
+			return nil
 		}
 	}
 }

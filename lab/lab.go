@@ -88,6 +88,11 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 		all = append(all, images.Image{Tag: TemporalImage, Files: map[string]string{"temporal": temporalBin}, Dirs: []string{"tmp"},
 			Dockerfile: "FROM scratch\nCOPY temporal /\nCOPY tmp /tmp\nENV HOME=/tmp USER=temporal\nENTRYPOINT [\"/temporal\"]\n"})
 	}
+	hub, err := hubImage(ctx, dir)
+	if err != nil {
+		return err
+	}
+	all = append(all, hub)
 	for _, img := range all {
 		if _, err := images.Ensure(ctx, eng, img); err != nil {
 			return err
@@ -171,6 +176,11 @@ type Lab struct {
 	proxies     map[string]*faultproxy.Proxy
 	// memory is the limit run gives the container it creates (Config.NodeMemory, for nodes).
 	memory int64
+
+	// Hub is the lab's Hugging Face hub (labhub.go), an HF_ENDPOINT every node's policy
+	// allows; HubToken the token granted its gated repository, which every agent holds
+	// as LAB_HF_TOKEN.
+	Hub, HubToken string
 }
 
 // Proxy is the fault proxy in front of a node's engine (Config.FaultProxies), or nil.
@@ -374,6 +384,9 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			return err
 		}
 	}
+	if err := l.startHub(ctx); err != nil {
+		return err
+	}
 	for i := 0; i < cfg.Nodes; i++ {
 		n := Node{Name: NodeName(i), Container: l.Prefix + "-" + NodeName(i), Addrs: map[string]netip.Addr{}, HCAs: l.hcasOf(i)}
 		for _, net := range l.Nets {
@@ -391,7 +404,8 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			// The lab's images are the simulator's; a real node's policy allows vLLM's.
 			"TPDEPLOY_ALLOW_IMAGES=" + strings.Join(SimImages(), ","),
 			// The simulator's own settings (pacing, faults) are node env like NCCL_DEBUG.
-			"TPDEPLOY_ALLOW_ENV=TPDEPLOY_SIM_*",
+			// HF_ENDPOINT: the lab hub, for specs with model.source: hub (labhub.go).
+			"TPDEPLOY_ALLOW_ENV=TPDEPLOY_SIM_*,HF_ENDPOINT",
 			"TPDEPLOY_BOOT_ID_FILE=/run/tpdeploy/boot_id", "TPDEPLOY_LOG_LEVEL=info",
 			// The lab's nodes share one development machine: the policy's host reserve is a
 			// small node's, not the default max(8 GiB, 10 %) of a real one, which the
@@ -412,6 +426,7 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		if i > 0 {
 			env = append(env, "TPDEPLOY_LAB_NO_DEFAULT_ROUTE=1")
 		}
+		env = append(env, l.hubEnv()...)
 		for k, v := range cfg.NodeEnv {
 			env = append(env, k+"="+v)
 		}

@@ -496,10 +496,30 @@ func shortImageID(id string) string {
 	return id[:min(12, len(id))]
 }
 
+// printHub lists model.source: hub's files: what the head downloads once and every node
+// gets, at the commit the revision resolved to.
+func printHub(w io.Writer, h contract.HubModel) {
+	rev := h.Revision
+	if rev == "" {
+		rev = "main"
+	}
+	fmt.Fprintf(w, "Model from the hub\n  %s@%s = commit %s on %s: %d files, %s (%s; %d other files of the repository left out)\n",
+		h.Repo, rev, h.Commit, h.Endpoint, len(h.Files), weights.HumanSize(h.Size()), h.Format, h.Skipped)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, f := range h.Files {
+		fmt.Fprintf(tw, "  %s\t%s\n", f.Name, weights.HumanSize(f.Size))
+	}
+	_ = tw.Flush()
+}
+
 func printPlan(w io.Writer, s spec.Cluster, rep workflows.PlanReport) {
 	if len(rep.Images) > 0 || rep.Engine != nil {
 		fmt.Fprintf(w, "Image and engine\n")
 		printEngine(w, "  ", rep.Images, rep.Engine)
+		fmt.Fprintln(w)
+	}
+	if h := rep.Hub; h != nil {
+		printHub(w, *h)
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "Interfaces\n")

@@ -97,6 +97,7 @@ func run(ctx context.Context, args []string) error {
 		{&allow.ExtraArgs, "allow-extra-arg", "TPDEPLOY_ALLOW_EXTRA_ARGS", "also allow this vLLM option in a spec's model.extra_args, e.g. --trust-remote-code (repeatable; default policy: options that only tune the engine, policy.DefaultExtraArgs)"},
 		{&allow.SecretDirs, "allow-secret-dir", "TPDEPLOY_ALLOW_SECRET_DIRS", "also allow secret files under this directory (repeatable; default policy: /etc/tpdeploy/secrets)"},
 		{&allow.SecretEnv, "allow-secret-env", "TPDEPLOY_ALLOW_SECRET_ENV", "also allow secret references to this agent variable (repeatable; default policy: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, VLLM_API_KEY, RAY_AUTH_TOKEN)"},
+		{&allow.HubEndpoints, "allow-hub-endpoint", "TPDEPLOY_ALLOW_HUB_ENDPOINTS", "also allow model.source: hub downloads from this hub, e.g. https://hf-mirror.example (an HF_ENDPOINT; repeatable; default policy: https://huggingface.co)"},
 		{&allow.TrustedKeys, "trust-key", "TPDEPLOY_TRUSTED_KEYS", "also trust specs signed by this operator key, ID=BASE64 or BASE64 as `starter keygen` prints it (repeatable); with any trusted key, the agent acts only on signed specs"},
 	} {
 		_ = (*listFlag)(f.list).Set(os.Getenv(f.env))
@@ -148,7 +149,7 @@ func run(ctx context.Context, args []string) error {
 	z.Info("node policy", zap.String("file", nodePolicy.File), zap.Strings("allowed_images", nodePolicy.Images),
 		zap.Strings("allowed_mounts", nodePolicy.Mounts), zap.Strings("allowed_docker_hosts", nodePolicy.DockerHosts),
 		zap.Strings("allowed_ports", nodePolicy.Ports), zap.Strings("allowed_env", nodePolicy.Env), zap.Strings("allowed_extra_args", nodePolicy.ExtraArgs),
-		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.String("rdma_devices", nodePolicy.RDMA), zap.Bool("require_pinned_images", nodePolicy.RequirePinned),
+		zap.Strings("secret_dirs", nodePolicy.SecretDirs), zap.Strings("secret_env", nodePolicy.SecretEnv), zap.Strings("allowed_hub_endpoints", nodePolicy.HubEndpoints), zap.String("rdma_devices", nodePolicy.RDMA), zap.Bool("require_pinned_images", nodePolicy.RequirePinned),
 		zap.Strings("trusted_keys", nodePolicy.TrustedKeyNames()), zap.Time("intents_not_before", nodePolicy.NotBefore))
 	if !nodePolicy.Enforced() {
 		fmt.Fprint(stderr, unsignedBanner(*node, nodePolicy.File))

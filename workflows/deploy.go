@@ -53,8 +53,12 @@ type DeployResult struct {
 	Warnings     []string                `json:"warnings,omitempty"`
 	// Restarts are the reboots the deploy started over after.
 	Restarts []string `json:"restarts,omitempty"`
-	// ModelCopies are what model.sync copied to each node.
+	// ModelCopies are what model.sync copied to each node (and model.source: hub
+	// downloaded to the head).
 	ModelCopies []ModelCopy `json:"model_copies,omitempty"`
+	// Hub is model.source: hub's model: the commit its revision resolved to, and the
+	// files every node got.
+	Hub *contract.HubModel `json:"hub,omitempty"`
 	// Images are what the image holds on each node; Engine is the executor and release
 	// behaviour they decided.
 	Images []release.Image `json:"images,omitempty"`
@@ -86,6 +90,8 @@ type State struct {
 	Restarts      []string                 `json:"restarts,omitempty"`
 	// ModelCopies are the model.sync copies this deploy made, per node.
 	ModelCopies []ModelCopy `json:"model_copies,omitempty"`
+	// Hub is model.source: hub's model, resolved at plan.
+	Hub *contract.HubModel `json:"hub,omitempty"`
 	// Images are what the image holds on each node (the first step reads them); Engine
 	// is what they decided: the executor, why, and how the release behaves.
 	Images []release.Image `json:"images,omitempty"`
@@ -149,6 +155,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		d.result.Warnings = d.state.Warnings
 		d.result.Restarts = d.state.Restarts
 		d.result.ModelCopies = d.state.ModelCopies
+		d.result.Hub = d.state.Hub
 		d.result.Images, d.result.Engine = d.state.Images, d.state.Engine
 		d.result.DataPlane = d.state.DataPlane
 		d.result.Staged = d.state.Staged
@@ -257,6 +264,9 @@ func (d *deployment) run(ctx workflow.Context) error {
 	defer func() { d.cancelRun = nil }()
 	d.result = DeployResult{Cluster: d.spec.Name, DeploymentID: d.id}
 	if err := d.readImages(ctx); err != nil {
+		return err
+	}
+	if err := d.resolveHub(ctx); err != nil {
 		return err
 	}
 	plan, err := planCluster(ctx, d.spec, d)

@@ -17,7 +17,10 @@ import (
 
 // ModelCopy is what one node received from the head.
 type ModelCopy struct {
-	Node    string  `json:"node"`
+	Node string `json:"node"`
+	// From is "hub" for the head's download of model.source: hub; empty for a copy
+	// from the head.
+	From    string  `json:"from,omitempty"`
 	Files   int     `json:"files"`
 	Bytes   int64   `json:"bytes"`
 	Reused  int64   `json:"reused,omitempty"`
@@ -28,6 +31,15 @@ type ModelCopy struct {
 // modelCheckable says whether tpdeploy can see the model's files: model.host_dir, or a
 // Hugging Face name in the nodes' hf_cache. A path inside the image is vLLM's business.
 func modelCheckable(m spec.Model) bool { return m.HostDir != "" || m.IsHFName() }
+
+// revision is the revision the nodes' caches are read at: the commit model.source: hub
+// resolved, or model.revision.
+func (d *deployment) revision() string {
+	if d.state.Hub != nil {
+		return d.state.Hub.Commit
+	}
+	return d.spec.Model.Revision
+}
 
 // checkModel compares what every node holds of the model with the head's copy: a node that
 // lacks a file, or holds another, fails the deploy as ModelIncomplete naming the files,
@@ -51,7 +63,7 @@ func (d *deployment) checkModel(ctx workflow.Context) error {
 			if m.HostDir != "" {
 				req.Dir = m.HostDir
 			} else {
-				req.HFCache, req.Repo, req.Revision = d.spec.HFCache, m.Path, m.Revision
+				req.HFCache, req.Repo, req.Revision = d.spec.HFCache, m.Path, d.revision()
 			}
 			return workflow.ExecuteActivity(d.onNode(ctx, node, "model files on "+node, o), contract.ActivityModelManifest, req)
 		}, func(node string, mf weights.Manifest) { manifests[node] = mf })
@@ -59,7 +71,28 @@ func (d *deployment) checkModel(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
-	v := weights.Decide(head, manifests, nodeNames(d.spec.Nodes), m.Sync == spec.SyncFromHead, m.HostDir == "")
+	sync, fallback := m.Sync == spec.SyncFromHead, m.HostDir == ""
+	if m.FromHub() && d.state.Hub != nil {
+		// Every node must come to hold the resolved commit's files: the head downloads
+		// what it lacks, the others receive theirs from it. Each disk is checked first.
+		ref := d.hubReference()
+		receive := map[string][]weights.File{}
+		for _, n := range nodeNames(d.spec.Nodes) {
+			receive[n] = weights.Lacking(ref, manifests[n])
+		}
+		if err := d.checkDisk(manifests, receive); err != nil {
+			return err
+		}
+		if len(receive[head]) > 0 {
+			mf, err := d.downloadHub(ctx, receive[head])
+			if err != nil {
+				return err
+			}
+			manifests[head] = mf
+		}
+		sync, fallback = true, false
+	}
+	v := weights.Decide(head, manifests, nodeNames(d.spec.Nodes), sync, fallback)
 	d.state.Warnings = append(d.state.Warnings, v.Warnings...)
 	if len(v.Problems) > 0 {
 		fix := "copy the files to those nodes (the head's copy is the reference), or set model.sync: from-head to have tpdeploy copy them over the planned subnet"
@@ -71,6 +104,9 @@ func (d *deployment) checkModel(ctx workflow.Context) error {
 	}
 	if len(v.Copy) == 0 {
 		return nil
+	}
+	if err := d.checkDisk(manifests, v.Copy); err != nil {
+		return err
 	}
 	return d.copyModel(ctx, manifests[head], v.Copy)
 }
@@ -169,7 +205,7 @@ func (d *deployment) hashCopies(ctx workflow.Context, head string, headManifest 
 	if m.HostDir != "" {
 		req.Dir = m.HostDir
 	} else {
-		req.HFCache, req.Repo, req.Revision = d.spec.HFCache, m.Path, m.Revision
+		req.HFCache, req.Repo, req.Revision = d.spec.HFCache, m.Path, d.revision()
 	}
 	var hashed weights.Manifest
 	o := deployStep(d.spec.Timeouts.ModelSyncTimeout(), stepAttempts) // reads every byte of those files

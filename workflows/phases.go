@@ -10,8 +10,10 @@ const (
 	PhaseProbing             = "probing"
 	PhaseReachability        = "testing reachability"
 	PhasePlanning            = "planning"
+	PhaseModelResolve        = "resolving the model"
 	PhasePreflight           = "preflight"
 	PhaseModel               = "checking the model"
+	PhaseModelDownload       = "downloading the model"
 	PhaseModelCopy           = "copying the model"
 	PhaseSwap                = "replacing the serving deployment"
 	PhaseRayHead             = "starting ray head"
@@ -39,11 +41,13 @@ type DeployPhase struct {
 var DeployPhases = []DeployPhase{
 	{PhaseValidating, "the spec (and the signed intent, if any) is checked; nothing is asked of a node yet"},
 	{PhaseImages, "what the spec's image holds is read on every node; its vLLM release decides the executor, so an image that cannot run the spec fails here, before any container starts"},
+	{PhaseModelResolve, "`model.source: hub`: the head's agent resolves the revision to a commit on the hub and lists the files vLLM needs; a gated, missing or unreachable model is refused here"},
 	{PhaseProbing, "every node's agent describes its interfaces, GPUs and boot ID"},
 	{PhaseReachability, "every pair of nodes dials each other on every candidate subnet, both ways"},
 	{PhasePlanning, "one subnet is chosen and every layer's setting derived from it"},
 	{PhasePreflight, "each node checks that the image is there, the plan's ports are free and its operator policy allows every container the plan will start"},
 	{PhaseModel, "the model's files on every node are compared with the head's"},
+	{PhaseModelDownload, "`model.source: hub`: the head's agent downloads the files it lacks of the resolved commit into its hf_cache"},
 	{PhaseModelCopy, "`model.sync: from-head`: the files a node lacks are copied from the head"},
 	{PhaseSwap, "a staged deploy stops the deployment that served while it was checked, and takes its place"},
 	{PhaseRayHead, "executor ray: the Ray head starts on the head node"},

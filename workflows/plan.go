@@ -32,6 +32,8 @@ type PlanReport struct {
 	// Images are what the image holds on each node; Engine what they decided.
 	Images []release.Image `json:"images,omitempty"`
 	Engine *release.Model  `json:"engine,omitempty"`
+	// Hub is model.source: hub's model: its commit and the files every node will get.
+	Hub *contract.HubModel `json:"hub,omitempty"`
 	// Error is why no plan was possible; the report still holds what was measured.
 	Error string `json:"error,omitempty"`
 }
@@ -50,6 +52,10 @@ func PlanCluster(ctx workflow.Context, req PlanRequest) (PlanReport, error) {
 	report := PlanReport{}
 	err := d.readImages(ctx)
 	report.Images, report.Engine = d.state.Images, d.state.Engine
+	if err == nil {
+		err = d.resolveHub(ctx)
+		report.Hub = d.state.Hub
+	}
 	var plan netplan.Plan
 	if err == nil {
 		plan, err = planCluster(ctx, d.spec, d)

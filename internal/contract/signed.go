@@ -93,6 +93,7 @@ var Unsigned = map[string]string{
 	ActivityBootID:              "reads the kernel's boot ID",
 	ActivityAddressHolds:        "reads whether an address is still on its interface",
 	ActivityModelManifest:       "describes the model's files under an allowed mount",
+	ActivityResolveHubModel:     "reads a repository's file list from a hub the policy allows (allowed_hub_endpoints), with a token the policy allows",
 	ActivityCloseModelServer:    "closes what OpenModelServer opened, by its ID",
 	ActivityCheckDeployment:     "reads the cluster's latest deploy and its endpoint (the API key only for a signed spec, EndpointKey)",
 	ActivityWatchCluster:        "reads the cluster's health",

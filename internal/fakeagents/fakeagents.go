@@ -72,6 +72,10 @@ type Agents struct {
 	// Manifests are what the nodes hold of the model; a node not listed holds
 	// SeedManifest.
 	Manifests map[string]weights.Manifest
+	// Hub is what the hub holds of a model.source: hub model (ResolveHubModel); nil
+	// answers ModelNotFound. HubDownloads are the downloads asked for, in order.
+	Hub          *contract.HubModel
+	HubDownloads []contract.DownloadHubModelRequest
 	// OnCall, if set, runs at the start of every call with its "Method node" key.
 	OnCall func(key string)
 	// Refuse, if set, is asked first by every acting call (containers, vLLM, model files,
@@ -563,6 +567,44 @@ func (f *Agents) ModelManifest(ctx context.Context, req contract.ModelManifestRe
 		}
 	}
 	return m, nil
+}
+
+// ResolveHubModel answers with Hub.
+func (f *Agents) ResolveHubModel(ctx context.Context, req contract.ResolveHubModelRequest) (contract.HubModel, error) {
+	if err := f.record(ctx, "ResolveHubModel", req.Node, req.Repo+"@"+req.Revision); err != nil {
+		return contract.HubModel{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Hub == nil || f.Hub.Repo != req.Repo {
+		return contract.HubModel{}, temporal.NewNonRetryableApplicationError("no repository "+req.Repo+" on the hub", contract.ErrModelNotFound, nil)
+	}
+	h := *f.Hub
+	h.Revision = req.Revision
+	return h, nil
+}
+
+// DownloadHubModel "downloads" the files: the node's manifest then holds Hub's commit.
+func (f *Agents) DownloadHubModel(ctx context.Context, req contract.DownloadHubModelRequest) (contract.SyncResult, error) {
+	if err := f.signed("DownloadHubModel", req.Node, req.Intent); err != nil {
+		return contract.SyncResult{}, err
+	}
+	if err := f.record(ctx, "DownloadHubModel", req.Node, req.Commit); err != nil {
+		return contract.SyncResult{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.HubDownloads = append(f.HubDownloads, req)
+	res := contract.SyncResult{Seconds: 1}
+	for _, file := range req.Files {
+		res.Bytes += file.Size
+		res.Copied = append(res.Copied, file.Name)
+	}
+	if f.Manifests == nil {
+		f.Manifests = map[string]weights.Manifest{}
+	}
+	f.Manifests[req.Node] = weights.Manifest{Source: req.Repo, Revision: req.Commit, Dir: req.Root, Files: append([]weights.File(nil), f.Hub.Files...)}
+	return res, nil
 }
 
 // FakeSHA256 is the sha256 the fake agents report for a file they were asked to hash.

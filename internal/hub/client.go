@@ -102,6 +102,12 @@ func (c *Client) do(ctx context.Context, method, u string, hdr http.Header) (*ht
 	return resp, nil
 }
 
+// Classify is classify for a download made by another client (the agent's, which writes
+// into the cache through package transfer): what of repo a refused answer was for.
+func (c *Client) Classify(resp *http.Response, repo, what string) error {
+	return c.classify(resp, repo, what)
+}
+
 // classify turns a hub error answer into an Error, as huggingface_hub's
 // hf_raise_for_status reads it: X-Error-Code first, then the status.
 func (c *Client) classify(resp *http.Response, repo, what string) error {
@@ -212,6 +218,11 @@ func (c *Client) Revision(ctx context.Context, repo, rev string) (Commit, error)
 		out.Files = append(out.Files, f)
 	}
 	return out, nil
+}
+
+// ResolveURL is where the commit's file name is downloaded from (resolve/).
+func (c *Client) ResolveURL(repo, commit, name string) (string, error) {
+	return c.resolveURL(repo, commit, name)
 }
 
 func (c *Client) resolveURL(repo, commit, name string) (string, error) {

@@ -2,8 +2,8 @@
 // over its documented HTTP API: it resolves a revision to a commit, lists the commit's
 // files, selects the files vLLM needs to serve the model (Select, pure), and downloads one
 // file resumably with its size and hash verified (Client). It decides nothing about nodes;
-// the head's agent will call it for model.source: hub, which is not wired into the deploy
-// yet.
+// the head's agent calls it for model.source: hub (activities/hub.go), and writes the files
+// into its cache through package transfer.
 package hub
 
 import (

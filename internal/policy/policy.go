@@ -117,35 +117,41 @@ var (
 	DefaultSecretDirs = []string{"/etc/tpdeploy/secrets"}
 	// DefaultSecretEnv are the agent variables a secret reference may name.
 	DefaultSecretEnv = []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "RAY_AUTH_TOKEN"}
+	// DefaultHubEndpoints are the hubs a model.source: hub download may come from (and
+	// the token go to): huggingface.co only; a mirror (HF_ENDPOINT) is the operator's
+	// choice.
+	DefaultHubEndpoints = []string{"https://huggingface.co"}
 )
 
 // Settings and the flags that add to them, as named in error messages.
 const (
-	SettingImages      = "allowed_images"
-	SettingMounts      = "allowed_mounts"
-	SettingDockerHosts = "allowed_docker_hosts"
-	SettingPorts       = "allowed_ports"
-	SettingEnv         = "allowed_env"
-	SettingExtraArgs   = "allowed_extra_args"
-	SettingSecretDirs  = "secret_dirs"
-	SettingSecretEnv   = "secret_env"
-	SettingRDMA        = "rdma_devices"
-	SettingPinned      = "require_pinned_images"
-	SettingTrustedKeys = "trusted_keys"
-	SettingNotBefore   = "intents_not_before"
+	SettingImages       = "allowed_images"
+	SettingMounts       = "allowed_mounts"
+	SettingDockerHosts  = "allowed_docker_hosts"
+	SettingPorts        = "allowed_ports"
+	SettingEnv          = "allowed_env"
+	SettingExtraArgs    = "allowed_extra_args"
+	SettingSecretDirs   = "secret_dirs"
+	SettingSecretEnv    = "secret_env"
+	SettingHubEndpoints = "allowed_hub_endpoints"
+	SettingRDMA         = "rdma_devices"
+	SettingPinned       = "require_pinned_images"
+	SettingTrustedKeys  = "trusted_keys"
+	SettingNotBefore    = "intents_not_before"
 
-	FlagImage      = "--allow-image"
-	FlagMount      = "--allow-mount"
-	FlagDockerHost = "--allow-docker-host"
-	FlagPorts      = "--allow-ports"
-	FlagEnv        = "--allow-env"
-	FlagExtraArg   = "--allow-extra-arg"
-	FlagSecretDir  = "--allow-secret-dir"
-	FlagSecretEnv  = "--allow-secret-env"
-	FlagTrustKey   = "--trust-key"
-	FlagRDMA       = "--rdma-devices"
-	FlagPinned     = "--require-pinned-images"
-	FlagNotBefore  = "--intents-not-before"
+	FlagImage       = "--allow-image"
+	FlagMount       = "--allow-mount"
+	FlagDockerHost  = "--allow-docker-host"
+	FlagPorts       = "--allow-ports"
+	FlagEnv         = "--allow-env"
+	FlagExtraArg    = "--allow-extra-arg"
+	FlagSecretDir   = "--allow-secret-dir"
+	FlagSecretEnv   = "--allow-secret-env"
+	FlagHubEndpoint = "--allow-hub-endpoint"
+	FlagTrustKey    = "--trust-key"
+	FlagRDMA        = "--rdma-devices"
+	FlagPinned      = "--require-pinned-images"
+	FlagNotBefore   = "--intents-not-before"
 )
 
 // RDMA device policies (rdma_devices): RDMAPlanned maps the verbs devices
@@ -170,6 +176,7 @@ type Policy struct {
 	ExtraArgs      []string // vLLM options model.extra_args may give, exactly, in vLLM's spelling
 	SecretDirs     []string // absolute directories secret files may be read from
 	SecretEnv      []string // agent variables secret references may name, exactly
+	HubEndpoints   []string // hub base URLs a download may come from, exactly (no trailing slash)
 	// RDMA is RDMAPlanned or RDMANone.
 	RDMA string
 	// RequirePinned allows an image only by content: NAME[:TAG]@sha256:DIGEST, where the
@@ -195,14 +202,15 @@ type Policy struct {
 
 // Overrides are the agent's flags: each list is added to the file's (or the default).
 type Overrides struct {
-	Images      []string
-	Mounts      []string
-	DockerHosts []string
-	Ports       []string
-	Env         []string
-	ExtraArgs   []string
-	SecretDirs  []string
-	SecretEnv   []string
+	Images       []string
+	Mounts       []string
+	DockerHosts  []string
+	Ports        []string
+	Env          []string
+	ExtraArgs    []string
+	SecretDirs   []string
+	SecretEnv    []string
+	HubEndpoints []string
 	// RDMA, when set, replaces the file's rdma_devices.
 	RDMA string
 	// RequirePinned, when true, requires pinned images whatever the file says.
@@ -232,20 +240,21 @@ type trustedKeyEntry struct {
 }
 
 type file struct {
-	Images      *[]string         `json:"allowed_images"`
-	Mounts      *[]string         `json:"allowed_mounts"`
-	DockerHosts *[]string         `json:"allowed_docker_hosts"`
-	Ports       *[]string         `json:"allowed_ports"`
-	Env         *[]string         `json:"allowed_env"`
-	ExtraArgs   *[]string         `json:"allowed_extra_args"`
-	SecretDirs  *[]string         `json:"secret_dirs"`
-	SecretEnv   *[]string         `json:"secret_env"`
-	RDMA        *string           `json:"rdma_devices"`
-	Pinned      bool              `json:"require_pinned_images"`
-	TrustedKeys []trustedKeyEntry `json:"trusted_keys"`
-	NotBefore   *string           `json:"intents_not_before"`
-	HostReserve *string           `json:"host_reserve"`
-	MemoryFloor *string           `json:"memory_floor"`
+	Images       *[]string         `json:"allowed_images"`
+	Mounts       *[]string         `json:"allowed_mounts"`
+	DockerHosts  *[]string         `json:"allowed_docker_hosts"`
+	Ports        *[]string         `json:"allowed_ports"`
+	Env          *[]string         `json:"allowed_env"`
+	ExtraArgs    *[]string         `json:"allowed_extra_args"`
+	SecretDirs   *[]string         `json:"secret_dirs"`
+	SecretEnv    *[]string         `json:"secret_env"`
+	HubEndpoints *[]string         `json:"allowed_hub_endpoints"`
+	RDMA         *string           `json:"rdma_devices"`
+	Pinned       bool              `json:"require_pinned_images"`
+	TrustedKeys  []trustedKeyEntry `json:"trusted_keys"`
+	NotBefore    *string           `json:"intents_not_before"`
+	HostReserve  *string           `json:"host_reserve"`
+	MemoryFloor  *string           `json:"memory_floor"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -298,6 +307,7 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		ExtraArgs:     pick(f.ExtraArgs, DefaultExtraArgs, add.ExtraArgs),
 		SecretDirs:    pick(f.SecretDirs, DefaultSecretDirs, add.SecretDirs),
 		SecretEnv:     pick(f.SecretEnv, DefaultSecretEnv, add.SecretEnv),
+		HubEndpoints:  pick(f.HubEndpoints, DefaultHubEndpoints, add.HubEndpoints),
 		RDMA:          RDMAPlanned,
 		RequirePinned: f.Pinned || add.RequirePinned,
 		File:          name,
@@ -376,6 +386,14 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 		if e == "" || strings.ContainsAny(e, "*?[= ") {
 			problems = append(problems, fmt.Errorf("%s: %q is not a variable name", SettingSecretEnv, e))
 		}
+	}
+	for i, e := range p.HubEndpoints {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			problems = append(problems, fmt.Errorf("%s: %q is not a hub's base URL such as https://huggingface.co", SettingHubEndpoints, e))
+			continue
+		}
+		p.HubEndpoints[i] = strings.TrimRight(e, "/")
 	}
 	entries := append([]trustedKeyEntry{}, f.TrustedKeys...)
 	for _, o := range add.TrustedKeys {
@@ -735,6 +753,16 @@ func (p Policy) SecretDir(file string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// CheckHubEndpoint allows a hub download from endpoint (a base URL, HF_ENDPOINT's value)
+// only when allowed_hub_endpoints names it exactly, trailing slashes aside: the token goes
+// there and the weights come from there.
+func (p Policy) CheckHubEndpoint(endpoint string) error {
+	if slices.Contains(p.HubEndpoints, strings.TrimRight(endpoint, "/")) {
+		return nil
+	}
+	return &DeniedError{What: "hub endpoint", Value: strconv.Quote(endpoint), Setting: SettingHubEndpoints, Allowed: p.HubEndpoints, File: p.File, Flag: FlagHubEndpoint}
 }
 
 // CheckSecretEnv allows a secret reference to one of the agent's variables named in

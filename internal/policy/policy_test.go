@@ -531,3 +531,30 @@ func TestMemoryFloor(t *testing.T) {
 		t.Fatalf("a bad memory_floor: %v", err)
 	}
 }
+
+// A hub download comes only from an endpoint allowed_hub_endpoints names (huggingface.co by
+// default), trailing slashes aside; an entry that is not a base URL is refused.
+func TestHubEndpoints(t *testing.T) {
+	p := Default()
+	if err := p.CheckHubEndpoint("https://huggingface.co/"); err != nil {
+		t.Errorf("the default hub: %v", err)
+	}
+	if err := p.CheckHubEndpoint("https://hf-mirror.example"); err == nil || !strings.Contains(err.Error(), SettingHubEndpoints) {
+		t.Errorf("a mirror the policy does not name: %v", err)
+	}
+	p, err := Parse([]byte("allowed_hub_endpoints: [\"https://hf-mirror.example/\"]\n"), "p.yaml", Overrides{HubEndpoints: []string{"http://10.0.0.9"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []string{"https://hf-mirror.example", "http://10.0.0.9/"} {
+		if err := p.CheckHubEndpoint(e); err != nil {
+			t.Errorf("%s: %v", e, err)
+		}
+	}
+	if err := p.CheckHubEndpoint("https://huggingface.co"); err == nil {
+		t.Error("a file's list replaces the default")
+	}
+	if _, err := Parse([]byte("allowed_hub_endpoints: [\"hf-mirror.example\"]\n"), "p.yaml", Overrides{}); err == nil {
+		t.Error("an endpoint without a scheme is accepted")
+	}
+}

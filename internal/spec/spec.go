@@ -120,7 +120,28 @@ type Model struct {
 	// hash either way (the head hashes what it sends), so it stays opt-in: the bytes it
 	// reads at every deploy buy only the comparison of files already in place.
 	Checksums bool `json:"checksums,omitempty"`
+	// Source is "" (the nodes hold the model, or vLLM downloads it on each) or "hub": the
+	// head's agent downloads the Hugging Face name's files vLLM needs (only those:
+	// hub.Select) once into its hf_cache, with secrets.hf_token and from the head's
+	// HF_ENDPOINT (nodes[].env, a mirror; the agent's policy must allow it), and the
+	// other nodes receive them from the head as model.sync: from-head copies. The
+	// revision is resolved to a commit when the deploy plans, and that commit is what
+	// every node gets.
+	Source string `json:"source,omitempty"`
 }
+
+// Model sources.
+const (
+	SourceNodes = ""
+	SourceHub   = "hub"
+)
+
+// FromHub says whether the head downloads the model from the hub (model.source: hub).
+func (m Model) FromHub() bool { return m.Source == SourceHub }
+
+// HubEndpoint is the hub the head downloads from: the head's HF_ENDPOINT (nodes[].env),
+// as huggingface_hub reads it in vLLM's container; "" means huggingface.co.
+func (c Cluster) HubEndpoint() string { return c.Head().Env["HF_ENDPOINT"] }
 
 // Model sync modes.
 const (

@@ -222,6 +222,15 @@ func (v *validator) model(m Model) {
 	default:
 		v.add("model.sync", fmt.Sprintf("%q must be empty or %q", m.Sync, SyncFromHead))
 	}
+	switch m.Source {
+	case SourceNodes:
+	case SourceHub:
+		if m.HostDir != "" || !m.IsHFName() {
+			v.add("model.source", "hub downloads a Hugging Face name (Org/Name) into hf_cache; model.path "+m.Path+" is not one")
+		}
+	default:
+		v.add("model.source", fmt.Sprintf("%q must be empty or %q", m.Source, SourceHub))
+	}
 	for _, a := range ExtraArgOptions(m.ExtraArgs) {
 		at := fmt.Sprintf("model.extra_args[%d]", a.Index)
 		if field, long := managedArg(a.Base); field != "" {

@@ -47,6 +47,11 @@ type Manifest struct {
 	// Absent, when set, says why no model was found at all (no repository in the cache,
 	// no ref, no snapshot, no directory); Files and Missing are then empty.
 	Absent string `json:"absent,omitempty"`
+	// Free is the free bytes of the file system the model's files go to (statfs's
+	// f_bavail × f_bsize at the deepest directory of the destination that exists): what
+	// the disk check compares with the bytes the node must receive. Nil when not
+	// measured (an agent older than the check).
+	Free *int64 `json:"free,omitempty"`
 }
 
 // File returns the named file of the manifest.

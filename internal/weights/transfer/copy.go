@@ -102,6 +102,23 @@ type Copy struct {
 	Node string
 	// Progress receives the copy's progress every second and whenever a file is placed.
 	Progress func(Progress)
+	// URL, when set, is where each file is fetched instead of From's /<name>: a hub's
+	// resolve URL (model.source: hub). Secret is then the hub token, sent only when set;
+	// redirects are followed (the hub serves LFS files through its CDN, and Go drops the
+	// Authorization header on a redirect to another host, as huggingface_hub does);
+	// Origin names the source in messages, and Refused classifies an answer other than
+	// 200 or 206 (the hub's errors).
+	URL     func(name string) string
+	Origin  string
+	Refused func(resp *http.Response, name string) error
+}
+
+// origin names the copy's source in messages.
+func (c Copy) origin() string {
+	if c.Origin != "" {
+		return c.Origin
+	}
+	return c.From.String()
 }
 
 // Progress is a copy's progress, reported while it runs. Its fields are
@@ -177,6 +194,9 @@ func (c Copy) Run(ctx context.Context) (Result, error) {
 	defer tr.CloseIdleConnections()
 	// A redirect would take the copy to another server than the one the plan named.
 	s.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if c.URL != nil {
+		s.client.CheckRedirect = nil // the hub's CDN
+	}
 
 	// The first failure ends the others (their errors are its consequences).
 	var failOnce sync.Once
@@ -219,7 +239,7 @@ func (c Copy) Run(ctx context.Context) (Result, error) {
 			if r := s.received.Load(); r != lastReceived {
 				lastReceived, lastChange = r, time.Now()
 			} else if s.downloading() && time.Since(lastChange) > stallAfter {
-				stop(fmt.Errorf("copy from %s: nothing received for %s", c.From, stallAfter))
+				stop(fmt.Errorf("copy from %s: nothing received for %s", c.origin(), stallAfter))
 			}
 		}
 		if c.Progress != nil {
@@ -527,7 +547,7 @@ func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (str
 	corrupt := func(what string) error {
 		_ = file.Close()
 		_ = s.c.Dir.Remove(partial)
-		return fail(ErrCorrupt, "%s from %s: %s; the partial copy was removed", f.Name, s.c.From, what)
+		return fail(ErrCorrupt, "%s from %s: %s; the partial copy was removed", f.Name, s.c.origin(), what)
 	}
 	if have != f.Size {
 		return "", corrupt(fmt.Sprintf("%d bytes arrived, the head's manifest says %d", have, f.Size))
@@ -552,13 +572,19 @@ func (s *syncer) fetch(ctx context.Context, f weights.File, partial string) (str
 
 // download appends the rest of a file from the model server to file, from *have on.
 func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, have *int64, dg *digest, partial string) error {
-	from := s.c.From
-	u := url.URL{Scheme: "http", Host: from.String(), Path: "/" + f.Name}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	from := s.c.origin()
+	u := (&url.URL{Scheme: "http", Host: from, Path: "/" + f.Name}).String()
+	if s.c.URL != nil {
+		u = s.c.URL(f.Name)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+s.c.Secret)
+	if s.c.Secret != "" || s.c.URL == nil {
+		req.Header.Set("Authorization", "Bearer "+s.c.Secret)
+	}
+	req.Header.Set("Accept-Encoding", "identity")
 	if *have > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(*have, 10)+"-")
 	}
@@ -576,6 +602,15 @@ func (s *syncer) download(ctx context.Context, f weights.File, file *os.File, ha
 	body := func() string {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return strings.TrimSpace(string(b))
+	}
+	ok := resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent
+	if !ok && s.c.Refused != nil && resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+		if *have == 0 {
+			// Nothing arrived: leave no empty partial file behind.
+			_ = file.Close()
+			_ = s.c.Dir.Remove(partial)
+		}
+		return s.c.Refused(resp, f.Name)
 	}
 	switch resp.StatusCode {
 	case http.StatusPartialContent:

@@ -1,15 +1,14 @@
-// Command labhub serves one model directory as a repository of the lab's Hugging Face hub
-// (package hub), for the lab's nodes to download from through HF_ENDPOINT. It is built
-// static (CGO_ENABLED=0), so an image FROM scratch holds only it and the model.
+// Command labhub is the lab's Hugging Face hub (package lab/hub) as a server, built static
+// (CGO_ENABLED=0): the lab runs it in a container of its own (FROM scratch) on the lab's
+// management network, serving the lab's model (hub.LabModel, generated from a seed, so the
+// image holds no weights) as a public repository and as a gated one that only the lab's
+// token reads; with -dir it serves that model directory instead.
 package main
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
-	"errors"
 	"flag"
-	"fmt"
 	"io/fs"
+	"log"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,52 +19,43 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "labhub:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	addr := flag.String("addr", ":8080", "listen address")
-	repo := flag.String("repo", "", "repository id, Org/Name")
-	dir := flag.String("dir", "", "the model's directory")
-	gated := flag.Bool("gated", false, "serve the repository as gated")
-	tokens := flag.String("tokens", "", "comma-separated tokens granted the repository")
-	others := flag.String("other-tokens", "", "comma-separated valid tokens without access")
+	listen := flag.String("addr", ":8080", "listen address")
+	dir := flag.String("dir", "", "serve this model directory instead of the generated model")
+	public := flag.String("repo", "lab/tiny-moe", "the public repository (Org/Name) holding the lab's model")
+	gated := flag.String("gated", "lab/gated-moe", "the gated repository holding the same model")
+	shards := flag.Int("shards", 2, "the model's shards")
+	size := flag.Int64("shard-size", 16<<20, "bytes per shard")
+	seed := flag.Uint64("seed", 7, "seed of the shards' content")
 	flag.Parse()
-	if *repo == "" || *dir == "" {
-		return errors.New("-repo and -dir are required")
+	// The token granted the gated repository comes from the environment, not argv.
+	token := os.Getenv("LABHUB_TOKEN")
+	files := hub.LabModel(*shards, *size, *seed)
+	if *dir != "" {
+		var err error
+		if files, err = load(*dir); err != nil {
+			log.Fatal(err)
+		}
 	}
-	files, err := load(*dir)
-	if err != nil {
-		return err
+	h := &hub.Hub{Repos: map[string]*hub.Repo{}, Tokens: map[string][]string{}}
+	for _, r := range []struct {
+		id    string
+		gated bool
+	}{{*public, false}, {*gated, true}} {
+		c := hub.CommitOf(r.id, files)
+		h.Repos[r.id] = &hub.Repo{ID: r.id, Gated: r.gated, Refs: map[string]string{"main": c}, Commits: map[string][]hub.File{c: files}}
 	}
-	commit := commitOf(files)
-	h := &hub.Hub{
-		Repos:  map[string]*hub.Repo{*repo: {ID: *repo, Gated: *gated, Refs: map[string]string{"main": commit}, Commits: map[string][]hub.File{commit: files}}},
-		Tokens: map[string][]string{},
+	if token != "" {
+		h.Tokens[token] = []string{*gated}
 	}
-	for _, t := range split(*tokens) {
-		h.Tokens[t] = []string{*repo}
+	srv := &http.Server{Addr: *listen, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("lab hub on %s: %s and gated %s, %d shards of %d bytes", *listen, *public, *gated, *shards, *size)
+	if err := srv.ListenAndServe(); err != nil && !strings.Contains(err.Error(), "closed") {
+		log.Fatal(err)
 	}
-	for _, t := range split(*others) {
-		h.Tokens[t] = nil
-	}
-	fmt.Printf("labhub: %s at commit %s, %d files, on %s\n", *repo, commit, len(files), *addr)
-	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	return srv.ListenAndServe()
 }
 
-func split(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, ",")
-}
-
-// load reads the model's files; weights and files over 10 MB are LFS files, as the hub's
-// default .gitattributes has them.
+// load reads a model directory's files; weights and files over 10 MB are LFS files, as the
+// hub's default .gitattributes has them.
 func load(dir string) ([]hub.File, error) {
 	var files []hub.File
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -83,14 +73,4 @@ func load(dir string) ([]hub.File, error) {
 		return nil
 	})
 	return files, err
-}
-
-// commitOf derives a commit id from the files, so that the same directory is the same
-// commit every time.
-func commitOf(files []hub.File) string {
-	h := sha1.New()
-	for _, f := range files {
-		fmt.Fprintf(h, "%s %s\n", f.Name, hub.GitBlobID(f.Data))
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
