@@ -33,6 +33,16 @@ type memGuard struct {
 	// the guard finds none running: the guard asks Docker only when memory is below the
 	// floor, never every second (the lab's fault proxies count and fault engine calls).
 	active atomic.Bool
+	// last is the latest sample, for the watches' progress.
+	last atomic.Pointer[contract.HostMemorySample]
+}
+
+// sample is the guard's latest sample, or nil.
+func (g *memGuard) sample() *contract.HostMemorySample {
+	if g == nil {
+		return nil
+	}
+	return g.last.Load()
 }
 
 func (g *memGuard) record(cluster string, t hostmem.Trip) {
@@ -103,6 +113,7 @@ func (a *Agent) GuardMemory(ctx context.Context, gauges *metrics.HostMemory) {
 			lowest = g.Lowest // kept once the engines stop: what a trip fell to
 		}
 		gauges.Set(f.TotalBytes, f.AvailableBytes, lowest, g.Floor)
+		b.guard.last.Store(&contract.HostMemorySample{Node: b.name, AvailableBytes: f.AvailableBytes, LowestBytes: lowest, FloorBytes: g.Floor, TotalBytes: f.TotalBytes, At: time.Now()})
 	}
 }
 

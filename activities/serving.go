@@ -94,8 +94,10 @@ func (v *VLLM) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 			return w.p, ctx.Err()
 		case <-report:
 			w.p.Elapsed = time.Since(started)
+			w.p.Memory = w.v.guard.sample()
 			return w.p, nil
 		case <-hb.C:
+			w.p.Memory = w.v.guard.sample()
 			activity.RecordHeartbeat(ctx, w.p)
 		case <-time.After(wait):
 		}
