@@ -406,6 +406,19 @@ type BootIDRequest struct {
 	Node string `json:"node"`
 }
 
+// GuardTripRequest asks a node whether its memory guard stopped the cluster's engines
+// there (within the last ten minutes).
+type GuardTripRequest struct {
+	Node    string `json:"node"`
+	Cluster string `json:"cluster"`
+}
+
+// GuardTrip is the answer: Message is the trip as HostMemoryPressure says it.
+type GuardTrip struct {
+	Tripped bool   `json:"tripped"`
+	Message string `json:"message,omitempty"`
+}
+
 // AddressRequest asks a node whether its planned address is still on its planned
 // interface.
 type AddressRequest struct {
@@ -436,6 +449,7 @@ const (
 	ActivityRemoveContainers    = "RemoveContainers"
 	ActivityLastOutput          = "LastOutput"
 	ActivityBootID              = "BootID"
+	ActivityGuardTrip           = "GuardTrip"
 	ActivityRayNodesAlive       = "RayNodesAlive"
 	ActivityAddressHolds        = "AddressHolds"
 	ActivityPrepareMaster       = "PrepareMaster"
