@@ -17,6 +17,7 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/tpdeploy/tpdeploy/activities"
@@ -115,7 +116,7 @@ func TestGuardStopsALoadWhenNodeMemoryRunsLow(t *testing.T) {
 	_, _ = rand.Read(b)
 	prefix := "tpd-e2e-guard-" + hex.EncodeToString(b)
 	const nodeMemory, floor = 1 << 30, 128 << 20
-	util := 0.2
+	util := 0.1
 	l, err := lab.Up(ctx, eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, NodeMemory: nodeMemory})
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +166,11 @@ func TestGuardStopsALoadWhenNodeMemoryRunsLow(t *testing.T) {
 		if v, err := mc.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), contract.QueryProgress); err == nil && v.Get(&p) == nil && p.Phase == "loading" && p.ShardsLoaded > 0 {
 			break
 		}
+		//lint:ignore SA1019 as waitPhase does: a nil-safe read of the run's status
+		if d, err := mc.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID()); err == nil &&
+			d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			t.Fatalf("the deploy ended before it loaded: %v", control.Reason(run.Get(ctx, nil)))
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("the deploy never reached loading")
 		}
@@ -183,6 +189,7 @@ func TestGuardStopsALoadWhenNodeMemoryRunsLow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true}) })
 	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +226,9 @@ func TestGuardStopsALoadWhenNodeMemoryRunsLow(t *testing.T) {
 			}
 		}
 	}()
-	err = control.Reason(run.Get(ctx, nil))
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	err = control.Reason(run.Get(wctx, nil))
 	close(done)
 	<-sampled
 	t.Logf("deploy ended after %s: %v", time.Since(start).Round(100*time.Millisecond), err)
