@@ -189,7 +189,9 @@ func TestGuardStopsALoadWhenNodeMemoryRunsLow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true}) })
+	t.Cleanup(func() {
+		_, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+	})
 	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
