@@ -23,7 +23,10 @@ import (
 // reading that cgroup as an agent reads its node's) stops it. The reaction is from the
 // moment the cgroup's available memory fell below the floor (sampled every 10 ms here) to
 // the container's exit as Docker records it. Reported: the median over b.N runs
-// (`make bench`: 5), and the slowest.
+// (`make bench`: 5), and the slowest. The "engine" is python as the container's PID 1,
+// which has no SIGTERM handler, and the kernel ignores unhandled signals for a namespace's
+// init: this is the guard's slow path, its SIGKILL after GuardGrace (vLLM handles SIGTERM
+// and exits at once; the e2e TestGuardStopsALoadWhenNodeMemoryRunsLow measures that path).
 func BenchmarkGuardReaction(b *testing.B) {
 	eng, err := client.New(client.FromEnv)
 	if err != nil {
