@@ -69,6 +69,13 @@ type ContainerOptions struct {
 	// see at ContainerSysfs (the lab: its nodes share one host whose /sys has none of
 	// their HCAs). A real node's containers see the kernel's /sys; empty there.
 	Sysfs string `json:"sysfs,omitempty"`
+	// CgroupParent, when set, is the cgroup the engine containers are created under
+	// (Docker's --cgroup-parent): their memory is then charged to it and bounded by its
+	// limit. The lab's nodes are memory-limited containers, and their engines run under
+	// the node's own cgroup, so that the node's limit is the node's RAM and the agent's
+	// facts (read from that cgroup) count what the engines take, as a real node's
+	// /proc/meminfo does. A real node leaves it empty: engines are the host's.
+	CgroupParent string `json:"cgroup_parent,omitempty"`
 }
 
 // ContainerSysfs is where a container sees Options.Sysfs (a container's own /sys is
@@ -255,6 +262,7 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 		// Should the kernel have to kill for memory, an engine goes before the agent
 		// (which protects itself, guard.go) and the Docker engine (-500 by default).
 		OomScoreAdj: EngineOOMScoreAdj,
+		Resources:   container.Resources{CgroupParent: s.Options.CgroupParent},
 	}
 	for _, d := range s.Devices {
 		host, ctr, _ := strings.Cut(d, ":")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/hostmem"
+	"github.com/tpdeploy/tpdeploy/internal/metrics"
 	"github.com/tpdeploy/tpdeploy/internal/policy"
 )
 
@@ -32,6 +33,16 @@ type memGuard struct {
 	// the guard finds none running: the guard asks Docker only when memory is below the
 	// floor, never every second (the lab's fault proxies count and fault engine calls).
 	active atomic.Bool
+	// last is the latest sample, for the watches' progress.
+	last atomic.Pointer[contract.HostMemorySample]
+}
+
+// sample is the guard's latest sample, or nil.
+func (g *memGuard) sample() *contract.HostMemorySample {
+	if g == nil {
+		return nil
+	}
+	return g.last.Load()
 }
 
 func (g *memGuard) record(cluster string, t hostmem.Trip) {
@@ -67,7 +78,8 @@ func (g *memGuard) trip(cluster string) (hostmem.Trip, bool) {
 // default engine's) and stops them (SIGTERM, then SIGKILL after GuardGrace) and
 // records the trip, which the node's serving watch then reports as HostMemoryPressure.
 // It protects the agent's own OOM score first. It returns when ctx ends.
-func (a *Agent) GuardMemory(ctx context.Context) {
+// Each sample also sets the node's host memory gauges (gauges may be nil).
+func (a *Agent) GuardMemory(ctx context.Context, gauges *metrics.HostMemory) {
 	b, d := a.base, a.Containers.docker
 	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-900"), 0o644); err != nil {
 		b.logger().Warn("cannot protect the agent's oom_score_adj (needs CAP_SYS_RESOURCE)", zap.Int("want", agentOOMScoreAdj), zap.Error(err))
@@ -80,6 +92,7 @@ func (a *Agent) GuardMemory(ctx context.Context) {
 	// the floor asks Docker.
 	b.guard.active.Store(true)
 	var g hostmem.Guard
+	var lowest int64
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -96,6 +109,11 @@ func (a *Agent) GuardMemory(ctx context.Context) {
 			eng, _, err := d.engine(policy.DefaultDockerHost)
 			return eng, err
 		})
+		if g.Lowest > 0 {
+			lowest = g.Lowest // kept once the engines stop: what a trip fell to
+		}
+		gauges.Set(f.TotalBytes, f.AvailableBytes, lowest, g.Floor)
+		b.guard.last.Store(&contract.HostMemorySample{Node: b.name, AvailableBytes: f.AvailableBytes, LowestBytes: lowest, FloorBytes: g.Floor, TotalBytes: f.TotalBytes, At: time.Now()})
 	}
 }
 

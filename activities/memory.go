@@ -2,9 +2,11 @@ package activities
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +46,9 @@ func (s sysfs) memory(pol *policy.Policy) hostmem.Facts {
 		res = pol.HostReserve
 	}
 	f.ReserveBytes = res.Of(f.TotalBytes)
+	if pol != nil && pol.EngineRankMemory > 0 {
+		f.EngineRankBytes = pol.EngineRankMemory
+	}
 	f.Unified, f.UnifiedSource = unifiedGPU(s)
 	return f
 }
@@ -107,4 +112,39 @@ func unifiedGPU(s sysfs) (bool, string) {
 		}
 	})
 	return unifiedOnce.unified, unifiedOnce.source
+}
+
+// OwnCgroup is the agent's own memory cgroup as the Docker engine names it, for
+// ContainerOptions.CgroupParent "self": cgroup v1's memory controller line of
+// /proc/self/cgroup ("4:memory:/docker/ID"), else v2's unified line ("0::/PATH"). It
+// fails when the path is the root ("/": a host's agent, or a container in a private
+// cgroup namespace, which hides its path — cgroup v2's default), where nesting the
+// engines would mean nothing or name the wrong cgroup.
+func OwnCgroup(procSelfCgroup string) (string, error) {
+	var v2 string
+	for line := range strings.SplitSeq(procSelfCgroup, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = parts[2]
+		}
+		for c := range strings.SplitSeq(parts[1], ",") {
+			if c == "memory" {
+				return ownPath(parts[2])
+			}
+		}
+	}
+	if v2 != "" {
+		return ownPath(v2)
+	}
+	return "", fmt.Errorf("/proc/self/cgroup names no memory cgroup")
+}
+
+func ownPath(p string) (string, error) {
+	if p == "" || p == "/" {
+		return "", fmt.Errorf("the agent's memory cgroup is the root (a private cgroup namespace hides its path): engines cannot be nested under it")
+	}
+	return p, nil
 }

@@ -71,3 +71,21 @@ func BenchmarkProbeMemoryFacts(b *testing.B) {
 		}
 	}
 }
+
+// The agent nests the lab's engines under its own memory cgroup: v1's memory line, else
+// v2's unified one; a root path (a host, a private cgroup namespace) is refused.
+func TestOwnCgroup(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"12:pids:/docker/abc\n4:memory:/docker/abc\n1:name=systemd:/docker/abc\n", "/docker/abc"},
+		{"5:cpu,memory:/lab/x\n", "/lab/x"},
+		{"0::/docker/def\n", "/docker/def"},
+		{"0::/\n", ""},
+		{"4:memory:/\n", ""},
+		{"", ""},
+	} {
+		got, err := OwnCgroup(tc.in)
+		if got != tc.want || (err == nil) != (tc.want != "") {
+			t.Errorf("OwnCgroup(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}

@@ -94,8 +94,10 @@ func (v *VLLM) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 			return w.p, ctx.Err()
 		case <-report:
 			w.p.Elapsed = time.Since(started)
+			w.p.Memory = w.v.guard.sample()
 			return w.p, nil
 		case <-hb.C:
+			w.p.Memory = w.v.guard.sample()
 			activity.RecordHeartbeat(ctx, w.p)
 		case <-time.After(wait):
 		}
@@ -303,6 +305,17 @@ func (w *watch) containerRunning(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// GuardTrip says whether this node's memory guard stopped the cluster's engines in the
+// last ten minutes: the deploy asks every node after a failure a lost engine causes, since
+// a Ray worker's node stopped by its guard is, at the head, only a Ray node that died.
+func (v *VLLM) GuardTrip(_ context.Context, req contract.GuardTripRequest) (contract.GuardTrip, error) {
+	t, ok := v.guard.trip(req.Cluster)
+	if !ok {
+		return contract.GuardTrip{}, nil
+	}
+	return contract.GuardTrip{Tripped: true, Message: t.Message(v.name)}, nil
 }
 
 // guardStopped is HostMemoryPressure when this node's memory guard stopped the cluster's

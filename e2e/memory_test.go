@@ -6,6 +6,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +15,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	enumspb "go.temporal.io/api/enums/v1"
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/tpdeploy/tpdeploy/activities"
+	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/hostmem"
 	"github.com/tpdeploy/tpdeploy/internal/images"
+	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/lab"
+	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
 // TestSpecTooLargeForANodeIsRefusedAtPreflight: on a lab whose node containers are
@@ -83,5 +96,186 @@ func TestSpecTooLargeForANodeIsRefusedAtPreflight(t *testing.T) {
 	}
 	if left := containersOf(t, "e2e-mem"); len(left) > 0 {
 		t.Errorf("containers left: %v", left)
+	}
+}
+
+// TestGuardStopsALoadWhenNodeMemoryRunsLow: on a lab whose node-a is a 1 GiB container
+// that computes in host memory (a GB10's unified memory: nodes[].unified_memory, and the
+// simulator's TPDEPLOY_SIM_UNIFIED_MEMORY), a spec that fits at preflight loads; during the
+// load another tenant of the node takes memory, and the engine's own KV-cache allocation
+// (--gpu-memory-utilization × the node's memory, touched pages in the node's cgroup)
+// takes the node below the guard's floor. The kernel's accounting, read from the node's
+// cgroup by the test as the agent reads it, says when; the engine container is stopped
+// within 5 s of that (asserted loosely), the agent survives, the deploy fails
+// HostMemoryPressure naming the lowest MemAvailable, nothing runs on, and no redeploy
+// loops: one while the tenant still holds the memory is refused at preflight.
+func TestGuardStopsALoadWhenNodeMemoryRunsLow(t *testing.T) {
+	ctx := context.Background()
+	root, _ := images.ModuleRoot()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	prefix := "tpd-e2e-guard-" + hex.EncodeToString(b)
+	const nodeMemory, floor = 1 << 30, 128 << 20
+	util := 0.1
+	l, err := lab.Up(ctx, eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, NodeMemory: nodeMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		if err := lab.Down(context.Background(), eng, prefix); err != nil {
+			t.Logf("lab down: %v", err)
+		}
+	})
+	mc, err := tclient.Dial(tclient.Options{HostPort: l.Temporal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	s := labSpec(t, "e2e-guard")
+	yes := true
+	s.Nodes[0].UnifiedMemory = &yes
+	s.Nodes[0].Env = map[string]string{"TPDEPLOY_SIM_SHARDS": "20", "TPDEPLOY_SIM_SHARD_SECONDS": "0.5", "TPDEPLOY_SIM_UNIFIED_MEMORY": "1"}
+	s.Model.ExtraArgs = append(s.Model.ExtraArgs, "--gpu-memory-utilization", fmt.Sprint(util))
+	ctl := control.Controller{Client: mc, SignKey: l.SignKey}
+
+	info, err := eng.ContainerInspect(ctx, l.Nodes[0].Container, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeID := info.Container.ID
+	// available is node-a's memory as its agent reads it (hostmem.Combine): its cgroup's
+	// limit less its use, reclaimable page cache counted back.
+	available := func() int64 {
+		dir := "/sys/fs/cgroup/memory/docker/" + nodeID
+		read := func(name string) string { b, _ := os.ReadFile(filepath.Join(dir, name)); return string(b) }
+		cg, err := hostmem.ParseCgroup1(read("memory.limit_in_bytes"), read("memory.usage_in_bytes"), read("memory.stat"))
+		if err != nil {
+			t.Fatalf("node-a's memory cgroup (cgroup v1, the cgroupfs driver): %v", err)
+		}
+		return cg.Limit - cg.Usage + cg.InactiveFile
+	}
+
+	start := time.Now()
+	run, err := ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "test", ReportEvery: spec.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
+		var p contract.ServingProgress
+		if v, err := mc.QueryWorkflow(ctx, run.GetID(), run.GetRunID(), contract.QueryProgress); err == nil && v.Get(&p) == nil && p.Phase == "loading" && p.ShardsLoaded > 0 {
+			break
+		}
+		//lint:ignore SA1019 as waitPhase does: a nil-safe read of the run's status
+		if d, err := mc.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID()); err == nil &&
+			d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			t.Fatalf("the deploy ended before it loaded: %v", control.Reason(run.Get(ctx, nil)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the deploy never reached loading")
+		}
+	}
+	// The tenant takes what the engine's KV cache will not, less half the floor: the
+	// KV-cache allocation, at the load's end, is what crosses the floor.
+	kv := int64(util * float64(nodeMemory))
+	tenantBytes := available() - kv - floor/2
+	t.Logf("loading after %s: node-a has %s available; the tenant takes %s, the KV cache will take %s",
+		time.Since(start).Round(100*time.Millisecond), hostmem.Human(available()), hostmem.Human(tenantBytes), hostmem.Human(kv))
+	tenant := prefix + "-tenant"
+	created, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{Name: tenant,
+		Config: &container.Config{Image: l.Image, Labels: map[string]string{lab.LabelLab: prefix},
+			Entrypoint: []string{"python3", "-c", "import sys, time\nb = b'\\x01' * int(sys.argv[1])\ntime.sleep(3600)", fmt.Sprint(tenantBytes)}},
+		HostConfig: &container.HostConfig{NetworkMode: "none", Resources: container.Resources{CgroupParent: "/docker/" + nodeID}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Sample node-a's memory and its engine every 100 ms: when it crossed the floor, the
+	// lowest, and when the engine stopped.
+	var crossed, stopped time.Time
+	lowest := int64(nodeMemory)
+	flt := client.Filters{}
+	flt.Add("label", activities.LabelCluster+"="+s.Name)
+	flt.Add("label", activities.LabelNode+"=node-a")
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			a := available()
+			lowest = min(lowest, a)
+			if a < floor && crossed.IsZero() {
+				crossed = time.Now()
+				t.Logf("node-a below the floor at %s: %s available", time.Since(start).Round(100*time.Millisecond), hostmem.Human(a))
+			}
+			if !crossed.IsZero() && stopped.IsZero() {
+				list, err := eng.ContainerList(ctx, client.ContainerListOptions{Filters: flt})
+				if err == nil && len(list.Items) == 0 {
+					stopped = time.Now()
+					t.Logf("node-a's engine stopped at %s", time.Since(start).Round(100*time.Millisecond))
+				}
+			}
+		}
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	err = control.Reason(run.Get(wctx, nil))
+	close(done)
+	<-sampled
+	t.Logf("deploy ended after %s: %v", time.Since(start).Round(100*time.Millisecond), err)
+	var f *control.Failure
+	if !errors.As(err, &f) || f.Type != contract.ErrHostMemoryPressure {
+		t.Fatalf("deploy ended %v, not HostMemoryPressure", err)
+	}
+	for _, want := range []string{"node-a", "(the lowest seen)", "below the guard's floor 128 MiB"} {
+		if !strings.Contains(f.Error(), want) {
+			t.Errorf("failure lacks %q", want)
+		}
+	}
+	switch {
+	case crossed.IsZero():
+		t.Errorf("node-a never went below the floor (lowest %s)", hostmem.Human(lowest))
+	case stopped.IsZero():
+		t.Error("the engine was not seen stopped")
+	default:
+		took := stopped.Sub(crossed)
+		t.Logf("guard reaction: engine stopped %s after node-a crossed the floor (lowest %s)", took.Round(10*time.Millisecond), hostmem.Human(lowest))
+		if took > 8*time.Second {
+			t.Errorf("the engine stopped %s after the crossing, not within ~5 s", took.Round(10*time.Millisecond))
+		}
+	}
+	ni, err := eng.ContainerInspect(ctx, l.Nodes[0].Container, client.ContainerInspectOptions{})
+	if err != nil || !ni.Container.State.Running || ni.Container.State.OOMKilled || ni.Container.RestartCount > 0 {
+		t.Errorf("node-a's agent did not survive: %+v %v", ni.Container.State, err)
+	}
+	if _, err := mc.DescribeWorkflowExecution(ctx, contract.SuperviseWorkflowID(s.Name), ""); err == nil {
+		t.Error("a supervisor runs for a deploy that never served")
+	}
+
+	// While the tenant holds the memory, a redeploy is refused at preflight: no loop of
+	// loads into a full node.
+	again := time.Now()
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = control.Reason(run.Get(ctx, nil))
+	t.Logf("redeploy with the tenant still there ended after %s: %v", time.Since(again).Round(100*time.Millisecond), err)
+	if !errors.As(err, &f) || f.Type != contract.ErrHostMemory {
+		t.Errorf("redeploy ended %v, not HostMemoryInsufficient", err)
+	}
+	if _, err := eng.ContainerRemove(ctx, created.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Error(err)
 	}
 }

@@ -411,6 +411,9 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			// small node's, not the default max(8 GiB, 10 %) of a real one, which the
 			// machine's other work would eat into; so is the memory guard's floor.
 			"TPDEPLOY_HOST_RESERVE=256MiB", "TPDEPLOY_MEMORY_FLOOR=128MiB",
+			// The lab's engine rank is the simulator and a CPU torch process, not a CUDA
+			// one: the admission's estimate of it is its own (measured, lab/README.md).
+			"TPDEPLOY_ENGINE_RANK_MEMORY=" + labEngineRankMemory,
 			// vLLM's API key, for specs with secrets.api_key {env: VLLM_API_KEY}.
 			"VLLM_API_KEY=" + l.APIKey,
 			// Ray's token, for specs with secrets.ray_token {env: RAY_AUTH_TOKEN}.
@@ -427,6 +430,13 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			env = append(env, "TPDEPLOY_LAB_NO_DEFAULT_ROUTE=1")
 		}
 		env = append(env, l.hubEnv()...)
+		if cfg.NodeMemory > 0 && hostCgroupV1() {
+			// The node's engines run under the node's own memory cgroup, so its limit is
+			// the node's RAM for them too (ContainerOptions.CgroupParent). cgroup v2 forbids
+			// it: the node's cgroup holds the agent's processes, and a v2 cgroup with
+			// processes cannot hand the memory controller to children.
+			env = append(env, "TPDEPLOY_CGROUP_PARENT=self")
+		}
 		for k, v := range cfg.NodeEnv {
 			env = append(env, k+"="+v)
 		}
@@ -475,6 +485,17 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		return nil
 	}
 	return waitTCP(ctx, l.Temporal, 60*time.Second)
+}
+
+// labEngineRankMemory is the lab's engine_rank_memory: what one of its engine ranks
+// takes besides weights and KV cache (the simulator, a Ray head's, and the CPU torch
+// process each rank runs), measured in the lab (lab/README.md).
+const labEngineRankMemory = "192MiB"
+
+// hostCgroupV1 says the Docker host runs cgroup v1 (no unified hierarchy at the root).
+func hostCgroupV1() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err != nil
 }
 
 // run creates a container attached to the lab networks named in nets (first the

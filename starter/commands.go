@@ -309,6 +309,17 @@ func printStatus(stdout io.Writer, cluster string, st control.Status) error {
 	if st.Running || st.Result == nil {
 		printEngine(stdout, "  ", st.State.Images, st.State.Engine) // printOutcome shows a result's
 	}
+	if m := st.State.Progress.Memory; m != nil {
+		when := "now"
+		if !st.Running {
+			when = "at the last report, " + m.At.Format(time.RFC3339)
+		}
+		lowest := ""
+		if m.LowestBytes > 0 {
+			lowest = fmt.Sprintf("lowest %s available during the load, ", hostmem.Human(m.LowestBytes))
+		}
+		fmt.Fprintf(stdout, "  host memory on %s: %s%s %s (guard floor %s, of %s)\n", m.Node, lowest, hostmem.Human(m.AvailableBytes), when, hostmem.Human(m.FloorBytes), hostmem.Human(m.TotalBytes))
+	}
 	if len(st.State.Containers) > 0 {
 		// The deploy's own record: the agents are not asked here.
 		fmt.Fprintf(stdout, "  containers the deploy run started:\n")

@@ -73,3 +73,18 @@ func TestStatusLabelsTheDeploysContainersAsItsRecord(t *testing.T) {
 		t.Errorf("containers not shown as the deploy's record:\n%s", out.String())
 	}
 }
+
+// While a deploy loads, status shows the watching node's host memory: the lowest seen
+// during the load and now, with the guard's floor.
+func TestStatusShowsHostMemoryDuringTheLoad(t *testing.T) {
+	st := control.Status{WorkflowID: contract.DeployWorkflowID("lab"), RunID: "r", Running: true,
+		State: workflows.State{Phase: workflows.PhaseWaitingUntilServing, Progress: contract.ServingProgress{Phase: "loading",
+			Memory: &contract.HostMemorySample{Node: "node-a", AvailableBytes: 700 << 20, LowestBytes: 300 << 20, FloorBytes: 128 << 20, TotalBytes: 1 << 30}}}}
+	var out bytes.Buffer
+	if err := printStatus(&out, "lab", st); err != nil {
+		t.Fatal(err)
+	}
+	if want := "host memory on node-a: lowest 300 MiB available during the load, 700 MiB now (guard floor 128 MiB, of 1.0 GiB)"; !strings.Contains(out.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, out.String())
+	}
+}

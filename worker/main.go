@@ -70,11 +70,13 @@ func run(ctx context.Context, args []string) error {
 		hostRoot   = fs.String("host-root", connect.EnvOr("TPDEPLOY_HOST_ROOT", ""), "a directory standing for this node's / when several simulated nodes share one host (the lab): the spec's host paths (hf_cache, model.host_dir) are taken under it; empty on real nodes (env TPDEPLOY_HOST_ROOT)")
 		sysRoot    = fs.String("sys-root", connect.EnvOr("TPDEPLOY_SYS_ROOT", ""), "read sysfs (links' speeds, RDMA devices) here instead of /sys (the lab's simulated nodes); empty on real nodes (env TPDEPLOY_SYS_ROOT)")
 		ctrSysfs   = fs.String("container-sysfs", connect.EnvOr("TPDEPLOY_CONTAINER_SYSFS", ""), "a directory standing for the node's /sys that its containers see at "+activities.ContainerSysfs+" (the lab); empty on real nodes, whose containers see the kernel's (env TPDEPLOY_CONTAINER_SYSFS)")
+		cgParent   = fs.String("cgroup-parent", connect.EnvOr("TPDEPLOY_CGROUP_PARENT", ""), "create the engine containers under this cgroup (docker's --cgroup-parent); self: under the agent's own memory cgroup, for a node that is itself a memory-limited container (the lab), so its limit bounds the engines too; empty on real nodes (env TPDEPLOY_CGROUP_PARENT)")
 		notBefore  = fs.String("intents-not-before", connect.EnvOr("TPDEPLOY_INTENTS_NOT_BEFORE", ""), "refuse every signed spec signed before this RFC 3339 time, e.g. 2026-05-01T00:00:00Z: raising it revokes every older spec (the later of it and the policy file's intents_not_before applies; env TPDEPLOY_INTENTS_NOT_BEFORE)")
 		pinned     = fs.Bool("require-pinned-images", false, "allow images only pinned by content, NAME[:TAG]@sha256:DIGEST (the image ID or its repository digest), never by tag alone (adds to the policy file's require_pinned_images; env TPDEPLOY_REQUIRE_PINNED_IMAGES)")
 		rdmaDevs   = fs.String("rdma-devices", connect.EnvOr("TPDEPLOY_RDMA_DEVICES", ""), "planned: map the plan's HCAs' /dev/infiniband/uverbsN into containers; none: map none (replaces the policy file's rdma_devices; env TPDEPLOY_RDMA_DEVICES)")
 		reserve    = fs.String("host-reserve", connect.EnvOr("TPDEPLOY_HOST_RESERVE", ""), "host memory no deploy may plan to take, e.g. 8GiB,10% (the larger applies; replaces the policy file's host_reserve; default max(8GiB, 10%); env TPDEPLOY_HOST_RESERVE)")
 		floor      = fs.String("memory-floor", connect.EnvOr("TPDEPLOY_MEMORY_FLOOR", ""), "below this much host memory available the agent stops the node's engine containers, e.g. 1GiB,2% (the larger applies; replaces the policy file's memory_floor; default max(1GiB, 2%); env TPDEPLOY_MEMORY_FLOOR)")
+		engineRank = fs.String("engine-rank-memory", connect.EnvOr("TPDEPLOY_ENGINE_RANK_MEMORY", ""), "the admission's estimate of the host memory one engine rank takes besides weights and KV cache, e.g. 2GiB (replaces the policy file's engine_rank_memory; default 2GiB; env TPDEPLOY_ENGINE_RANK_MEMORY)")
 		ulimits    = fs.String("ulimits", connect.EnvSetOr("TPDEPLOY_ULIMITS", strings.Join(defaults.Ulimits, ",")), "comma-separated docker ulimits; empty for none (env TPDEPLOY_ULIMITS)")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
@@ -128,9 +130,19 @@ func run(ctx context.Context, args []string) error {
 	}
 	ctr.HostRoot = *hostRoot
 	ctr.Sysfs = *ctrSysfs
+	if ctr.CgroupParent = *cgParent; ctr.CgroupParent == "self" {
+		b, rerr := os.ReadFile("/proc/self/cgroup")
+		if rerr == nil {
+			ctr.CgroupParent, rerr = activities.OwnCgroup(string(b))
+		}
+		if rerr != nil {
+			err = errors.Join(err, fmt.Errorf("--cgroup-parent self: %w", rerr))
+		}
+	}
 	allow.RDMA = *rdmaDevs
 	allow.HostReserve = *reserve
 	allow.MemoryFloor = *floor
+	allow.EngineRankMemory = *engineRank
 	allow.NotBefore = *notBefore
 	allow.RequirePinned = *pinned
 	if err != nil {
@@ -159,6 +171,7 @@ func run(ctx context.Context, args []string) error {
 
 	live := &metrics.Liveness{}
 	live.Set(false, "starting")
+	var memGauges *metrics.HostMemory
 	if *metricsAt != "" {
 		exp, stopMetrics, err := serveMetrics(*metricsAt, *metricsAll, *node, live, z)
 		if err != nil {
@@ -166,6 +179,9 @@ func run(ctx context.Context, args []string) error {
 		}
 		defer stopMetrics()
 		conn.MetricsHandler = exp.Handler
+		if memGauges, err = exp.RegisterHostMemory(*node); err != nil {
+			return err
+		}
 	}
 
 	copts, err := conn.ClientOptions(nil)
@@ -210,7 +226,7 @@ func run(ctx context.Context, args []string) error {
 	live.Set(true, "polling "+contract.WorkflowQueue+" and "+contract.NodeQueue(*node))
 	z.Info("node agent serving", zap.String("queue", contract.NodeQueue(*node)))
 	go informWorkflows(ctx, c, *node, agent.Probe, z)
-	go agent.GuardMemory(ctx)
+	go agent.GuardMemory(ctx, memGauges)
 	go reconcile(ctx, control.Controller{Client: c, DataConverter: copts.DataConverter}, agent.Containers, z)
 	select {
 	case <-ctx.Done():

@@ -133,6 +133,9 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		}
 		why := d.rebootedMeanwhile(ctx, err)
 		if why == "" {
+			if trip := d.guardTripped(ctx, err); trip != nil {
+				err = trip
+			}
 			break
 		}
 		if d.restarts >= d.maxRestarts() {

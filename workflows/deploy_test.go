@@ -649,6 +649,38 @@ func TestDeployStartsOverWhenAFailureFollowsAReboot(t *testing.T) {
 	}
 }
 
+// A Ray worker's node whose memory guard stopped its engines is, at the head, a Ray node
+// that died: the deploy asks every node's guard and fails HostMemoryPressure naming that
+// node, with what the head saw kept in the message.
+func TestAGuardTripOnAWorkerIsHostMemoryPressure(t *testing.T) {
+	f := fakeagents.New()
+	f.Failures["WatchServing node-a"] = nonRetryable1(contract.ErrRayNodeDead, "ActorDiedError: the actor's node died")
+	f.GuardTrips = map[string]string{"node-b": "node-b: host memory fell to 60 MiB available (the lowest seen)"}
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrHostMemoryPressure {
+		t.Fatalf("deploy: %v", err)
+	}
+	for _, w := range []string{"node-b", "60 MiB available (the lowest seen)", "what the deploy saw: RayNodeDead"} {
+		if !strings.Contains(app.Message(), w) {
+			t.Errorf("message lacks %q: %s", w, app.Message())
+		}
+	}
+	if got := fakeagents.Attempts(f, "GuardTrip node-b"); got != 1 {
+		t.Errorf("node-b's guard asked %d times", got)
+	}
+
+	// No trip anywhere: the head's finding stands.
+	f = fakeagents.New()
+	f.Failures["WatchServing node-a"] = nonRetryable1(contract.ErrRayNodeDead, "ActorDiedError: the actor's node died")
+	env = newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: fakeagents.SeedSpec()})
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != contract.ErrRayNodeDead {
+		t.Fatalf("deploy without a trip: %v", err)
+	}
+}
+
 // A link that came back renamed during the deploy (NCCL then finds no interface of the
 // planned name) is found by asking the nodes whether their planned address is still on the
 // planned interface: the deploy starts over from probing and serves on the new name.

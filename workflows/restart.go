@@ -115,6 +115,38 @@ func (d *deployment) rebootedMeanwhile(ctx workflow.Context, err error) string {
 	return strings.Join(rebooted, "; ")
 }
 
+// engineLoss are the failure types a node's memory guard stopping its engine containers
+// causes elsewhere: the head sees the Ray node die, vLLM exit, NCCL lose a peer.
+var engineLoss = []string{
+	contract.ErrRayNodeDead, contract.ErrEngineDead, contract.ErrContainerExited, contract.ErrVLLMExited, contract.ErrNCCL,
+}
+
+// guardTripped is HostMemoryPressure when, after a failure a lost engine causes, a node's
+// memory guard says it stopped the cluster's engines: what failed was the guard's stop
+// (a Ray worker's node is only a dead Ray node at the head), and the breaker and the
+// operator need the memory, not Ray, named. Nil otherwise.
+func (d *deployment) guardTripped(ctx workflow.Context, err error) error {
+	var se *stepError
+	if !errors.As(err, &se) || !slices.Contains(engineLoss, se.Type) {
+		return nil
+	}
+	if workflow.GetVersion(ctx, "guard-trip-named", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	futures := map[string]workflow.Future{}
+	for _, n := range d.spec.Nodes {
+		actx := onNode(ctx, d.spec, n.Name, "memory guard of "+n.Name, checkStep(d.spec))
+		futures[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityGuardTrip, contract.GuardTripRequest{Node: n.Name, Cluster: d.spec.Name})
+	}
+	for _, n := range d.spec.Nodes {
+		var t contract.GuardTrip
+		if futures[n.Name].Get(ctx, &t) == nil && t.Tripped {
+			return &stepError{Step: se.Step, Node: n.Name, Type: contract.ErrHostMemoryPressure, Msg: t.Message + " (what the deploy saw: " + se.Type + ": " + se.Msg + ")"}
+		}
+	}
+	return nil
+}
+
 func (d *deployment) maxRestarts() int {
 	if d.req.MaxRestarts > 0 {
 		return d.req.MaxRestarts

@@ -340,6 +340,20 @@ type ServingProgress struct {
 	// load whose count stands still for timeouts.load_stall (LoadStalled).
 	Lines    int    `json:"lines,omitempty"`
 	LastLine string `json:"last_line,omitempty"`
+	// Memory is the watching node's host memory as its guard last sampled it (`starter
+	// status` shows it); nil before the guard's first sample.
+	Memory *HostMemorySample `json:"memory,omitempty"`
+}
+
+// HostMemorySample is a node's host memory as its agent's guard sampled it: available
+// now, the lowest seen while its engines ran, the guard's floor and the node's memory.
+type HostMemorySample struct {
+	Node           string    `json:"node"`
+	AvailableBytes int64     `json:"available_bytes"`
+	LowestBytes    int64     `json:"lowest_bytes,omitempty"`
+	FloorBytes     int64     `json:"floor_bytes"`
+	TotalBytes     int64     `json:"total_bytes"`
+	At             time.Time `json:"at"`
 }
 
 // RemoveRequest removes a cluster's containers on one node, optionally only some roles.
@@ -392,6 +406,19 @@ type BootIDRequest struct {
 	Node string `json:"node"`
 }
 
+// GuardTripRequest asks a node whether its memory guard stopped the cluster's engines
+// there (within the last ten minutes).
+type GuardTripRequest struct {
+	Node    string `json:"node"`
+	Cluster string `json:"cluster"`
+}
+
+// GuardTrip is the answer: Message is the trip as HostMemoryPressure says it.
+type GuardTrip struct {
+	Tripped bool   `json:"tripped"`
+	Message string `json:"message,omitempty"`
+}
+
 // AddressRequest asks a node whether its planned address is still on its planned
 // interface.
 type AddressRequest struct {
@@ -422,6 +449,7 @@ const (
 	ActivityRemoveContainers    = "RemoveContainers"
 	ActivityLastOutput          = "LastOutput"
 	ActivityBootID              = "BootID"
+	ActivityGuardTrip           = "GuardTrip"
 	ActivityRayNodesAlive       = "RayNodesAlive"
 	ActivityAddressHolds        = "AddressHolds"
 	ActivityPrepareMaster       = "PrepareMaster"

@@ -91,6 +91,7 @@ var Unsigned = map[string]string{
 	ActivityRayNodesAlive:       "reads Ray's node table",
 	ActivityLastOutput:          "reads what the cluster's containers printed last",
 	ActivityBootID:              "reads the kernel's boot ID",
+	ActivityGuardTrip:           "reads whether the node's memory guard stopped the cluster's engines",
 	ActivityAddressHolds:        "reads whether an address is still on its interface",
 	ActivityModelManifest:       "describes the model's files under an allowed mount",
 	ActivityResolveHubModel:     "reads a repository's file list from a hub the policy allows (allowed_hub_endpoints), with a token the policy allows",

@@ -65,6 +65,8 @@ type Agents struct {
 	Started    chan string // receives "Method node" when an activity starts, if set
 	// BootIDs are the nodes' boot IDs (default "boot-1").
 	BootIDs map[string]string
+	// GuardTrips: node → the message its memory guard's trip reports (none: no trip).
+	GuardTrips map[string]string
 	// TeardownBusy makes TeardownRunning report a running teardown.
 	TeardownBusy bool
 	// Serving is what ServingDeployment reports serves the cluster (none by default).
@@ -508,6 +510,19 @@ func (f *Agents) BootID(ctx context.Context, req contract.BootIDRequest) (string
 		return id, nil
 	}
 	return "boot-" + req.Node, nil // what SeedProbe reports
+}
+
+// GuardTrip answers whether the node's memory guard stopped the cluster's engines.
+func (f *Agents) GuardTrip(ctx context.Context, req contract.GuardTripRequest) (contract.GuardTrip, error) {
+	if err := f.record(ctx, "GuardTrip", req.Node, ""); err != nil {
+		return contract.GuardTrip{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m := f.GuardTrips[req.Node]; m != "" {
+		return contract.GuardTrip{Tripped: true, Message: m}, nil
+	}
+	return contract.GuardTrip{}, nil
 }
 
 // LastOutput answers what a node's containers printed last: one line naming the node.

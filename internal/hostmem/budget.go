@@ -151,7 +151,7 @@ type Budget struct {
 // Decide makes a node's budget: on unified memory the engine's take is the larger of its
 // weights and utilization × total per rank (vLLM's requested memory, which holds the
 // weights and the KV cache), on a discrete GPU none of it is host memory; every rank adds
-// EngineRankBytes, NCCLRankBytes when the deploy spans nodes; the reserve goes on top.
+// EngineRankBytes (or the node policy's engine_rank_memory), NCCLRankBytes when the deploy spans nodes; the reserve goes on top.
 // It fits when that need is at most what the node has available now.
 func Decide(in Input) Budget {
 	f := in.Facts
@@ -165,7 +165,11 @@ func Decide(in Input) Budget {
 	} else if in.ModelBytes == 0 {
 		b.Notes = append(b.Notes, "model size unknown here (not on this node yet, or inside the image): weights counted as the utilization's share only")
 	}
-	b.EngineBytes = int64(in.Ranks) * EngineRankBytes
+	perRank := EngineRankBytes
+	if f.EngineRankBytes > 0 {
+		perRank = f.EngineRankBytes // the node's policy, as its agent reported it
+	}
+	b.EngineBytes = int64(in.Ranks) * perRank
 	if in.MultiNode {
 		b.NCCLBytes = int64(in.Ranks) * NCCLRankBytes
 	}

@@ -27,6 +27,8 @@ func TestDecide(t *testing.T) {
 			true, 2*GiB + 256*MiB + 256*MiB},
 		{"a lab node too small", Input{Facts: Facts{TotalBytes: GiB, AvailableBytes: 900 * MiB}, Ranks: 1, WorldSize: 2, MultiNode: true, Reserve: &small},
 			false, 2*GiB + 256*MiB + 256*MiB},
+		{"the node policy's engine_rank_memory replaces the estimate", Input{Facts: Facts{TotalBytes: GiB, AvailableBytes: 900 * MiB, EngineRankBytes: 192 * MiB}, Ranks: 1, WorldSize: 2, MultiNode: true, Reserve: &small},
+			true, 192*MiB + 256*MiB + 256*MiB},
 	} {
 		b := Decide(tc.in)
 		if b.Fits != tc.fits {

@@ -47,6 +47,9 @@ type Facts struct {
 	UnifiedSource string `json:"unified_source,omitempty"`
 	// ReserveBytes is what the node's policy keeps for the host (policy.HostReserve).
 	ReserveBytes int64 `json:"reserve_bytes,omitempty"`
+	// EngineRankBytes is the node policy's estimate of one engine rank's own memory
+	// (policy.EngineRankMemory; 0: EngineRankBytes).
+	EngineRankBytes int64 `json:"engine_rank_bytes,omitempty"`
 	// Error is why the facts could not be read (the fields are then zero).
 	Error string `json:"error,omitempty"`
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -169,4 +170,52 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, serveErr)
 	}
 	return err
+}
+
+// Host memory gauges, per node (label node), as the agent's memory guard samples them
+// every second (activities.GuardMemory): what is available now, the lowest seen while the
+// node's engines last ran (kept after they stop; 0 before any ran), the guard's
+// floor and the node's total (the memory cgroup's limit when the node is a container).
+const (
+	HostMemoryAvailable = "tpdeploy_host_memory_available_bytes"
+	HostMemoryLowest    = "tpdeploy_host_memory_lowest_bytes"
+	HostMemoryFloor     = "tpdeploy_host_memory_floor_bytes"
+	HostMemoryTotal     = "tpdeploy_host_memory_total_bytes"
+)
+
+// HostMemory is the guard's last sample, which the host memory gauges read. A nil
+// HostMemory records nothing (an agent without --metrics-addr).
+type HostMemory struct {
+	available, lowest, floor, total atomic.Int64
+}
+
+// Set records one sample.
+func (m *HostMemory) Set(total, available, lowest, floor int64) {
+	if m == nil {
+		return
+	}
+	m.total.Store(total)
+	m.available.Store(available)
+	m.lowest.Store(lowest)
+	m.floor.Store(floor)
+}
+
+// RegisterHostMemory adds node's host memory gauges and returns what sets them.
+func (e *Exporter) RegisterHostMemory(node string) (*HostMemory, error) {
+	m := &HostMemory{}
+	var errs []error
+	for _, g := range []struct {
+		name, help string
+		v          *atomic.Int64
+	}{
+		{HostMemoryAvailable, "Host memory available now (MemAvailable, or what the node's memory cgroup may still take), in bytes.", &m.available},
+		{HostMemoryLowest, "The lowest host memory available seen while the node's engine containers last ran (kept after they stop; 0 before any ran), in bytes.", &m.lowest},
+		{HostMemoryFloor, "The memory guard's floor: below it available, the agent stops the node's engine containers, in bytes.", &m.floor},
+		{HostMemoryTotal, "The node's memory (MemTotal, or its memory cgroup's limit), in bytes.", &m.total},
+	} {
+		v := g.v
+		errs = append(errs, e.registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help,
+			ConstLabels: prometheus.Labels{"node": node}}, func() float64 { return float64(v.Load()) })))
+	}
+	return m, errors.Join(errs...)
 }

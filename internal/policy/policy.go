@@ -19,6 +19,7 @@
 //	intents_not_before: "2026-05-01T00:00:00Z"   # refuse every spec signed earlier
 //	host_reserve: "8GiB,10%"   # host memory no deploy may plan to take: the larger applies (the default)
 //	memory_floor: "1GiB,2%"    # below this available, the agent stops the engines (the default)
+//	engine_rank_memory: 2GiB   # host memory an engine rank takes besides weights and KV cache (the default estimate)
 //
 // With trusted_keys set, the agent acts (containers, vLLM, model files, removals) only on
 // requests carrying a spec signed by one of those keys (package intent), and only as that
@@ -195,6 +196,10 @@ type Policy struct {
 	// MemoryFloor is the guard's floor: below it available, the agent stops the node's
 	// engine containers (hostmem.Guard); the default is hostmem.DefaultFloor.
 	MemoryFloor hostmem.Reserve
+	// EngineRankMemory is the budget's estimate of what one engine rank takes of host
+	// memory besides weights and KV cache (hostmem.Decide); the default is
+	// hostmem.EngineRankBytes. A fleet that measured its engines' footprint states it here.
+	EngineRankMemory int64
 	// File is the policy file an operator edits to change it (DefaultFile when none was read).
 	File  string
 	ports []portRange
@@ -219,6 +224,8 @@ type Overrides struct {
 	HostReserve string
 	// MemoryFloor, when set, replaces the file's memory_floor.
 	MemoryFloor string
+	// EngineRankMemory, when set, replaces the file's engine_rank_memory ("2GiB").
+	EngineRankMemory string
 	// TrustedKeys are "ID=BASE64" or "BASE64" (the ID is then the key's fingerprint).
 	TrustedKeys []string
 	// NotBefore, RFC 3339, revokes intents signed earlier; the later of it and the
@@ -255,6 +262,7 @@ type file struct {
 	NotBefore    *string           `json:"intents_not_before"`
 	HostReserve  *string           `json:"host_reserve"`
 	MemoryFloor  *string           `json:"memory_floor"`
+	EngineRank   *string           `json:"engine_rank_memory"`
 }
 
 // Default is the policy of a node whose operator set nothing.
@@ -342,6 +350,18 @@ func Parse(data []byte, name string, add Overrides) (Policy, error) {
 			continue
 		}
 		p.MemoryFloor = res
+	}
+	p.EngineRankMemory = hostmem.EngineRankBytes
+	for _, r := range []*string{f.EngineRank, &add.EngineRankMemory} {
+		if r == nil || *r == "" {
+			continue
+		}
+		n, err := hostmem.ParseSize(*r)
+		if err != nil || n <= 0 {
+			problems = append(problems, fmt.Errorf("engine_rank_memory: %q is not a size above zero (2GiB, 512MiB)", *r))
+			continue
+		}
+		p.EngineRankMemory = n
 	}
 	if p.RDMA != RDMAPlanned && p.RDMA != RDMANone {
 		problems = append(problems, fmt.Errorf("%s: %q must be %q or %q", SettingRDMA, p.RDMA, RDMAPlanned, RDMANone))

@@ -558,3 +558,22 @@ func TestHubEndpoints(t *testing.T) {
 		t.Error("an endpoint without a scheme is accepted")
 	}
 }
+
+// engine_rank_memory: the default is hostmem.EngineRankBytes; the file's and the flag's
+// replace it; a size of zero or no size is refused.
+func TestEngineRankMemory(t *testing.T) {
+	if got := Default().EngineRankMemory; got != hostmem.EngineRankBytes {
+		t.Fatalf("default: %d", got)
+	}
+	if p, err := Parse([]byte("engine_rank_memory: 512MiB\n"), "x", Overrides{}); err != nil || p.EngineRankMemory != 512*hostmem.MiB {
+		t.Fatalf("file: %d, %v", p.EngineRankMemory, err)
+	}
+	if p, _ := Parse([]byte("engine_rank_memory: 512MiB\n"), "x", Overrides{EngineRankMemory: "192MiB"}); p.EngineRankMemory != 192*hostmem.MiB {
+		t.Fatalf("flag: %d", p.EngineRankMemory)
+	}
+	for _, bad := range []string{"lots", "0"} {
+		if _, err := Parse([]byte("engine_rank_memory: "+bad+"\n"), "x", Overrides{}); err == nil || !strings.Contains(err.Error(), "engine_rank_memory") {
+			t.Fatalf("engine_rank_memory %s: %v", bad, err)
+		}
+	}
+}

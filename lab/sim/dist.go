@@ -309,6 +309,9 @@ func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, env
 		_ = gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": err.Error()}, nil)
 		return errReported
 	}
+	// The weights' share only (memory.go): the driver hands a Ray worker no
+	// --gpu-memory-utilization, so its KV cache is not modelled.
+	newWeightLoad(rs.Model, rs.World, 1).all()
 	select {
 	case <-ctx.Done():
 		return nil

@@ -182,10 +182,18 @@ func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, o ran
 		return errReported
 	}
 	loadFor := time.Duration(envFloat(envShardSeconds, 0.5)*float64(time.Second)) * time.Duration(envFloat(envShards, 8))
+	w := newWeightLoad(f.model, world, 1)
+	w.all()
 	select {
 	case <-ctx.Done():
 		return nil
 	case <-time.After(loadFor):
+	}
+	// The KV cache is allocated when the load ends, not after the profiling collective as
+	// upstream does: the lab's worker answers collectives in a loop from here on.
+	if err := w.kvCache(f.args, o.log); err != nil {
+		_ = enc.Encode(mpResult{Error: err.Error()})
+		return errReported
 	}
 	o.log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", loadFor.Seconds()))
 	if err := enc.Encode(mpResult{Loaded: true}); err != nil {

@@ -659,6 +659,7 @@ func (e *engine) load(ctx context.Context) error {
 	if err := checkWeights(e.flags.model, e.log); err != nil {
 		return err // rank 0 reads the head node's copy
 	}
+	w := newWeightLoad(e.flags.model, e.world, n) // memory.go: what the load takes of the node's memory
 	for i := 0; i <= n; i++ {
 		if i > 0 {
 			select {
@@ -666,6 +667,7 @@ func (e *engine) load(ctx context.Context) error {
 				return ctx.Err()
 			case <-time.After(per):
 			}
+			w.shard(i)
 		}
 		if err := e.lostErr(); err != nil {
 			return err
@@ -678,6 +680,9 @@ func (e *engine) load(ctx context.Context) error {
 	}
 	e.log("INFO", "gpu_model_runner.py:2392", fmt.Sprintf("Model loading took 0.0625 GiB and %.6f seconds", time.Since(start).Seconds()))
 	if err := e.collective(ctx); err != nil {
+		return err
+	}
+	if err := w.kvCache(e.flags.args, e.log); err != nil {
 		return err
 	}
 	go func() {
