@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -229,14 +230,18 @@ func rayWorkerSpec(req contract.StartRayRequest, o ContainerOptions) containerSp
 }
 
 // vllmArgs is vLLM's argument vector: `vllm serve MODEL --tensor-parallel-size T
-// --pipeline-parallel-size P --distributed-executor-backend ray --host 0.0.0.0 --port N
+// --pipeline-parallel-size P --distributed-executor-backend ray --host HOST --port N
 // --served-model-name S` + the spec's extra args. It runs in the Ray head's container.
-func vllmArgs(c spec.Cluster) []string {
+// HOST is the head's planned address: vLLM binds (args.host or "", args.port), every
+// interface without one (vllm/entrypoints/openai/api_server.py, create_server_socket), and
+// its API key guards only some routes, so it answers on the cluster's network alone — where
+// the checks, the canary and the router reach it (http://PLANNED:PORT).
+func vllmArgs(c spec.Cluster, host netip.Addr) []string {
 	cmd := []string{"vllm", "serve", c.Model.Path,
 		"--tensor-parallel-size", strconv.Itoa(c.Parallel.Tensor),
 		"--pipeline-parallel-size", strconv.Itoa(max(c.Parallel.Pipeline, 1)),
 		"--distributed-executor-backend", "ray",
-		"--host", "0.0.0.0", "--port", strconv.Itoa(c.Ports.VLLM),
+		"--host", host.String(), "--port", strconv.Itoa(c.Ports.VLLM),
 		"--served-model-name", c.Model.ServedName}
 	return append(cmd, c.Model.ExtraArgs...)
 }

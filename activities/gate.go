@@ -129,3 +129,16 @@ func (b *nodeBase) verify(s contract.Signature) (*spec.Cluster, error) {
 	}
 	return &c, nil
 }
+
+// VerifyRemoval checks in as the gate checks a removal of cluster's containers: signed by
+// a key this node trusts, of a spec of that cluster (an expired or revoked signature still
+// removes). Nil without trusted_keys. The start-up reconcile (control.Controller.Wanted)
+// holds the teardown or deploy run it removes containers on to it: anyone who can start a
+// workflow can start one under those IDs.
+func (a *Agent) VerifyRemoval(in *contract.Intent, cluster string) error {
+	if !a.base.enforced() {
+		return nil
+	}
+	_, err := a.base.verify(contract.Signature{Intent: in, Removal: true, Cluster: &cluster})
+	return err
+}

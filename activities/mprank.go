@@ -34,7 +34,9 @@ while :; do sleep 1 & wait $!; done
 
 // mpArgs is one node's `vllm serve` in vLLM's own multi-node mode (vllm/engine/arg_utils.py:
 // --nnodes, --node-rank, --master-addr, --master-port; --headless in cli_args.py).
-func mpArgs(c spec.Cluster, masterAddr netip.Addr, rank int) []string {
+// Each node's vLLM listens at its planned address (vllmArgs says why); only rank 0 serves
+// the API, and a headless rank takes the option all the same.
+func mpArgs(c spec.Cluster, masterAddr, host netip.Addr, rank int) []string {
 	cmd := []string{"vllm", "serve", c.Model.Path,
 		"--tensor-parallel-size", strconv.Itoa(c.Parallel.Tensor),
 		"--pipeline-parallel-size", strconv.Itoa(max(c.Parallel.Pipeline, 1)),
@@ -47,7 +49,7 @@ func mpArgs(c spec.Cluster, masterAddr netip.Addr, rank int) []string {
 	if c.Model.Revision != "" {
 		cmd = append(cmd, "--revision", c.Model.Revision)
 	}
-	cmd = append(cmd, "--host", "0.0.0.0", "--port", strconv.Itoa(c.Ports.VLLM), "--served-model-name", c.Model.ServedName)
+	cmd = append(cmd, "--host", host.String(), "--port", strconv.Itoa(c.Ports.VLLM), "--served-model-name", c.Model.ServedName)
 	return append(cmd, c.Model.ExtraArgs...)
 }
 
@@ -60,7 +62,7 @@ func rankSpec(req contract.RankRequest, o ContainerOptions) (containerSpec, []st
 	if !ok || !hok {
 		return containerSpec{}, nil, fmt.Errorf("the plan has no address for %s or the head", req.Node)
 	}
-	argv := mpArgs(req.Spec, head.Address, req.Rank)
+	argv := mpArgs(req.Spec, head.Address, np.Address, req.Rank)
 	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleVLLM, o)
 	s.Entrypoint = []string{"/bin/sh", "-c", vllmRankEntrypoint, "sh"}
 	s.Cmd, s.Env = argv, containerEnv(np, n, nil)

@@ -46,6 +46,10 @@ func (v *VLLM) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (cont
 	if err := v.allowed(func(p policy.Policy) error { return p.CheckPorts(req.Spec.Ports.VLLM) }); err != nil {
 		return contract.ContainerRef{}, err
 	}
+	argv, err := launchArgs(req)
+	if err != nil {
+		return contract.ContainerRef{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrBadRequest, nil)
+	}
 	eng, addr, err := v.docker.engine(n.DockerHost)
 	if err != nil {
 		return contract.ContainerRef{}, err
@@ -70,8 +74,18 @@ func (v *VLLM) LaunchVLLM(ctx context.Context, req contract.LaunchRequest) (cont
 		env = append(env, "VLLM_CONFIG_ROOT="+vllmConfigRoot)
 	}
 	ref := contract.ContainerRef{Node: v.name, Role: contract.RoleVLLM, Name: head, ID: info.Container.ID}
-	ref.PID, ref.Adopted, err = v.launchVLLM(ctx, eng, addr, head, vllmArgs(req.Spec), env, noCarry, req.Replace)
+	ref.PID, ref.Adopted, err = v.launchVLLM(ctx, eng, addr, head, argv, env, noCarry, req.Replace)
 	return ref, err
+}
+
+// launchArgs is the head's `vllm serve` for a launch over Ray, listening at the head's
+// planned address.
+func launchArgs(req contract.LaunchRequest) ([]string, error) {
+	np, ok := req.Plan.Node(req.Node)
+	if !ok || !np.Address.IsValid() {
+		return nil, fmt.Errorf("the plan has no address for %s, where vllm would listen", req.Node)
+	}
+	return vllmArgs(req.Spec, np.Address), nil
 }
 
 // secretList is the resolved secrets as an exec's KEY=VALUE environment, sorted.

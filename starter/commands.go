@@ -193,6 +193,9 @@ func printSupervision(w io.Writer, sv *workflows.Supervision) {
 	if sv.Canary != "" {
 		fmt.Fprintf(w, "  canary: %s\n", sv.Canary)
 	}
+	if sv.Refused != "" {
+		fmt.Fprintf(w, "  supervisor: %s\n", sv.Refused)
+	}
 	fmt.Fprintf(w, "  supervisor: %d incidents, %d redeploys\n", len(sv.Incidents), sv.Redeploys)
 	for _, inc := range sv.Incidents {
 		where := ""

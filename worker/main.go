@@ -227,7 +227,12 @@ func run(ctx context.Context, args []string) error {
 	z.Info("node agent serving", zap.String("queue", contract.NodeQueue(*node)))
 	go informWorkflows(ctx, c, *node, agent.Probe, z)
 	go agent.GuardMemory(ctx, memGauges)
-	go reconcile(ctx, control.Controller{Client: c, DataConverter: copts.DataConverter}, agent.Containers, z)
+	rctl := control.Controller{Client: c, DataConverter: copts.DataConverter}
+	if nodePolicy.Enforced() {
+		// A signed node removes containers at start-up only on a run an operator signed.
+		rctl.VerifyRemoval = agent.VerifyRemoval
+	}
+	go reconcile(ctx, rctl, agent.Containers, z)
 	select {
 	case <-ctx.Done():
 		z.Info("shutting down")

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"slices"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/intent"
 	"github.com/tpdeploy/tpdeploy/internal/metrics"
 	"github.com/tpdeploy/tpdeploy/internal/searchattr"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
@@ -75,6 +77,13 @@ type Supervision struct {
 	// Serving is the deploy run that last reached serving, the one a staged deploy of
 	// another spec runs beside.
 	Serving *contract.ServingDeployment `json:"serving,omitempty"`
+	// OperatorKey is the ed25519 public key of the first signed spec this cluster's
+	// supervisor served (its intent's key_id is the key's fingerprint): from then on a
+	// deployed signal is adopted only with a spec that key signed. Nil: no signed spec
+	// was served yet, and a signal is adopted as it comes.
+	OperatorKey []byte `json:"operator_key,omitempty"`
+	// Refused is the last deployed signal not adopted, and why.
+	Refused string `json:"refused,omitempty"`
 }
 
 // Deployed is what contract.SignalDeployed carries: the spec that now serves and the
@@ -166,6 +175,9 @@ func newSupervisor(req SuperviseRequest) *supervisor {
 	if sv.state.Incidents == nil {
 		sv.state.Incidents = []Incident{}
 	}
+	// The spec it is started with is the operator's, by the key its signature verifies
+	// with: the first signed one the cluster served, kept from then on (State).
+	sv.pin(req.Intent, req.Spec)
 	if sv.state.NextCooldown <= 0 {
 		sv.state.NextCooldown = spec.Duration(sv.cooldown)
 	}
@@ -323,13 +335,57 @@ func (sv *supervisor) health(ctx workflow.Context, h contract.ClusterHealth) *In
 	return sv.newIncident(ctx, watchCause(h.Cause), "", h.Detail)
 }
 
+// verifyDeployedVersion: from here on, a supervisor that holds an operator's key refuses a
+// deployed signal that key did not sign (its spec is not adopted, its breaker stays as it
+// is). Histories from before took every signal; none of them was refused.
+const verifyDeployedVersion = "verify-deployed"
+
 // deployed is a deploy that reached serving: the spec the supervisor puts back from now
-// on; a degraded cluster is healthy again.
+// on; a degraded cluster is healthy again. Anyone who can signal the workflow can send
+// one, so once the supervisor holds the operator's key, only a spec that key signed is
+// adopted; the check is a pure function of the signal and the carried state, so it
+// replays.
 func (sv *supervisor) deployed(ctx workflow.Context, s Deployed) {
+	if err := sv.verifyDeployed(s); err != nil &&
+		workflow.GetVersion(ctx, verifyDeployedVersion, workflow.DefaultVersion, 1) == 1 {
+		sv.state.Refused = fmt.Sprintf("a deployed signal of spec %s was not adopted: %v", s.Spec.WithDefaults().Hash(), err)
+		workflow.GetLogger(ctx).Warn("deployed signal refused", "cluster", sv.spec.Name, "why", sv.state.Refused)
+		return
+	}
+	sv.pin(s.Intent, s.Spec)
 	sv.spec, sv.intent = s.Spec.WithDefaults(), s.Intent
 	sv.state.Serving = s.Serving
 	sv.rearm(ctx, "a deploy serves spec "+sv.spec.Hash())
 	sv.state.Healthy, sv.state.Failures = true, 0
+}
+
+// verifyDeployed says why a deployed signal is not the operator's, or nil: once a key is
+// held, the signal must carry an intent that key signed, of the signal's own spec.
+func (sv *supervisor) verifyDeployed(s Deployed) error {
+	key := ed25519.PublicKey(sv.state.OperatorKey)
+	if key == nil {
+		return nil
+	}
+	if s.Intent == nil {
+		return fmt.Errorf("it is unsigned, and this supervisor serves specs signed by %s", intent.KeyID(key))
+	}
+	signed, err := intent.Verify(s.Intent, key)
+	if err != nil {
+		return err
+	}
+	return intent.Matches(signed, s.Spec)
+}
+
+// pin takes the operator's key from a signed spec, when the supervisor holds none yet: the
+// key the intent carries, once the intent's signature verifies with it and signs c.
+func (sv *supervisor) pin(in *contract.Intent, c spec.Cluster) {
+	if sv.state.OperatorKey != nil || in == nil || len(in.PublicKey) != ed25519.PublicKeySize {
+		return
+	}
+	key := ed25519.PublicKey(in.PublicKey)
+	if signed, err := intent.Verify(in, key); err == nil && intent.Matches(signed, c) == nil {
+		sv.state.OperatorKey = slices.Clone(in.PublicKey)
+	}
 }
 
 // rollback: a deploy of another spec failed after touching the cluster; the spec that

@@ -262,7 +262,8 @@ func TestSupervisorHandsOnEveryFieldOfItsState(t *testing.T) {
 		Incidents: []Incident{{At: at, Node: "node-b", Cause: CauseReboot, Seen: "boot ID changed", Action: "redeployed",
 			Attempts: 2, Outcome: OutcomeFailed, Error: "x", Took: time.Minute, LastOutput: map[string]string{"node-a": "last line"}}},
 		Degraded: true, LastCause: "redeploy failed: x", NextTry: at, NextCooldown: spec.Duration(2 * time.Hour), Redeploys: 7,
-		Serving: &contract.ServingDeployment{RunID: "run-1", SpecHash: "5pec", Endpoint: "http://192.168.200.12:8000"},
+		Serving:     &contract.ServingDeployment{RunID: "run-1", SpecHash: "5pec", Endpoint: "http://192.168.200.12:8000"},
+		OperatorKey: make([]byte, 32), Refused: "a deployed signal of spec x was not adopted: it is unsigned",
 	}
 	v := reflect.ValueOf(state)
 	for i := range v.NumField() {

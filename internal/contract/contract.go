@@ -122,6 +122,11 @@ type Intent struct {
 	Sig      []byte    `json:"sig"`
 	SignedAt time.Time `json:"signed_at,omitzero"`
 	NotAfter time.Time `json:"not_after,omitzero"`
+	// PublicKey is the signer's ed25519 public key, outside the signed bytes: agents
+	// ignore it (they verify with their own trusted_keys); a supervisor takes the key of
+	// the signed spec it is started with, once the signature verifies with it, and holds
+	// every later deployed signal to it (workflows/supervise.go).
+	PublicKey []byte `json:"public_key,omitempty"`
 }
 
 // ProbeRequest asks a node agent to describe its node.

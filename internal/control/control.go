@@ -51,6 +51,11 @@ type Controller struct {
 	// SignValidFor, when positive, makes those signatures expire that long after they are
 	// made (the intent's not_after); zero: they do not expire.
 	SignValidFor time.Duration
+	// VerifyRemoval, when set (a node agent with trusted_keys: activities.Agent.VerifyRemoval),
+	// must accept the operator's signature, for the cluster, of the run Wanted reads before
+	// it says that a cluster's containers may go: anyone who can start a workflow could
+	// start one under the teardown's or the deploy's ID.
+	VerifyRemoval func(in *contract.Intent, cluster string) error
 }
 
 // sign is s signed with the operator's key, or nil without one.

@@ -289,6 +289,33 @@ func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
 	return fmt.Sprintf("serving at %s; ray: %d nodes alive", st.Result.Endpoint, len(plan.Nodes)), true
 }
 
+// signedRun checks, when VerifyRemoval is set, that the run of workflow id (a deploy, or
+// with teardown a teardown) was started with a request that carries the operator's
+// signature of a spec of cluster.
+func (c Controller) signedRun(ctx context.Context, cluster, id, runID string, teardown bool) error {
+	if c.VerifyRemoval == nil {
+		return nil
+	}
+	var in *contract.Intent
+	if teardown {
+		var req workflows.TeardownRequest
+		if err := c.firstInput(ctx, id, runID, &req); err != nil {
+			return err
+		}
+		in = req.Intent
+	} else {
+		req, err := c.deployRequest(ctx, id, runID)
+		if err != nil {
+			return err
+		}
+		in = req.Intent
+	}
+	if err := c.VerifyRemoval(in, cluster); err != nil {
+		return fmt.Errorf("%s run %s is not an operator's for %s, so its containers are left alone: %w", id, runID, cluster, err)
+	}
+	return nil
+}
+
 // Wanted is what a node agent reconciles against (activities.Reconcile): which of a
 // cluster's containers its serving deployment holds, or that an operation owns them now,
 // or that nothing is known of the cluster.
@@ -314,11 +341,21 @@ func (c Controller) Wanted(ctx context.Context, cluster string) (keep map[string
 			return nil, true, true, nil
 		}
 		if info.GetStartTime().AsTime().After(deploy.GetCloseTime().AsTime()) {
-			return map[string]bool{}, false, true, nil // torn down after the latest deploy
+			// Torn down after the latest deploy — by an operator, when the node requires it.
+			if err := c.signedRun(ctx, cluster, contract.TeardownWorkflowID(cluster), info.GetExecution().GetRunId(), true); err != nil {
+				return nil, false, false, err
+			}
+			return map[string]bool{}, false, true, nil
 		}
 	}
 	keep = map[string]bool{}
 	serving := deploy.GetExecution().GetRunId()
+	// What the latest deploy says stays (or that nothing does, when it failed) is acted on
+	// only for a deploy an operator signed, when the node requires it. Its result is not
+	// signed: docs/security.md ("what one compromised party can still do") says what that leaves.
+	if err := c.signedRun(ctx, cluster, did, serving, false); err != nil {
+		return nil, false, false, err
+	}
 	if deploy.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 		// The latest deploy failed: none of its containers is current — unless it was
 		// staged and refused before the swap, when the deployment it ran beside still

@@ -87,7 +87,8 @@ func SignWith(priv ed25519.PrivateKey, c spec.Cluster, o Options) *contract.Inte
 	if now.IsZero() {
 		now = time.Now()
 	}
-	in := &contract.Intent{Spec: c.Canonical(), KeyID: KeyID(priv.Public().(ed25519.PublicKey)), SignedAt: now.UTC().Truncate(time.Second)}
+	pub := priv.Public().(ed25519.PublicKey)
+	in := &contract.Intent{Spec: c.Canonical(), KeyID: KeyID(pub), SignedAt: now.UTC().Truncate(time.Second), PublicKey: pub}
 	if o.ValidFor > 0 {
 		in.NotAfter = in.SignedAt.Add(o.ValidFor.Round(time.Second))
 	}

@@ -96,7 +96,7 @@ var managedArgs = map[string]string{
 	"--pipeline-parallel-size":       "parallel.pipeline",
 	"-pp":                            "parallel.pipeline",
 	"--distributed-executor-backend": "executor",
-	"--host":                         "the plan (0.0.0.0)",
+	"--host":                         "the plan (the node's planned address)",
 	"--port":                         "ports.vllm",
 	"--served-model-name":            "model.served_name",
 	"--nnodes":                       "nodes (executor mp)",
