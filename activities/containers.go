@@ -116,6 +116,13 @@ type containerSpec struct {
 	// `docker inspect` shows, and not in the spec hash (a label). Their paths are in the
 	// env that names them, which is hashed.
 	Files map[string]string `json:"-"`
+	// AgentBinds are host:container binds of a directory the agent itself chose (the
+	// router's state, router.go), never a path from a request: the policy's mount rules
+	// are about the spec's paths and do not apply to them.
+	AgentBinds []string `json:"agent_binds,omitempty"`
+	// Restart is Docker's restart policy; empty is none (an engine is restarted by its
+	// supervisor's redeploy, never by Docker behind the workflow's back).
+	Restart container.RestartPolicyMode `json:"restart,omitempty"`
 }
 
 // hash identifies everything that makes the container what it is, except the deployment
@@ -263,6 +270,12 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 	hc.CapAdd = s.CapAdd
 	if s.Options.Sysfs != "" {
 		hc.Binds = append(append([]string(nil), hc.Binds...), s.Options.Sysfs+":"+ContainerSysfs+":ro")
+	}
+	if len(s.AgentBinds) > 0 {
+		hc.Binds = append(append([]string(nil), hc.Binds...), s.AgentBinds...)
+	}
+	if s.Restart != "" {
+		hc.RestartPolicy = container.RestartPolicy{Name: s.Restart}
 	}
 	if hc.IpcMode == "" {
 		hc.IpcMode = IPCPrivate
