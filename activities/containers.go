@@ -132,7 +132,7 @@ func (s containerSpec) hash() string {
 	c := s
 	c.Labels = map[string]string{}
 	for k, v := range s.Labels {
-		if k != LabelDeployment && k != LabelIntent {
+		if k != LabelDeployment && k != LabelIntent && k != LabelGPUs && k != LabelPorts {
 			c.Labels[k] = v
 		}
 	}
@@ -172,7 +172,7 @@ func roleSpec(c spec.Cluster, d contract.Deployment, node, role string, o Contai
 	}
 	s := containerSpec{
 		Name: contract.ContainerName(c.Name, node, role), Image: c.Image,
-		Labels:  map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node},
+		Labels:  fleetLabels(c, node, map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node}),
 		Binds:   binds,
 		Options: o,
 	}
@@ -425,6 +425,9 @@ func (cs *Containers) PreflightNode(ctx context.Context, req contract.PreflightR
 	}
 	res := contract.PreflightResult{Node: cs.name, ImageID: id}
 	if req.Spec != nil {
+		if err := cs.checkFleet(ctx, eng, addr, *req.Spec); err != nil { // fleet.go
+			return contract.PreflightResult{}, err
+		}
 		if err := cs.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
 			return contract.PreflightResult{}, err
 		}
