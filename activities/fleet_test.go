@@ -37,7 +37,7 @@ func TestFleetRefusesAColliderNamingTheCluster(t *testing.T) {
 	}
 	other := spec.Cluster{Name: "a", Executor: spec.ExecutorRay, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: 1}}, Ports: spec.Ports{VLLM: 8000, Ray: 6379}}
 	held := container.Summary{Names: []string{"/tpd_a_node-a_ray-head"}, Labels: fleetLabels(other, "node-a", map[string]string{LabelCluster: "a", LabelNode: "node-a"})}
-	router := container.Summary{Names: []string{"/" + contract.RouterContainer}, Labels: map[string]string{LabelRole: contract.RoleRouter, LabelNode: "node-a"}}
+	router := container.Summary{Names: []string{"/" + contract.RouterContainer("node-a")}, Labels: map[string]string{LabelRole: contract.RoleRouter, LabelNode: "node-a"}}
 	own := container.Summary{Names: []string{"/tpd_b_node-a_ray-head"}, Labels: fleetLabels(mine(2, 8000), "node-a", map[string]string{LabelCluster: "b", LabelNode: "node-a"})}
 	for _, tt := range []struct {
 		name  string

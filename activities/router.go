@@ -90,7 +90,7 @@ func (r *Router) routerSpec(rt spec.Router, key string) containerSpec {
 		// under the ten an OpenAI client waits by default.
 		"--hold", routerHold.String()}
 	s := containerSpec{
-		Name: contract.RouterContainer, Image: contract.RouterImage, Cmd: cmd,
+		Name: contract.RouterContainer(r.name), Image: contract.RouterImage, Cmd: cmd,
 		Labels:     map[string]string{LabelRole: contract.RoleRouter, LabelNode: r.name},
 		Options:    o,
 		AgentBinds: []string{r.dir() + ":" + routerMount},
@@ -131,17 +131,17 @@ func (r *Router) EnsureRouter(ctx context.Context, req contract.EnsureRouterRequ
 	}
 	// Never adopt nor replace a container of that name that the agent did not start as
 	// this node's router.
-	switch got, err := eng.ContainerInspect(ctx, contract.RouterContainer, client.ContainerInspectOptions{}); {
+	switch got, err := eng.ContainerInspect(ctx, contract.RouterContainer(r.name), client.ContainerInspectOptions{}); {
 	case cerrdefs.IsNotFound(err):
 	case err != nil:
-		return contract.RouterRef{}, engineError(addr, "inspect "+contract.RouterContainer, err)
+		return contract.RouterRef{}, engineError(addr, "inspect "+contract.RouterContainer(r.name), err)
 	default:
 		var l map[string]string
 		if got.Container.Config != nil {
 			l = got.Container.Config.Labels
 		}
 		if l[LabelRole] != contract.RoleRouter || l[LabelNode] != r.name || l[LabelCluster] != "" {
-			return contract.RouterRef{}, r.deny("a container named %s exists and is not this node's tpdeploy router: remove or rename it", contract.RouterContainer)
+			return contract.RouterRef{}, r.deny("a container named %s exists and is not this node's tpdeploy router: remove or rename it", contract.RouterContainer(r.name))
 		}
 	}
 	ref, err := r.docker.ensureContainer(ctx, req.DockerHost, r.routerSpec(rt, key), false)

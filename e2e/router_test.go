@@ -42,7 +42,7 @@ func oneNodeRouted(t *testing.T, name, node, served string) spec.Cluster {
 // cluster's teardown removes (the router is the fleet's).
 func removeRouter(t *testing.T) {
 	t.Cleanup(func() {
-		_, _ = eng.ContainerRemove(context.Background(), contract.RouterContainer, client.ContainerRemoveOptions{Force: true})
+		_, _ = eng.ContainerRemove(context.Background(), contract.RouterContainer(theLab.Nodes[0].Name), client.ContainerRemoveOptions{Force: true})
 		_ = os.RemoveAll(filepath.Join(theLab.NodeRoot(theLab.Nodes[0].Name), activities.RouterDir))
 	})
 }

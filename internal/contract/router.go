@@ -25,10 +25,10 @@ const (
 // RouterImage is the router's image when the node's agent is given none.
 const RouterImage = "tpdeploy/router:dev"
 
-// RouterContainer is the name of the router's container: one per node, shared by every
-// cluster routed through it (it carries no cluster label, so no cluster's teardown or
-// reconcile removes it).
-const RouterContainer = "tpd_router"
+// RouterContainer is the name of the router's container on node: one per node, shared by
+// every cluster routed through it (it carries no cluster label, so no cluster's teardown
+// or reconcile removes it).
+func RouterContainer(node string) string { return "tpd_router_" + node }
 
 // RoleRouter is the router's container role label.
 const RoleRouter = "router"
