@@ -1,10 +1,24 @@
 package activities
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/labtest"
 	"github.com/tpdeploy/tpdeploy/internal/router"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
@@ -64,5 +78,96 @@ func TestRouterContainerSpec(t *testing.T) {
 	}
 	if s.Files[routerKeyFile] != "sk-1\n" || opts.Config.Labels[LabelCluster] != "" || opts.Config.Labels[LabelRole] != contract.RoleRouter {
 		t.Errorf("files %v labels %v", s.Files, opts.Config.Labels)
+	}
+}
+
+// The swap as the agent drives it, against a router on its admin socket: DrainRoute waits
+// for the request in flight on the old engine, a request sent meanwhile is held, and the
+// new engine's SetRoute releases it there. No request fails.
+func TestDrainThenRouteHoldsAndReleases(t *testing.T) {
+	root := t.TempDir()
+	r := &Router{nodeBase: &nodeBase{name: "node-a", log: zap.NewNop()}, docker: &docker{opts: ContainerOptions{HostRoot: root}}}
+	if err := os.MkdirAll(r.dir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	table := router.NewTable(8)
+	ln, err := net.Listen("unix", r.socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := &http.Server{Handler: &router.Admin{Table: table}}
+	go func() { _ = adm.Serve(ln) }()
+	t.Cleanup(func() { adm.Close() })
+	api := httptest.NewServer(router.NewHandler(table, router.Options{Hold: 30 * time.Second}))
+	t.Cleanup(api.Close)
+
+	release := make(chan struct{})
+	engine := func(name string, slow bool) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if slow {
+				<-release
+			}
+			fmt.Fprintf(w, `{"engine": %q}`, name)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	old, next := engine("old", true), engine("new", false)
+	c := spec.Cluster{Name: "swap", Image: labtest.SimImage, Model: spec.Model{Path: "/models/m", ServedName: "m"}, Parallel: spec.Parallel{Tensor: 1},
+		Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead}}, Router: &spec.Router{Node: "node-a"}}.WithDefaults()
+	port := func(s *httptest.Server) spec.Cluster {
+		u, _ := url.Parse(s.URL)
+		p, _ := strconv.Atoi(u.Port())
+		cc := c
+		cc.Ports.VLLM = p
+		return cc
+	}
+	ctx := context.Background()
+	if res, err := r.SetRoute(ctx, contract.RouteRequest{Node: "node-a", Spec: port(old), Endpoint: old.URL}); err != nil || len(res.Models) != 1 {
+		t.Fatalf("route the old engine: %+v %v", res, err)
+	}
+	complete := func(out chan<- string) {
+		resp, err := http.Post(api.URL+"/v1/completions", "application/json", strings.NewReader(`{"model": "m", "prompt": "x"}`))
+		if err != nil {
+			out <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		out <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	inFlight, held := make(chan string, 1), make(chan string, 1)
+	go complete(inFlight)
+	for table.State()[0].Replicas[0].Outstanding == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	drained := make(chan error, 1)
+	go func() {
+		_, err := r.DrainRoute(ctx, contract.RouteRequest{Node: "node-a", Spec: port(old), Endpoint: old.URL, Timeout: spec.Duration(20 * time.Second)})
+		drained <- err
+	}()
+	for !table.State()[0].Replicas[0].Draining {
+		time.Sleep(10 * time.Millisecond)
+	}
+	go complete(held)
+	select {
+	case err := <-drained:
+		t.Fatalf("the drain ended with a request in flight: %v", err)
+	case got := <-held:
+		t.Fatalf("a request sent while draining was answered: %s", got)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if got := <-inFlight; got != `200 {"engine": "old"}` {
+		t.Errorf("the request in flight: %s", got)
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.SetRoute(ctx, contract.RouteRequest{Node: "node-a", Spec: port(next), Endpoint: next.URL}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-held; got != `200 {"engine": "new"}` {
+		t.Errorf("the held request: %s", got)
 	}
 }
