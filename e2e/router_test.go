@@ -164,4 +164,9 @@ func TestRouterFrontsTwoModelsAndASwapFailsNoRequest(t *testing.T) {
 	if failed.Load() != 0 || ok.Load() == 0 {
 		t.Fatalf("%d requests failed during the swap (%d answered): %v; warnings %v", failed.Load(), ok.Load(), errs[:min(len(errs), 5)], res.Warnings)
 	}
+	var down sync.WaitGroup
+	for _, name := range []string{a.Name, b.Name} {
+		down.Go(func() { teardown(t, name) })
+	}
+	down.Wait()
 }
