@@ -67,3 +67,16 @@ func (d *deployment) drainRoute(ctx workflow.Context, endpoint string) {
 		d.state.Warnings = append(d.state.Warnings, "router: drain before the swap: "+message(err))
 	}
 }
+
+// unroute takes the cluster's replica out of the router's routes before its teardown stops
+// the engine (a model left with no replica leaves the router's list). What it did, or
+// why it could not, is the teardown's note; a router that does not answer fails nothing.
+func (d *deployment) unroute(ctx workflow.Context) string {
+	if !d.routed(ctx) {
+		return ""
+	}
+	if err := d.setRoute(ctx, contract.RouteRequest{Remove: true}); err != nil {
+		return "router: the route of " + d.spec.Model.ServedName + " is left: " + message(err)
+	}
+	return "router: " + d.spec.Model.ServedName + " no longer routed to " + d.spec.Name
+}

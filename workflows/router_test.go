@@ -2,9 +2,13 @@ package workflows
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"go.temporal.io/sdk/client"
+
+	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
@@ -53,5 +57,25 @@ func TestUnroutedDeployAsksNoRouter(t *testing.T) {
 	}
 	if got := fakeagents.Calls(f, "DrainRoute", "EnsureRouter", "SetRoute"); len(got) != 0 {
 		t.Errorf("router calls %q", got)
+	}
+}
+
+// A teardown of a routed cluster takes its route out before it removes the containers.
+func TestTeardownUnroutesFirst(t *testing.T) {
+	f := fakeagents.New()
+	var mu sync.Mutex
+	var order []string
+	f.OnCall = func(key string) { mu.Lock(); order = append(order, key); mu.Unlock() }
+	env := newEnv(t, f)
+	s := fakeagents.SeedSpec()
+	s.Router = &spec.Router{Node: "node-b"}
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: contract.TeardownWorkflowID(s.Name)})
+	env.ExecuteWorkflow(TeardownCluster, TeardownRequest{Spec: s})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	route, remove := slices.Index(order, "SetRoute node-b"), slices.IndexFunc(order, func(k string) bool { return strings.HasPrefix(k, "RemoveContainers") })
+	if route < 0 || remove < route {
+		t.Errorf("route removal at %d, the first container removal at %d: %q", route, remove, order)
 	}
 }
