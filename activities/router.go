@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -131,6 +132,7 @@ func (r *Router) EnsureRouter(ctx context.Context, req contract.EnsureRouterRequ
 	}
 	// Never adopt nor replace a container of that name that the agent did not start as
 	// this node's router.
+	replace := false
 	switch got, err := eng.ContainerInspect(ctx, contract.RouterContainer(r.name), client.ContainerInspectOptions{}); {
 	case cerrdefs.IsNotFound(err):
 	case err != nil:
@@ -143,8 +145,9 @@ func (r *Router) EnsureRouter(ctx context.Context, req contract.EnsureRouterRequ
 		if l[LabelRole] != contract.RoleRouter || l[LabelNode] != r.name || l[LabelCluster] != "" {
 			return contract.RouterRef{}, r.deny("a container named %s exists and is not this node's tpdeploy router: remove or rename it", contract.RouterContainer(r.name))
 		}
+		replace = r.staleNetwork(ctx, eng, got.Container.State)
 	}
-	ref, err := r.docker.ensureContainer(ctx, req.DockerHost, r.routerSpec(rt, key), false)
+	ref, err := r.docker.ensureContainer(ctx, req.DockerHost, r.routerSpec(rt, key), replace)
 	if err != nil {
 		return contract.RouterRef{Container: ref}, err
 	}
@@ -374,4 +377,22 @@ func (r *Router) adminFailed(what string, err error) error {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %s: %v", r.name, what, err), contract.ErrBadRequest, nil)
 	}
 	return temporal.NewApplicationError(fmt.Sprintf("%s: %s: the router at %s: %v (EnsureRouter starts it)", r.name, what, r.socket(), err), contract.ErrContainerExited)
+}
+
+// staleNetwork says whether a router that joined another container's network namespace
+// (a lab node's: Network container:NODE) started before that container did: the node
+// "rebooted" under it, its namespace is gone, and Docker's restart policy does not bring
+// it back. On a real node (host network) Docker restarts the router with the host.
+func (r *Router) staleNetwork(ctx context.Context, eng containerEngine, st *container.State) bool {
+	owner, ok := strings.CutPrefix(r.docker.opts.Network, "container:")
+	if !ok || st == nil {
+		return false
+	}
+	o, err := eng.ContainerInspect(ctx, owner, client.ContainerInspectOptions{})
+	if err != nil || o.Container.State == nil {
+		return false
+	}
+	mine, err1 := time.Parse(time.RFC3339Nano, st.StartedAt)
+	theirs, err2 := time.Parse(time.RFC3339Nano, o.Container.State.StartedAt)
+	return err1 == nil && err2 == nil && theirs.After(mine)
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"go.uber.org/zap"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
@@ -169,5 +171,33 @@ func TestDrainThenRouteHoldsAndReleases(t *testing.T) {
 	}
 	if got := <-held; got != `200 {"engine": "new"}` {
 		t.Errorf("the held request: %s", got)
+	}
+}
+
+// inspecting answers ContainerInspect with the given start times by name.
+type inspecting struct {
+	containerEngine
+	started map[string]string
+}
+
+func (i inspecting) ContainerInspect(_ context.Context, name string, _ client.ContainerInspectOptions) (client.ContainerInspectResult, error) {
+	return client.ContainerInspectResult{Container: container.InspectResponse{State: &container.State{StartedAt: i.started[name]}}}, nil
+}
+
+// A lab router whose node container started after it (the node "rebooted") sits in a gone
+// network namespace and is replaced; one started after its node is kept, and so is any
+// router on the host's network.
+func TestRouterInARebootedNodesNamespaceIsReplaced(t *testing.T) {
+	r := &Router{nodeBase: &nodeBase{name: "node-a"}, docker: &docker{opts: ContainerOptions{Network: "container:lab-node-a"}}}
+	eng := inspecting{started: map[string]string{"lab-node-a": "2026-12-02T03:00:10.5Z"}}
+	if !r.staleNetwork(context.Background(), eng, &container.State{StartedAt: "2026-12-02T02:00:00Z"}) {
+		t.Error("a router older than its node's container was kept")
+	}
+	if r.staleNetwork(context.Background(), eng, &container.State{StartedAt: "2026-12-02T03:00:11Z"}) {
+		t.Error("a router started after its node's container was replaced")
+	}
+	r.docker.opts.Network = "host"
+	if r.staleNetwork(context.Background(), eng, &container.State{StartedAt: "2026-12-02T02:00:00Z"}) {
+		t.Error("a router on the host's network was replaced")
 	}
 }
