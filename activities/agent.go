@@ -62,6 +62,8 @@ type Agent struct {
 	DataPlane *DataPlane
 	// Weights describes, serves, copies and cleans up the model's files.
 	Weights *Weights
+	// Router runs the fleet's OpenAI router on this node and sets its routes.
+	Router *Router
 
 	// base is what they share, for the gate.
 	base *nodeBase
@@ -97,6 +99,7 @@ func New(c Config) *Agent {
 		VLLM:         vllm,
 		DataPlane:    &DataPlane{nodeBase: base, net: net, docker: dock},
 		Weights:      newWeights(base, net, mnt),
+		Router:       &Router{nodeBase: base, docker: dock, vllm: vllm, net: net},
 		base:         base,
 	}
 }
@@ -104,7 +107,7 @@ func New(c Config) *Agent {
 // Activities are the structs whose methods are the node's activities, for
 // worker.RegisterActivity.
 func (a *Agent) Activities() []any {
-	return []any{a.Probe, a.Reachability, a.Containers, a.Images, a.Ray, a.VLLM, a.DataPlane, a.Weights}
+	return []any{a.Probe, a.Reachability, a.Containers, a.Images, a.Ray, a.VLLM, a.DataPlane, a.Weights, a.Router}
 }
 
 // nodeBase is what every part of the agent knows: which node it is, where it logs, and

@@ -124,6 +124,13 @@ type containerSpec struct {
 	// `docker inspect` shows, and not in the spec hash (a label). Their paths are in the
 	// env that names them, which is hashed.
 	Files map[string]string `json:"-"`
+	// AgentBinds are host:container binds of a directory the agent itself chose (the
+	// router's state, router.go), never a path from a request: the policy's mount rules
+	// are about the spec's paths and do not apply to them.
+	AgentBinds []string `json:"agent_binds,omitempty"`
+	// Restart is Docker's restart policy; empty is none (an engine is restarted by its
+	// supervisor's redeploy, never by Docker behind the workflow's back).
+	Restart container.RestartPolicyMode `json:"restart,omitempty"`
 }
 
 // hash identifies everything that makes the container what it is, except the deployment
@@ -133,7 +140,7 @@ func (s containerSpec) hash() string {
 	c := s
 	c.Labels = map[string]string{}
 	for k, v := range s.Labels {
-		if k != LabelDeployment && k != LabelIntent {
+		if k != LabelDeployment && k != LabelIntent && k != LabelGPUs && k != LabelPorts {
 			c.Labels[k] = v
 		}
 	}
@@ -173,7 +180,7 @@ func roleSpec(c spec.Cluster, d contract.Deployment, node, role string, o Contai
 	}
 	s := containerSpec{
 		Name: contract.ContainerName(c.Name, node, role), Image: c.Image,
-		Labels:  map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node},
+		Labels:  fleetLabels(c, node, map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node}),
 		Binds:   binds,
 		Options: o,
 	}
@@ -276,6 +283,12 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 	hc.CapAdd = s.CapAdd
 	if s.Options.Sysfs != "" {
 		hc.Binds = append(append([]string(nil), hc.Binds...), s.Options.Sysfs+":"+ContainerSysfs+":ro")
+	}
+	if len(s.AgentBinds) > 0 {
+		hc.Binds = append(append([]string(nil), hc.Binds...), s.AgentBinds...)
+	}
+	if s.Restart != "" {
+		hc.RestartPolicy = container.RestartPolicy{Name: s.Restart}
 	}
 	if hc.IpcMode == "" {
 		hc.IpcMode = IPCPrivate
@@ -425,6 +438,9 @@ func (cs *Containers) PreflightNode(ctx context.Context, req contract.PreflightR
 	}
 	res := contract.PreflightResult{Node: cs.name, ImageID: id}
 	if req.Spec != nil {
+		if err := cs.checkFleet(ctx, eng, addr, *req.Spec); err != nil { // fleet.go
+			return contract.PreflightResult{}, err
+		}
 		if err := cs.checkPortsFree(ctx, eng, addr, *req.Spec); err != nil {
 			return contract.PreflightResult{}, err
 		}

@@ -66,7 +66,11 @@ func timedRequests(c spec.Cluster, in *contract.Intent, own netip.Prefix) map[st
 			Root: snapshot, Layout: contract.ModelLayoutHF, Files: []weights.File{{Name: "config.json", Size: 2}}, Intent: in}},
 		"hub download": {contract.ActivityDownloadHubModel, contract.DownloadHubModelRequest{Node: "node-a", Root: snapshot, Repo: c.Model.Path,
 			Commit: "0123456789abcdef0123456789abcdef01234567", Files: []weights.File{{Name: "config.json", Size: 2, Blob: strings.Repeat("0", 40)}}, Intent: in}},
+		"router":      {contract.ActivityEnsureRouter, contract.EnsureRouterRequest{Node: "node-a", Spec: c, Intent: in}},
+		"route":       {contract.ActivitySetRoute, contract.RouteRequest{Node: "node-a", Spec: c, Endpoint: "http://" + netip.AddrPortFrom(own.Addr(), 8000).String(), Intent: in}},
+		"route drain": {contract.ActivityDrainRoute, contract.RouteRequest{Node: "node-a", Spec: c, Endpoint: "http://" + netip.AddrPortFrom(own.Addr(), 8000).String(), Intent: in}},
 		// What starts nothing: an expired or revoked signature still does it.
+		"route removal":        {contract.ActivitySetRoute, contract.RouteRequest{Node: "node-a", Spec: c, Remove: true, Intent: in}},
 		"container removal":    {contract.ActivityRemoveContainers, contract.RemoveRequest{Node: "node-a", DockerHost: spec.DefaultDockerHost, Cluster: c.Name, Intent: in}},
 		"partial file removal": {contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snapshot, Intent: in}},
 	}

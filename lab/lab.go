@@ -401,8 +401,9 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			"TPDEPLOY_CONTAINER_NETWORK=container:" + n.Container, "TPDEPLOY_GPUS=none",
 			// This engine, like some real ones, refuses memlock for containers.
 			"TPDEPLOY_ULIMITS=",
-			// The lab's images are the simulator's; a real node's policy allows vLLM's.
-			"TPDEPLOY_ALLOW_IMAGES=" + strings.Join(SimImages(), ","),
+			// The lab's images are the simulator's; a real node's policy allows vLLM's,
+			// and the fleet's router (spec.Router) runs tpdeploy's own.
+			"TPDEPLOY_ALLOW_IMAGES=" + strings.Join(append(SimImages(), RouterImage), ","),
 			// The simulator's own settings (pacing, faults) are node env like NCCL_DEBUG.
 			// HF_ENDPOINT: the lab hub, for specs with model.source: hub (labhub.go).
 			"TPDEPLOY_ALLOW_ENV=TPDEPLOY_SIM_*,HF_ENDPOINT",

@@ -148,6 +148,10 @@ func printOutcome(w io.Writer, st control.Status) error {
 		r := st.Result
 		fmt.Fprintf(w, "serving: %s\n", r.Endpoint)
 		fmt.Fprintf(w, "  models:  %s/v1/models\n", r.Endpoint)
+		if r.Router != "" {
+			// The fleet's one endpoint: every model routed there, this one included.
+			fmt.Fprintf(w, "router: %s\n", r.Router)
+		}
 		if r.Plan.RayAddress != "" {
 			fmt.Fprintf(w, "  subnet:  %s (ray at %s)\n", r.Plan.Subnet, r.Plan.RayAddress)
 		} else {
@@ -285,6 +289,9 @@ func printStatus(stdout io.Writer, cluster string, st control.Status) error {
 			r.RunID, specHash, r.Err)
 	}
 	fmt.Fprintf(stdout, "  phase:   %s\n  details: %s\n", st.State.Phase, st.State.Details)
+	if st.State.Router != "" && (st.Running || st.Result == nil) {
+		fmt.Fprintf(stdout, "router: %s\n", st.State.Router) // printOutcome shows a result's
+	}
 	if sg := st.State.Staged; sg != nil {
 		if sg.SwappedAt.IsZero() {
 			fmt.Fprintf(stdout, "  staged:  beside deploy run %s (spec %s), which serves at %s until the swap\n", sg.Serving.RunID, sg.Serving.SpecHash, sg.Serving.Endpoint)

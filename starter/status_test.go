@@ -88,3 +88,17 @@ func TestStatusShowsHostMemoryDuringTheLoad(t *testing.T) {
 		t.Errorf("status lacks %q:\n%s", want, out.String())
 	}
 }
+
+// A deploy routed through the fleet's router says the router's endpoint on a line of its
+// own, after the cluster's.
+func TestStatusShowsTheRouter(t *testing.T) {
+	st := servedLab()
+	st.Result.Router = "http://10.0.0.1:8080"
+	var out bytes.Buffer
+	if err := printStatus(&out, "lab", st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "serving: http://10.0.0.1:8000\n") || !strings.Contains(out.String(), "\nrouter: http://10.0.0.1:8080\n") {
+		t.Errorf("no router line:\n%s", out.String())
+	}
+}

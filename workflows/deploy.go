@@ -67,6 +67,8 @@ type DeployResult struct {
 	DataPlane *dataplane.Verdict `json:"data_plane,omitempty"`
 	// Staged is the deployment this one replaced, when it was staged beside it.
 	Staged *Staging `json:"staged,omitempty"`
+	// Router is the fleet router's endpoint the model is routed through (spec.Router).
+	Router string `json:"router,omitempty"`
 }
 
 // StepTiming is how long one step took.
@@ -105,6 +107,8 @@ type State struct {
 	// Memory is every node's host-memory budget as its preflight made it.
 	Memory []hostmem.Budget `json:"memory,omitempty"`
 	Error  string           `json:"error,omitempty"`
+	// Router is the fleet router's endpoint once the model is routed there (spec.Router).
+	Router string `json:"router,omitempty"`
 }
 
 // DeployCluster deploys one model across the spec's nodes. Every run takes the cluster's
@@ -151,6 +155,10 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		if dp := d.state.DataPlane; dp != nil {
 			served += "; data plane: " + dp.Summary // the UI's details say what status says
 		}
+		d.routeModel(ctx)
+		if d.state.Router != "" {
+			served += "; router: " + d.state.Router
+		}
 		d.setPhase(ctx, PhaseServed, served)
 		d.ensureSupervisor(ctx)
 		d.result.Steps = d.state.Steps
@@ -162,6 +170,7 @@ func DeployCluster(ctx workflow.Context, req DeployRequest) (DeployResult, error
 		d.result.Images, d.result.Engine = d.state.Images, d.state.Engine
 		d.result.DataPlane = d.state.DataPlane
 		d.result.Staged = d.state.Staged
+		d.result.Router = d.state.Router
 		rec := metrics.Workflow(ctx)
 		rec.Deploy(d.spec.Name, nil)
 		rec.TimeToServing(d.spec.Name, workflow.Now(ctx).Sub(start))

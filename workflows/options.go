@@ -63,6 +63,16 @@ func cleanupStep(c spec.Cluster) stepOptions {
 		agentWait: max(3*c.Timeouts.NodeAgent.D(), 30*time.Second)}
 }
 
+// routerStep is a router activity (start it, set or drain a route): a drain waits for the
+// requests in flight, up to routerDrainTimeout, heartbeating.
+func routerStep() stepOptions {
+	return stepOptions{startToClose: routerDrainTimeout + time.Minute, attempts: 3, heartbeat: 30 * time.Second}
+}
+
+// routerDrainTimeout bounds a drain's wait for the old engine's requests in flight (a
+// long completion); past it the engine stops under them, and the swap goes on.
+const routerDrainTimeout = 2 * time.Minute
+
 // checkStep is a cheap look (boot IDs, Ray's nodes): one attempt; a failure is an answer.
 func checkStep(c spec.Cluster) stepOptions {
 	return stepOptions{startToClose: 10 * time.Second, attempts: 1, agentWait: c.Timeouts.NodeAgent.D()}

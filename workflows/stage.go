@@ -68,7 +68,10 @@ func (d *deployment) swap(ctx workflow.Context) error {
 	now := workflow.Now(ctx)
 	st.Took, st.SwappedAt = now.Sub(st.began), now
 	return d.step(ctx, PhaseSwap, fmt.Sprintf("staged in %s beside deploy run %s (spec %s): replacing it with spec %s",
-		st.Took.Round(time.Millisecond), st.Serving.RunID, st.Serving.SpecHash, d.specHash()), func() error { return d.removeStale(ctx) })
+		st.Took.Round(time.Millisecond), st.Serving.RunID, st.Serving.SpecHash, d.specHash()), func() error {
+		d.drainRoute(ctx, st.Serving.Endpoint)
+		return d.removeStale(ctx)
+	})
 }
 
 // removeStale removes the serving deployment's containers that no step of this one

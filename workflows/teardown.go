@@ -41,6 +41,9 @@ func TeardownCluster(ctx workflow.Context, req TeardownRequest) (TeardownResult,
 		return res, toFailure(err, nil, nil)
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("removing cluster %s from %d nodes", d.spec.Name, len(d.spec.Nodes)))
+	if note := d.unroute(ctx); note != "" {
+		res.Notes = append(res.Notes, note)
+	}
 	o := cleanupStep(d.spec)
 	err := forEachNode(ctx, "teardown", nodeNames(d.spec.Nodes), func(node string) workflow.Future {
 		n, _ := d.spec.Node(node)

@@ -60,6 +60,8 @@ const (
 	ErrParallelLayout     = failure.InvalidParallelLayout
 	ErrGlooNoInterface    = failure.GlooNoInterface
 	ErrResourcesBusy      = failure.ResourcesBusy
+	ErrGPUsInUse          = failure.GPUsInUse
+	ErrPortInUse          = failure.PortInUse
 	ErrRayDriverAttach    = failure.RayDriverAttach
 	ErrVersionMismatch    = failure.VersionMismatch
 	ErrRayUnreachable     = failure.RayGCSUnreachable

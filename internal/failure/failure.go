@@ -70,6 +70,8 @@ const (
 	NodeNotRegistered     = "NodeNotRegistered"
 	PlacementGroupPending = "PlacementGroupPending"
 	ResourcesBusy         = "ResourcesBusy"
+	GPUsInUse             = "GPUsInUse"
+	PortInUse             = "PortInUse"
 	RayDriverAttach       = "RayDriverAttach"
 	GCSUnreachable        = "GCSUnreachable"
 	RayNodeDead           = "RayNodeDead"
@@ -165,6 +167,8 @@ var All = []Failure{
 	{NodeNotRegistered, false, "planned nodes did not register with Ray within `timeouts.placement`; they and `ray status` are named"},
 	{PlacementGroupPending, false, "vLLM's placement group is pinned to an address no Ray node has"},
 	{ResourcesBusy, false, "the GPUs or ports exist but something else holds them (another process or container, a stale placement group)"},
+	{GPUsInUse, false, "another tpdeploy cluster's containers on the node hold GPUs this deploy needs (an engine container takes every GPU its node's spec gives it): refused at preflight, naming the other cluster, the node and the GPUs; place the clusters on other nodes, or give each its share of the node's GPUs"},
+	{PortInUse, false, "another tpdeploy cluster's containers on the node listen on a port this deploy's head would bind (ports.vllm, ports.ray, ports.master): refused at preflight, naming the other cluster, the node and the port; choose another port in the spec"},
 	{RayDriverAttach, false, "the Ray driver (`vllm serve`) cannot attach to its node's raylet: it runs outside the Ray node's container or under an address Ray does not know"},
 	{GCSUnreachable, false, "a Ray process in vLLM's output cannot reach the GCS at the address it was given"},
 	{RayNodeDead, false, "a planned node is DEAD in Ray's node table while vLLM is silent or waits"},

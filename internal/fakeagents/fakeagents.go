@@ -773,3 +773,30 @@ func Reboot(f *Agents, node, bootID string) {
 	f.BootIDs[node] = bootID
 	f.BlockWatch = false
 }
+
+// EnsureRouter pretends to start the fleet's router at the request's address, port 8080.
+func (f *Agents) EnsureRouter(ctx context.Context, req contract.EnsureRouterRequest) (contract.RouterRef, error) {
+	if err := f.signed("EnsureRouter", req.Node, req.Intent); err != nil {
+		return contract.RouterRef{}, err
+	}
+	if err := f.record(ctx, "EnsureRouter", req.Node, req.Address.String()); err != nil {
+		return contract.RouterRef{}, err
+	}
+	return contract.RouterRef{Endpoint: "http://" + req.Address.String() + ":8080"}, nil
+}
+
+// SetRoute records the cluster's route.
+func (f *Agents) SetRoute(ctx context.Context, req contract.RouteRequest) (contract.RouteResult, error) {
+	if err := f.signed("SetRoute", req.Node, req.Intent); err != nil {
+		return contract.RouteResult{}, err
+	}
+	return contract.RouteResult{Models: []string{req.Spec.Model.ServedName}}, f.record(ctx, "SetRoute", req.Node, req.Spec.Name+" "+req.Endpoint)
+}
+
+// DrainRoute records the drain of the cluster's old route.
+func (f *Agents) DrainRoute(ctx context.Context, req contract.RouteRequest) (contract.RouteResult, error) {
+	if err := f.signed("DrainRoute", req.Node, req.Intent); err != nil {
+		return contract.RouteResult{}, err
+	}
+	return contract.RouteResult{}, f.record(ctx, "DrainRoute", req.Node, req.Spec.Name+" "+req.Endpoint)
+}

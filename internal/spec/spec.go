@@ -53,6 +53,30 @@ type Cluster struct {
 	// Canary is the supervisor's request to the serving endpoint; it is not part of the
 	// spec's hash (a changed canary changes nothing vLLM runs).
 	Canary Canary `json:"canary,omitempty"`
+	// Router, when set, puts the cluster's model behind the fleet's OpenAI router (package
+	// internal/router) on the node it names: the deploy starts the router there (or keeps
+	// the one running) and routes the served model to this cluster's endpoint. Several
+	// clusters naming the same router share it: its routes are the union of theirs.
+	Router *Router `json:"router,omitempty"`
+}
+
+// Router is where the fleet's router runs: one of the cluster's nodes, and the port of its
+// OpenAI API there (default DefaultRouterPort).
+type Router struct {
+	Node string `json:"node"`
+	Port int    `json:"port,omitempty"`
+}
+
+// DefaultRouterPort is the router's API port when the spec gives none (vLLM's own 8000
+// being the engines').
+const DefaultRouterPort = 8080
+
+// APIPort is the router's port, DefaultRouterPort when unset.
+func (r Router) APIPort() int {
+	if r.Port > 0 {
+		return r.Port
+	}
+	return DefaultRouterPort
 }
 
 // Canary: every Every the supervisor sends one tiny completion (one token) and waits up

@@ -321,3 +321,24 @@ func TestPlanDefaultEnvIsOnlyTheRingRestriction(t *testing.T) {
 		}
 	}
 }
+
+// A router names its node and a port none of the cluster's own ports is.
+func TestRouterValidation(t *testing.T) {
+	c := Cluster{Name: "r", Image: "tpdeploy/sim:x", Model: Model{Path: "/models/m"}, Parallel: Parallel{Tensor: 1},
+		Nodes: []Node{{Name: "a", Role: RoleHead}}}
+	for _, tt := range []struct {
+		r    Router
+		want string
+	}{
+		{Router{Node: "b"}, ""},
+		{Router{Node: "a", Port: 8000}, "router.port: 8000 is also ports.vllm"},
+		{Router{}, "router.node: required"},
+		{Router{Node: "a", Port: 70000}, "router.port: 70000 is not a TCP port"},
+	} {
+		c.Router = &tt.r
+		err := c.WithDefaults().Validate()
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%+v: %v, want %q", tt.r, err, tt.want)
+		}
+	}
+}

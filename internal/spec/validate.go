@@ -167,6 +167,7 @@ func (c Cluster) Validate() error {
 	}
 	v.timeouts(c.Timeouts)
 	v.canary(c.Canary)
+	v.router(c)
 	return v.err()
 }
 
@@ -530,6 +531,32 @@ func (v *validator) canary(c Canary) {
 	}
 	if c.Failures < 0 || c.Failures > 100 {
 		v.add("canary.failures", fmt.Sprintf("%d: want 1 to 100 failures in a row", c.Failures))
+	}
+}
+
+// router: the router runs on a named node (any of the fleet's: its agent is the one the
+// deploy asks), on a port none of the cluster's own ports is.
+func (v *validator) router(c Cluster) {
+	r := c.Router
+	if r == nil {
+		return
+	}
+	if r.Node == "" {
+		v.add("router.node", "required: the node whose agent runs the router (any node of the fleet)")
+	}
+	p := r.APIPort()
+	if p < 1 || p > 65535 {
+		v.add("router.port", fmt.Sprintf("%d is not a TCP port (1-65535)", r.Port))
+		return
+	}
+	d := c.WithDefaults().Ports
+	for _, f := range []struct {
+		name string
+		port int
+	}{{"ports.vllm", d.VLLM}, {"ports.ray", d.Ray}, {"ports.dashboard", d.Dashboard}, {"ports.master", d.Master}} {
+		if f.port == p {
+			v.add("router.port", fmt.Sprintf("%d is also %s", p, f.name))
+		}
 	}
 }
 
