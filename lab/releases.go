@@ -24,6 +24,9 @@ type Release struct {
 	// there then, and `ray start --head` turns token authentication on whenever one
 	// exists (Ray PR #64755).
 	AuthToken string
+	// RustFrontend: the wheel's Rust front end binary is in the image, at
+	// <site>/vllm/vllm-rs (what VLLM_USE_RUST_FRONTEND=1 runs; the simulator again here).
+	RustFrontend bool
 }
 
 // Image is the release's simulator image.
@@ -41,6 +44,12 @@ var Releases = []Release{
 // PR #64755, token authentication on by default for a head that finds a token).
 func init() {
 	Releases = append(Releases, Release{Name: "vllm-0.22.1-ray2.59", VLLM: "0.22.1", Torch: "2.11.0+cu130", Ray: "2.59.0", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.28.9"})
+	// The newest release modelled: 0.32.0 (torch 2.13.0, whose CUDA 13 wheels pin
+	// nvidia-nccl-cu13 2.29.7), as its stock image (no Ray) and with `pip install ray`
+	// as of today (2.59). Both carry the Rust front end (lab/README.md, "Releases").
+	Releases = append(Releases,
+		Release{Name: "vllm-0.32.0", VLLM: "0.32.0", Torch: "2.13.0+cu130", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7", RustFrontend: true},
+		Release{Name: "vllm-0.32.0-ray", VLLM: "0.32.0", Torch: "2.13.0+cu130", Ray: "2.59.0", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7", RustFrontend: true})
 }
 
 // RayTokenRelease is the Ray 2.59 release with a token already in the image
@@ -126,6 +135,11 @@ func simImage(r Release, base, sim, dir string) (images.Image, error) {
 		return images.Image{}, err
 	}
 	files["nsswitch.conf"] = filepath.Join(ctx, "nsswitch.conf")
+	rust := ""
+	if r.RustFrontend {
+		files["vllm-rs"] = sim
+		rust = "COPY vllm-rs " + SitePackages + "/vllm/vllm-rs\n"
+	}
 	token := ""
 	if r.AuthToken != "" {
 		if err := writeFile(filepath.Join(ctx, "auth_token"), r.AuthToken+"\n"); err != nil {
@@ -138,7 +152,7 @@ func simImage(r Release, base, sim, dir string) (images.Image, error) {
 		// The base's ID is part of the Dockerfile, so a rebuilt base rebuilds every release
 		// image on it (and no image keeps an old base's layers).
 		Dockerfile: "FROM " + TorchImage + "\n# base " + base + "\nCOPY " + bins + " /usr/local/bin/\nCOPY dist " + SitePackages + "\n" +
-			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n" + token}, nil
+			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n" + rust + token}, nil
 }
 
 // nsswitch is Debian's /etc/nsswitch.conf without dns for hosts (simImage says why).
