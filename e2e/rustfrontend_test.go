@@ -60,3 +60,24 @@ func TestNewestReleaseServesWithTheRustFrontEnd(t *testing.T) {
 	}
 	t.Logf("served with the Rust front end %.1fs after the deploy began", served.Seconds())
 }
+
+// An image whose own ENV sets vLLM's per-GPU NIC selection (no spec names it): the
+// image read sees it, and the deploy is refused at plan naming the node, the image and
+// why, before any container starts.
+func TestImageWithNICSelectionInItsEnvIsRefused(t *testing.T) {
+	s := labSpec(t, "e2e-nicmap")
+	s.Image = lab.NICSelectionRelease.Image()
+	f, took := failure(t, deployFor(t, s))
+	if f.Type != contract.ErrImageNICSelection {
+		t.Fatalf("failure %s: %s", f.Type, f.Message)
+	}
+	for _, w := range []string{"node-a: image " + s.Image + " sets VLLM_GPU_NIC_PCIE_MAPPING and VLLM_NIC_SELECTION_VARS in its ENV", "NCCL_IB_HCA", "Fix:"} {
+		if !strings.Contains(f.Message, w) {
+			t.Errorf("message lacks %q: %s", w, f.Message)
+		}
+	}
+	if left := containersOf(t, s.Name); len(left) != 0 {
+		t.Errorf("containers left: %v", left)
+	}
+	t.Logf("%s after %.1fs", f.Type, took.Seconds())
+}
