@@ -222,6 +222,23 @@ const executeTimeout = 8 * time.Second
 func TestMPFrozenRankEndsTheEngineAndRecovers(t *testing.T) {
 	s := labSpec(t, "e2e-mpdeath")
 	s.Executor = spec.ExecutorMP
+	frozenRankEndsTheEngine(t, s)
+}
+
+// The same under RayExecutorV2 (the lab's default image, vLLM 0.22.1 with Ray): it is a
+// MultiprocExecutor (vllm/v1/executor/ray_executor_v2.py, `class
+// RayExecutorV2(MultiprocExecutor)`, overriding neither execute_model nor collective_rpc),
+// so the same execute timeout ends its engine and `vllm serve` on the head; node-b's rank
+// is a Ray actor's worker process.
+func TestRayV2FrozenRankEndsTheEngineAndRecovers(t *testing.T) {
+	s := labSpec(t, "e2e-v2death")
+	s.Executor = spec.ExecutorRay
+	frozenRankEndsTheEngine(t, s)
+}
+
+// frozenRankEndsTheEngine freezes node-b's rank with the canary off and follows vLLM's own
+// execute timeout to the engine's end and the supervisor's recovery.
+func frozenRankEndsTheEngine(t *testing.T, s spec.Cluster) {
 	s.Canary = spec.Canary{Off: true}
 	for i := range s.Nodes {
 		if s.Nodes[i].Env == nil {

@@ -435,6 +435,9 @@ func TestEveryModelledReleaseServesWithAuto(t *testing.T) {
 		"vllm-0.22.1-ray": {"ray", release.RayV2, false},
 		// Ray 2.59 without a token in the image: token authentication stays off.
 		"vllm-0.22.1-ray2.59": {"ray", release.RayV2, false},
+		// The newest modelled release: stock (mp) and with Ray (V2 by default).
+		"vllm-0.32.0":     {"mp", "", false},
+		"vllm-0.32.0-ray": {"ray", release.RayV2, false},
 	}
 	if len(lab.Releases) != len(want) {
 		t.Fatalf("the lab models %d releases, this test knows %d", len(lab.Releases), len(want))

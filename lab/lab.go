@@ -72,7 +72,7 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 		return err
 	}
 	var all []images.Image
-	for _, r := range append(slices.Clone(Releases), RayTokenRelease) {
+	for _, r := range append(slices.Clone(Releases), RayTokenRelease, NICSelectionRelease) {
 		img, err := simImage(r, base.ImageID, bins["sim"], dir)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/tpdeploy/tpdeploy/internal/images"
@@ -24,6 +25,11 @@ type Release struct {
 	// there then, and `ray start --head` turns token authentication on whenever one
 	// exists (Ray PR #64755).
 	AuthToken string
+	// RustFrontend: the wheel's Rust front end binary is in the image, at
+	// <site>/vllm/vllm-rs (what VLLM_USE_RUST_FRONTEND=1 runs; the simulator again here).
+	RustFrontend bool
+	// Env are ENV lines of the image's own ("NAME=value"), as a site's image may carry.
+	Env []string
 }
 
 // Image is the release's simulator image.
@@ -41,6 +47,12 @@ var Releases = []Release{
 // PR #64755, token authentication on by default for a head that finds a token).
 func init() {
 	Releases = append(Releases, Release{Name: "vllm-0.22.1-ray2.59", VLLM: "0.22.1", Torch: "2.11.0+cu130", Ray: "2.59.0", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.28.9"})
+	// The newest release modelled: 0.32.0 (torch 2.13.0, whose CUDA 13 wheels pin
+	// nvidia-nccl-cu13 2.29.7), as its stock image (no Ray) and with `pip install ray`
+	// as of today (2.59). Both carry the Rust front end (lab/README.md, "Releases").
+	Releases = append(Releases,
+		Release{Name: "vllm-0.32.0", VLLM: "0.32.0", Torch: "2.13.0+cu130", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7", RustFrontend: true},
+		Release{Name: "vllm-0.32.0-ray", VLLM: "0.32.0", Torch: "2.13.0+cu130", Ray: "2.59.0", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7", RustFrontend: true})
 }
 
 // RayTokenRelease is the Ray 2.59 release with a token already in the image
@@ -49,6 +61,13 @@ func init() {
 // only an image of one.
 var RayTokenRelease = Release{Name: "vllm-0.22.1-ray2.59-token", VLLM: "0.22.1", Torch: "2.11.0+cu130", Ray: "2.59.0",
 	NCCLDist: "nvidia_nccl_cu13", NCCL: "2.28.9", AuthToken: "7d1c6e0b1f2a4c38a9e4b5d6c7f80912"}
+
+// NICSelectionRelease is the newest release's stock image with vLLM's per-GPU NIC
+// selection in its own ENV (vLLM PR #42083: both variables set, a GPU-to-NIC PCIe map and
+// the variables to prepend to), as a site's image built for a per-GPU rail layout carries
+// it. Not a modelled release (not in Releases): tpdeploy refuses it at plan.
+var NICSelectionRelease = Release{Name: "vllm-0.32.0-nicmap", VLLM: "0.32.0", Torch: "2.13.0+cu130", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7",
+	RustFrontend: true, Env: []string{"VLLM_GPU_NIC_PCIE_MAPPING=0000:19:00.0=0000:1a:00.0", "VLLM_NIC_SELECTION_VARS=NCCL_IB_HCA:1"}}
 
 // DefaultRelease is what a lab's deploys run unless Config.Release says otherwise: a current
 // release with Ray added, as people who want Ray build it.
@@ -67,13 +86,14 @@ func ReleaseNamed(name string) (Release, bool) {
 	return Release{}, false
 }
 
-// SimImages are every release's image, in Releases' order, then RayTokenRelease's.
+// SimImages are every release's image, in Releases' order, then RayTokenRelease's and
+// NICSelectionRelease's.
 func SimImages() []string {
-	out := make([]string, 0, len(Releases)+1)
+	out := make([]string, 0, len(Releases)+2)
 	for _, r := range Releases {
 		out = append(out, r.Image())
 	}
-	return append(out, RayTokenRelease.Image())
+	return append(out, RayTokenRelease.Image(), NICSelectionRelease.Image())
 }
 
 // SitePackages is where vLLM's images install Python packages (pip into Ubuntu's Python
@@ -126,6 +146,16 @@ func simImage(r Release, base, sim, dir string) (images.Image, error) {
 		return images.Image{}, err
 	}
 	files["nsswitch.conf"] = filepath.Join(ctx, "nsswitch.conf")
+	rust := ""
+	if r.RustFrontend {
+		files["vllm-rs"] = sim
+		rust = "COPY vllm-rs " + SitePackages + "/vllm/vllm-rs\n"
+	}
+	env := ""
+	for _, e := range r.Env {
+		k, v, _ := strings.Cut(e, "=")
+		env += "ENV " + k + "=" + strconv.Quote(v) + "\n"
+	}
 	token := ""
 	if r.AuthToken != "" {
 		if err := writeFile(filepath.Join(ctx, "auth_token"), r.AuthToken+"\n"); err != nil {
@@ -138,7 +168,7 @@ func simImage(r Release, base, sim, dir string) (images.Image, error) {
 		// The base's ID is part of the Dockerfile, so a rebuilt base rebuilds every release
 		// image on it (and no image keeps an old base's layers).
 		Dockerfile: "FROM " + TorchImage + "\n# base " + base + "\nCOPY " + bins + " /usr/local/bin/\nCOPY dist " + SitePackages + "\n" +
-			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n" + token}, nil
+			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n" + rust + env + token}, nil
 }
 
 // nsswitch is Debian's /etc/nsswitch.conf without dns for hosts (simImage says why).

@@ -70,6 +70,9 @@ func DecideRelease(_ context.Context, in ReleaseInput) (ReleaseDecision, error) 
 	head := c.Head()
 	warnings, err := release.Compare(in.Images, head.Name, c.ImageMismatch)
 	if err == nil {
+		err = release.CheckImageEnv(in.Images)
+	}
+	if err == nil {
 		var headImage release.Image
 		for _, img := range in.Images {
 			if img.Node == head.Name {

@@ -17,6 +17,7 @@ type ImageRequest struct {
 const (
 	ErrImageLacksRay       = failure.ImageLacksRay
 	ErrImageLacksNnodes    = failure.ImageLacksNnodes
+	ErrImageNICSelection   = failure.ImageNICSelection
 	ErrExecutorUnavailable = failure.ExecutorUnavailable
 	ErrImageUnreadable     = failure.ImageUnreadable
 )

@@ -36,6 +36,7 @@ const (
 	ImageUnreadable     = "ImageUnreadable"
 	ImageLacksRay       = "ImageLacksRay"
 	ImageLacksNnodes    = "ImageLacksNnodes"
+	ImageNICSelection   = "ImageNICSelection"
 	ExecutorUnavailable = "ExecutorUnavailable"
 	VersionMismatch     = "VersionMismatch"
 
@@ -137,6 +138,7 @@ var All = []Failure{
 	{ImageUnreadable, false, "the image has no shell or no vLLM installation tpdeploy can read"},
 	{ImageLacksRay, false, "the deploy needs Ray and the image has none (stock vllm/vllm-openai images since v0.18.0); the message gives the ways out"},
 	{ImageLacksNnodes, false, "`executor: mp` on a vLLM older than 0.11.1, which lacks `--nnodes`"},
+	{ImageNICSelection, false, "the image's own ENV sets vLLM's per-GPU NIC selection (`VLLM_GPU_NIC_PCIE_MAPPING`, `VLLM_NIC_SELECTION_VARS`), which would prepend other HCAs to the plan's `NCCL_IB_HCA`; the message names the image and the fix"},
 	{ExecutorUnavailable, false, "`executor: auto` found neither Ray in the image nor a layout vLLM's own multi-node mode can run"},
 	{VersionMismatch, false, "a Ray process joined a cluster started with another Ray or Python version: the nodes run different images"},
 

@@ -25,8 +25,15 @@ const ReadScript = `for d in /usr/local/lib/python3*/dist-packages /usr/local/li
 done
 for c in vllm ray python3; do command -v "$c" >/dev/null 2>&1 && echo "bin $c"; done
 for l in /usr/lib/*-linux-gnu/libibverbs.so.1 /lib/*-linux-gnu/libibverbs.so.1 /usr/lib64/libibverbs.so.1; do [ -e "$l" ] && echo "lib libibverbs"; done
+[ -n "${VLLM_GPU_NIC_PCIE_MAPPING:+x}" ] && echo "env VLLM_GPU_NIC_PCIE_MAPPING"
+[ -n "${VLLM_NIC_SELECTION_VARS:+x}" ] && echo "env VLLM_NIC_SELECTION_VARS"
 echo "end"
 `
+
+// The read container is created with no Env of its own, so its environment is the image's
+// ENV: ReadScript's "env" lines name the NIC-selection variables (NICSelectionEnv) the
+// image itself sets to a non-blank value (vLLM treats a blank one as unset:
+// vllm/v1/executor/vllm_net_devices.py set_worker_net_device tests `.strip()`).
 
 // MaxReadOutput bounds what the agent keeps of ReadScript's output: an image with
 // thousands of distributions prints about 100 bytes each.
@@ -50,6 +57,8 @@ type Image struct {
 	VLLMBin bool `json:"vllm_bin"`
 	// Verbs says libibverbs is installed (NCCL's IB/RoCE transport needs it).
 	Verbs bool `json:"libibverbs"`
+	// NICSelection are the NICSelectionEnv variables the image's own ENV sets.
+	NICSelection []string `json:"nic_selection_env,omitempty"`
 	// Cached says the agent answered from its cache of this image ID.
 	Cached bool `json:"cached,omitempty"`
 }
@@ -128,6 +137,10 @@ func ParseRead(out string) (Image, error) {
 			}
 		case "lib":
 			img.Verbs = img.Verbs || (len(f) == 2 && f[1] == "libibverbs")
+		case "env":
+			if len(f) == 2 && slices.Contains(NICSelectionEnv, f[1]) && !slices.Contains(img.NICSelection, f[1]) {
+				img.NICSelection = append(img.NICSelection, f[1])
+			}
 		case "end":
 			ended = true
 		default:

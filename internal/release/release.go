@@ -201,6 +201,33 @@ func lacksRay(head Image, v Version, nnodes bool) error {
 		head.Node, head.Ref, head.VLLM, why, strings.Join(outs, "; "))}
 }
 
+// NICSelectionEnv are vLLM's per-GPU NIC selection variables (vLLM PR #42083,
+// vllm/v1/executor/vllm_net_devices.py): with both set, each worker prepends its
+// PCIe-local HCA to every variable VLLM_NIC_SELECTION_VARS lists (`value =
+// f"{rdma_dev}{suffix},{existing}"`), so the plan's exact NCCL_IB_HCA loses its exact match
+// and NCCL may use rails the data-plane proof never measured. A node's env may not set them
+// (spec validation); CheckImageEnv refuses an image whose own ENV does.
+var NICSelectionEnv = []string{"VLLM_GPU_NIC_PCIE_MAPPING", "VLLM_NIC_SELECTION_VARS"}
+
+// CheckImageEnv refuses the deploy when a node's image sets a NICSelectionEnv variable in
+// its own ENV, naming the node, the image, the variables and the fix. tpdeploy does not
+// blank them itself: a spec that needs them cannot say so, and an image that sets them was
+// built for a per-GPU rail layout the plan would silently override.
+func CheckImageEnv(images []Image) error {
+	var bad []string
+	for _, img := range images {
+		if len(img.NICSelection) > 0 {
+			bad = append(bad, fmt.Sprintf("%s: image %s sets %s in its ENV", img.Node, img.Ref, strings.Join(img.NICSelection, " and ")))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return &Error{failure.ImageNICSelection, strings.Join(bad, "; ") +
+		": vLLM's per-GPU NIC selection (vLLM PR #42083) would prepend each worker's PCIe-local HCA to NCCL_IB_HCA, so NCCL could use rails other than the plan's exact list that the data-plane proof measured." +
+		" Fix: an image without them, or one that blanks them (ENV VLLM_GPU_NIC_PCIE_MAPPING= VLLM_NIC_SELECTION_VARS=; vLLM treats a blank value as unset); the plan's NCCL_IB_HCA already lists every planned HCA"}
+}
+
 // Compare refuses nodes whose images differ, naming both nodes and what differs. With
 // mismatch "warn" it returns the difference as a warning instead.
 func Compare(images []Image, head string, mismatch string) (warnings []string, err error) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -38,7 +39,7 @@ func TestParseReadStockImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Image{VLLM: "0.17.1", Ray: "2.53.0", Torch: "2.9.0+cu129", NCCL: "2.27.3", Python: "3.12", RayBin: true, VLLMBin: true, Verbs: true}
-	if img != want {
+	if !reflect.DeepEqual(img, want) {
 		t.Fatalf("got %+v\nwant %+v", img, want)
 	}
 	if !img.HasRay() {
@@ -315,5 +316,38 @@ func TestDecideRefusesASwitchIntRefuses(t *testing.T) {
 	}
 	if _, err := Decide(l, img("node-a", "0.17.1", "2.53.0")); err != nil {
 		t.Errorf("0.17.1 has no switch to read: %v", err)
+	}
+}
+
+// An image whose own ENV sets vLLM's per-GPU NIC selection: the read names the variables
+// (the read container carries exactly the image's ENV), and the deploy is refused naming
+// the node, the image and the fix; a blank value is vLLM's unset and is not reported.
+func TestImageSettingNICSelectionIsRefused(t *testing.T) {
+	out := strings.Replace(stockRead("0.32.0", ""), "end\n", "env VLLM_GPU_NIC_PCIE_MAPPING\nenv VLLM_NIC_SELECTION_VARS\nenv PATH\nend\n", 1)
+	img, err := ParseRead(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(img.NICSelection, []string{"VLLM_GPU_NIC_PCIE_MAPPING", "VLLM_NIC_SELECTION_VARS"}) {
+		t.Fatalf("NIC selection %q", img.NICSelection)
+	}
+	img.Node, img.Ref = "node-b", "site/vllm:rails"
+	plain, _ := ParseRead(stockRead("0.32.0", ""))
+	plain.Node = "node-a"
+	if err := CheckImageEnv([]Image{plain}); err != nil {
+		t.Fatalf("an image without them: %v", err)
+	}
+	err = CheckImageEnv([]Image{plain, img})
+	var re *Error
+	if !errors.As(err, &re) || re.Type != failure.ImageNICSelection {
+		t.Fatalf("got %v, want %s", err, failure.ImageNICSelection)
+	}
+	for _, want := range []string{"node-b: image site/vllm:rails sets VLLM_GPU_NIC_PCIE_MAPPING and VLLM_NIC_SELECTION_VARS in its ENV", "NCCL_IB_HCA", "ENV VLLM_GPU_NIC_PCIE_MAPPING= VLLM_NIC_SELECTION_VARS="} {
+		if !strings.Contains(re.Msg, want) {
+			t.Errorf("message lacks %q: %s", want, re.Msg)
+		}
+	}
+	if strings.Contains(re.Msg, "node-a") {
+		t.Errorf("names the node whose image is fine: %s", re.Msg)
 	}
 }

@@ -92,6 +92,7 @@ var codeLoadingEnv = map[string]string{
 	"CUDA_INJECTION64_PATH":               "the CUDA driver loads the library it names into every CUDA process",
 	"CUDA_INJECTION32_PATH":               "the CUDA driver loads the library it names into every CUDA process",
 	"VLLM_NCCL_SO_PATH":                   "vLLM loads the library it names as NCCL",
+	"VLLM_RUST_FRONTEND_PATH":             "vLLM runs the program it names as its HTTP front end (with VLLM_USE_RUST_FRONTEND=1)",
 	"VLLM_SERVER_DEV_MODE":                "vLLM's API server then serves its development endpoints, which act on the engine without the API key's scope",
 	"VLLM_ALLOW_INSECURE_SERIALIZATION":   "vLLM then unpickles what its processes send each other (pickle runs code)",
 	"TRITON_CACHE_MANAGER":                "Triton imports the module:class it names",

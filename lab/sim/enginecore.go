@@ -115,6 +115,19 @@ func runAPIServer(ctx context.Context, f serveFlags, args []string) error {
 	}
 	a := &apiServer{flags: f, p: p, wait: map[uint64]chan engineMsg{}}
 	msgs := p.messages()
+	// The Rust front end starts while the engine starts (rustfrontend.go).
+	var rf *rustFrontend
+	if f.rel.hasRustFrontend() {
+		on, err := rustFrontendOn()
+		if err != nil {
+			return err
+		}
+		if on {
+			if rf, err = startRustFrontend(f); err != nil {
+				return err
+			}
+		}
+	}
 	stop := func() {
 		core.signal(syscall.SIGTERM)
 		select {
@@ -153,6 +166,9 @@ func runAPIServer(ctx context.Context, f serveFlags, args []string) error {
 	}
 	go a.route(ctx, msgs, core)
 	defer stop()
+	if rf != nil {
+		return a.serveRust(ctx, rf)
+	}
 	return a.serve(ctx)
 }
 

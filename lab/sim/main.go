@@ -30,7 +30,7 @@ func run(args []string) error {
 	}
 	name := filepath.Base(args[0])
 	rest := args[1:]
-	if name != "ray" && name != "vllm" && name != "python3" && len(rest) > 0 {
+	if name != "ray" && name != "vllm" && name != "python3" && name != "vllm-rs" && len(rest) > 0 {
 		// `sim ray start ...` works too, for running outside an image.
 		name, rest = rest[0], rest[1:]
 	}
@@ -41,6 +41,8 @@ func run(args []string) error {
 		return vllmMain(rest)
 	case "python3":
 		return pythonMain(rest) // only the data-plane proof (proof.go)
+	case "vllm-rs":
+		return vllmRsMain(rest) // the Rust front end (rustfrontend.go)
 	}
 	return fmt.Errorf("usage: ray start|status ... or vllm serve ... (invoked as %q)", name)
 }
