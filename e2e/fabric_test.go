@@ -100,40 +100,16 @@ func deployServes(t *testing.T, starterAt func(...string) (string, int), s spec.
 	}
 }
 
-// TestTriangleServesOnEveryCable: three simulated Sparks without a switch serve tensor 3
-// with vLLM's own multi-node mode (the stock 0.22.1 image) and with RayExecutorV2 (0.22.1
-// with Ray: every rank order is cabled on a triangle), NCCL on IB over every cable, and
-// status gives the data plane per link.
-func TestTriangleServesOnEveryCable(t *testing.T) {
-	_, starterAt := fabricLab(t, "tpd-e2e-tri-", lab.TopologyTriangle)
-	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
-	deployServes(t, starterAt, fabricSpec(t, "lab-triangle.yaml", "e2e-tri-mp", stock.Image()),
-		"executor mp", "data plane: IB on 3 links (triangle", "GB/s per hop")
-	deployServes(t, starterAt, fabricSpec(t, "lab-triangle.yaml", "e2e-tri-ray", ""),
-		"data plane: IB on 3 links (triangle", "GB/s per hop")
-}
-
-// TestRing4ServesAndRefusesALayoutItCannotCarry: four simulated Sparks in a ring serve
-// tensor 4 with executor mp, ranks round the cables and NCCL_ALGO=Ring (NCCL's tree would
-// cross the diagonal), status giving each cable; tensor 3 (over Ray) needs three nodes all
-// cabled to each other, which a ring of four has nowhere, and is refused as
-// DataPlaneUnreachable naming the pairs, with nothing started on any node.
-func TestRing4ServesAndRefusesALayoutItCannotCarry(t *testing.T) {
-	_, starterAt := fabricLab(t, "tpd-e2e-ring-", lab.TopologyRing4)
-	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
-	deployServes(t, starterAt, fabricSpec(t, "lab-ring4.yaml", "e2e-ring-mp", stock.Image()),
-		"executor mp", "data plane: IB on 4 links (ring node-a-node-b-node-c-node-d)", "GB/s per hop")
-
-	// With Ray (vLLM's own mode needs the GPUs to divide over the nodes, which 3 over 4 does not).
-	withRay, _ := lab.ReleaseNamed("vllm-0.22.1-ray")
-	s := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-tp3", withRay.Image())
-	s.Parallel.Tensor = 3
+// refusedNamingNCCL deploys s, which the plan must refuse as DataPlaneUnreachable with
+// the wants in its message, leaving no container.
+func refusedNamingNCCL(t *testing.T, starterAt func(...string) (string, int), s spec.Cluster, wants ...string) {
+	t.Helper()
 	out, code := starterAt("deploy", "-f", writeSpec(t, s), "--watch")
 	if code == 0 {
-		t.Fatalf("tensor 3 on a ring of four served:\n%s", out)
+		t.Fatalf("%s served:\n%s", s.Name, out)
 	}
-	t.Logf("tensor 3 refused:\n%s", out)
-	for _, want := range []string{"DataPlaneUnreachable", "node-a and node-c share no link", "ways out"} {
+	t.Logf("%s refused:\n%s", s.Name, out)
+	for _, want := range append([]string{"DataPlaneUnreachable", "ways out"}, wants...) {
 		if !strings.Contains(out, want) {
 			t.Errorf("refusal lacks %q:\n%s", want, out)
 		}
@@ -141,4 +117,40 @@ func TestRing4ServesAndRefusesALayoutItCannotCarry(t *testing.T) {
 	if left := containersOf(t, s.Name); len(left) > 0 {
 		t.Errorf("containers left for %s: %v", s.Name, left)
 	}
+}
+
+// TestTriangleIsRefusedForNCCLsChannelNICAndServesOnSocketsWhenWarned: three simulated
+// Sparks without a switch, every pair cabled. NCCL 2.28.9 connects each channel of a
+// one-GPU node to both its neighbours over one NIC (the CX-7's two ports fused), so IB
+// cannot carry tensor 3 (netplan channelNICs; lab/sim/fabric.go ibLinks): the deploy is
+// refused naming each node's ports, with nothing started; with data_plane: warn it serves
+// with NCCL on sockets over the management LAN, and status says so.
+func TestTriangleIsRefusedForNCCLsChannelNICAndServesOnSocketsWhenWarned(t *testing.T) {
+	_, starterAt := fabricLab(t, "tpd-e2e-tri-", lab.TopologyTriangle)
+	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
+	ib := fabricSpec(t, "lab-triangle.yaml", "e2e-tri-ib", stock.Image())
+	ib.DataPlane = "" // the default: require, as the plan has RDMA
+	refusedNamingNCCL(t, starterAt, ib, "ncclTopoGetNetDev", "node-a reaches node-b only over rocep1s0f1:1 and node-c only over rocep1s0f0:1")
+	s := fabricSpec(t, "lab-triangle.yaml", "e2e-tri-mp", stock.Image()) // data_plane: warn
+	deployServes(t, starterAt, s, "executor mp", "data plane: Socket (no RDMA planned)")
+}
+
+// TestRing4RefusesWhatNCCLOrTheCablesCannotCarry: four simulated Sparks in a ring. Tensor
+// 4 fits the cables in the cables' order, but NCCL cannot use them (as on the triangle) and
+// is refused naming NCCL's channel NIC; tensor 3 (over Ray) needs three nodes all cabled
+// to each other, which a ring of four has nowhere, and is refused naming the pairs. Nothing
+// is started on any node.
+func TestRing4RefusesWhatNCCLOrTheCablesCannotCarry(t *testing.T) {
+	_, starterAt := fabricLab(t, "tpd-e2e-ring-", lab.TopologyRing4)
+	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
+	ib := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-mp", stock.Image())
+	ib.DataPlane = "" // the default: require, as the plan has RDMA
+	refusedNamingNCCL(t, starterAt, ib, "ncclTopoGetNetDev", "node-a reaches node-b only over rocep1s0f1:1 and node-d only over rocep1s0f0:1")
+
+	// With Ray (vLLM's own mode needs the GPUs to divide over the nodes, which 3 over 4 does not).
+	withRay, _ := lab.ReleaseNamed("vllm-0.22.1-ray")
+	s := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-tp3", withRay.Image())
+	s.Parallel.Tensor = 3
+	s.DataPlane = ""
+	refusedNamingNCCL(t, starterAt, s, "node-a and node-c share no link")
 }

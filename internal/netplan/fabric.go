@@ -85,6 +85,9 @@ type Fabric struct {
 	// Used says whether NCCL_IB_HCA lists the graph's HCAs (through the rails every node
 	// shares, Plan.Rails, or per link); false when data_plane: skip or warn leaves it unused.
 	Used bool `json:"used,omitempty"`
+	// NCCLCannot says why NCCL cannot use the links although they carry the layout (a node
+	// whose peers sit on different ports, channelNICs); empty when it can.
+	NCCLCannot string `json:"nccl_cannot,omitempty"`
 }
 
 // BuildGraph is the data plane from the probes and the reachability matrix: for every
@@ -679,6 +682,51 @@ func fabricHCAs(g Graph) map[string][]RDMADevice {
 	return out
 }
 
+// channelNICs checks that NCCL can use the links for the pairs that talk: NCCL 2.28.9 (the
+// modelled images') connects a node of one GPU to every peer of a channel over that
+// channel's one NIC, not over the port that faces the peer (docs/network.md, "Which HCA a
+// channel uses"; src/graph/search.cc ncclTopoGetNetDev takes graph->inter[channel*2] for
+// send and receive alike, src/transport/net.cc), and a CX-7's two ports are one fused NIC
+// by default (src/graph/topo.cc ncclTopoAutoMerge). So every HCA NCCL_IB_HCA names on a
+// node must reach every peer of that node: on a switchless fabric, a node may talk to one
+// cabled peer only. The message names each node whose peers sit on different HCAs.
+func channelNICs(f Fabric, gpus map[string]int) string {
+	peers := map[string][]string{}
+	for _, p := range f.Pairs {
+		peers[p[0]] = appendNew(peers[p[0]], p[1])
+		peers[p[1]] = appendNew(peers[p[1]], p[0])
+	}
+	over := func(node, peer string) []string {
+		var out []string
+		for _, l := range f.Graph.Links {
+			switch {
+			case l.A == node && l.B == peer:
+				out = appendNew(out, l.AHCA.HCA())
+			case l.B == node && l.A == peer:
+				out = appendNew(out, l.BHCA.HCA())
+			}
+		}
+		return out
+	}
+	var bad []string
+	for _, n := range f.Order {
+		if len(peers[n]) < 2 || gpus[n] > 1 {
+			continue // one peer: NCCL_IB_HCA can name its cables alone; several GPUs: not modelled
+		}
+		var via []string
+		for _, p := range peers[n] {
+			via = append(via, p+" only over "+strings.Join(over(n, p), ","))
+		}
+		bad = append(bad, n+" reaches "+strings.Join(via, " and "))
+	}
+	if len(bad) == 0 {
+		return ""
+	}
+	return "NCCL 2.28.9 connects a one-GPU node to all its peers over each channel's one NIC (src/graph/search.cc ncclTopoGetNetDev; " +
+		"a CX-7's two ports fused into one by default), not over the port facing the peer, so a queue pair would cross a port whose cable does not reach the peer (ibv_modify_qp error 110): " +
+		strings.Join(bad, "; ")
+}
+
 // dataPlaneFabric plans the data plane from the measured graph. Where the rails span
 // every node (railHCAs) they stay the data plane and the fabric only draws them. Where no
 // rail does but nodes share cables, the layout is mapped onto the cables, and a layout no
@@ -702,6 +750,13 @@ func dataPlaneFabric(c spec.Cluster, byNode map[string]NodeProbe, matrix []PairR
 		total += gpus[n.Name]
 	}
 	f, err := planFabric(c, g, gpus)
+	if err == nil && len(railHCAs) == 0 {
+		if f.NCCLCannot = channelNICs(f, gpus); f.NCCLCannot != "" {
+			err = &Error{Type: failure.DataPlaneUnreachable, Msg: f.NCCLCannot +
+				"\nways out: a switch, so that each rail is one subnet every node's HCA reaches (then each channel's NIC reaches every peer); " +
+				"or data_plane: warn (or skip) to run NCCL over sockets on the bootstrap subnet (slow)"}
+		}
+	}
 	if len(railHCAs) > 0 {
 		// The seed's case: the rails carry every pair already; the plan is today's.
 		f.Used = true
@@ -727,6 +782,8 @@ func fabricWarnings(c spec.Cluster, f Fabric) []string {
 	if !f.Used {
 		why := "data_plane: skip"
 		switch {
+		case c.DataPlane != spec.DataPlaneSkip && f.NCCLCannot != "":
+			why = fmt.Sprintf("%s (data_plane: %s)", f.NCCLCannot, c.DataPlane)
 		case c.DataPlane != spec.DataPlaneSkip && f.Placement != "":
 			why = fmt.Sprintf("%s (data_plane: %s)", f.Placement, c.DataPlane)
 		case c.DataPlane != spec.DataPlaneSkip:

@@ -615,6 +615,15 @@ func nodeEnv(n spec.Node, m member, rayAddress string, form NCCLEnv, members []m
 	if len(hcas) > 0 {
 		env["NCCL_IB_HCA"] = "=" + strings.Join(hcas, ",")
 	}
+	// Links the plan does not use (data_plane warn or skip on a fabric NCCL cannot use, or a
+	// layout it cannot carry): with NCCL_IB_HCA unset NCCL's IB plugin would open every
+	// HCA, and its queue pairs would cross ports with no cable to the peer; NCCL runs over
+	// sockets on the bootstrap subnet, as the plan says. The operator's own choice stands.
+	_, ownIB := n.Env["NCCL_IB_DISABLE"]
+	_, ownNet := n.Env["NCCL_NET"]
+	if fabric != nil && !fabric.Used && len(hcas) == 0 && !ownIB && !ownNet {
+		env["NCCL_IB_DISABLE"] = "1"
+	}
 	// The operator's own NCCL_ALGO stands (fabricWarnings says when it is not the ring).
 	if _, own := n.Env["NCCL_ALGO"]; fabric != nil && fabric.Used && fabric.Algo != "" && !own {
 		env["NCCL_ALGO"] = fabric.Algo

@@ -625,9 +625,13 @@ func PlannedEnv(name string) bool { return plannedEnv[name] != "" }
 
 // PlanDefaultEnv says whether the plan may set the variable to value on a node whose own
 // env does not set it (where the node's env sets it, that value stands): NCCL_ALGO=Ring on a
-// switchless ring, where NCCL's tree would connect uncabled pairs (netplan's fabric). Only
-// the restriction itself: any other value is the operator's to sign.
-func PlanDefaultEnv(name, value string) bool { return name == "NCCL_ALGO" && value == "Ring" }
+// switchless ring, where NCCL's tree would connect uncabled pairs, and NCCL_IB_DISABLE=1 on
+// a fabric whose cables NCCL cannot use (netplan's fabric, channelNICs: with NCCL_IB_HCA
+// unset NCCL's IB plugin would open every HCA). Only the restrictions themselves: any other
+// value is the operator's to sign.
+func PlanDefaultEnv(name, value string) bool {
+	return (name == "NCCL_ALGO" && value == "Ring") || (name == "NCCL_IB_DISABLE" && value == "1")
+}
 
 func ParseCIDRs(cidrs []string) []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(cidrs))

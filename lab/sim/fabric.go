@@ -11,6 +11,11 @@ package main
 //     collective; all_reduce here). NCCL 2.28 connects an algorithm when a collective first
 //     needs it (NCCL_RUNTIME_CONNECT=1, src/init.cc; src/group.cc ncclCollPreconnect) and
 //     all of ring, tree and PAT at init with NCCL_RUNTIME_CONNECT=0 (src/init.cc);
+//   - which NIC each connection uses: the one NCCL puts in the channel, the same for every
+//     peer of a one-GPU node, the two ports of one CX-7 fused into one NIC by default
+//     (ibLinks, ncclNets, ibQPs give the source) — not the port that faces the peer, so a
+//     node whose ring neighbours sit on different ports (a triangle's, a ring's) opens a
+//     queue pair on a port whose cable does not reach the peer;
 //   - a queue pair towards a peer that the local HCA's cable does not reach fails in
 //     ibv_modify_qp to RTR with ETIMEDOUT, which NCCL retries NCCL_IB_MQP_RETRY_CNT (34)
 //     times, sleeping NCCL_IB_MQP_RETRY_SLEEP_MSEC (100) × attempt ms, logging each at INFO,
@@ -202,18 +207,111 @@ func ibRoute(mine, peer []ibPort) (ibPort, ibPort, bool) {
 	return ibPort{}, ibPort{}, false
 }
 
-// ibLink is one connection this node opens: to which node, over which local and remote port.
+// ncclNet is one of NCCL's network devices over a node's IB ports: a port, or a virtual
+// NIC of several (net_ib.cc ncclIbMakeVDeviceInternal, named "a+b"), with NCCL's index.
+type ncclNet struct {
+	Dev   int
+	Ports []ibPort
+}
+
+// pciDevice is the PCI device of an HCA named as rdma-core names RoCE devices after their
+// PCI address (rocep<bus>s<slot>f<function>, roceP<domain>p<bus>s<slot>f<function>, as on
+// a DGX Spark): the name without its function, as ncclIbGetPciPath sets the path's last
+// character to '0' (net_ib.cc). Another name is its own device.
+func pciDevice(hca string) string {
+	i := strings.LastIndexByte(hca, 'f')
+	if i <= 0 || i == len(hca)-1 {
+		return hca
+	}
+	for _, c := range hca[i+1:] {
+		if c < '0' || c > '9' {
+			return hca
+		}
+	}
+	return hca[:i]
+}
+
+// ncclNets are NCCL 2.28.9's network devices over ports (in libibverbs' order, the
+// physical devices 0..n-1). With NCCL_IB_MERGE_NICS at its default 1 and
+// NCCL_NET_MERGE_LEVEL at its default PORT (src/graph/topo.cc ncclTopoGetFusionEnv), the
+// ports of one PCI device — a CX-7's two ports, rocep1s0f0 and rocep1s0f1 — are fused into
+// one virtual NIC (topo.cc ncclTopoAutoMerge, net_ib.cc ncclIbMakeVDeviceInternal), which
+// the topology uses instead of its ports and whose index follows the physical ones;
+// NCCL_IB_MERGE_NICS=0 makes ncclIbMakeVDeviceInternal refuse, and each port stays a NIC.
+func ncclNets(ports []ibPort, merge bool) []ncclNet {
+	var out []ncclNet
+	groups := map[string]int{}
+	virtual := len(ports)
+	for i, p := range ports {
+		key := pciDevice(p.HCA)
+		if g, ok := groups[key]; ok && merge {
+			if len(out[g].Ports) == 1 {
+				out[g].Dev = virtual
+				virtual++
+			}
+			out[g].Ports = append(out[g].Ports, p)
+			continue
+		}
+		groups[key] = len(out)
+		out = append(out, ncclNet{Dev: i, Ports: []ibPort{p}})
+	}
+	return out
+}
+
+// ncclMergeNICs is NCCL_IB_MERGE_NICS as NCCL_PARAM reads it (default 1; 0 disables).
+func ncclMergeNICs(getenv func(string) string) bool {
+	return strings.TrimSpace(getenv("NCCL_IB_MERGE_NICS")) != "0"
+}
+
+// ibQPs are the queue pairs of one connection between local NIC l and the peer's NIC r:
+// ncclIbConnect and ncclIbAccept (net_ib.cc) open max(local, remote) × NCCL_IB_QPS_PER_
+// CONNECTION (1) queue pairs, "Alternate QPs between devices": queue pair q on local
+// device q mod l's ports and remote device q mod r's, each brought to RTR towards that
+// remote device's GID. The first pair the cables do not join is returned with ok false.
+func ibQPs(l, r ncclNet) (local, remote ibPort, ok bool) {
+	n := max(len(l.Ports), len(r.Ports))
+	for q := range n {
+		a, b := l.Ports[q%len(l.Ports)], r.Ports[q%len(r.Ports)]
+		if _, _, joined := ibRoute([]ibPort{a}, []ibPort{b}); !joined {
+			return a, b, false
+		}
+	}
+	return l.Ports[0], r.Ports[0], true
+}
+
+// ibLink is one connection this node opens on one channel: to which node, by which
+// algorithm, over which local NIC (NCCL's index) and the first queue pair's (or the
+// failing one's) local and remote port.
 type ibLink struct {
 	Peer          int
 	Algo          string
+	Channel, Dev  int
 	Local, Remote ibPort
+	Ports         []ibPort // the local NIC's ports
 	OK            bool
 }
 
 // ibLinks are the connections node me (an index of nodes) opens for a communicator over
-// nodes, each over the local port whose cable reaches the peer; OK false where none does.
-func ibLinks(nodes []ibNode, me int, algos map[string]bool, runtime, onePerNode bool) []ibLink {
+// nodes, per channel, over the NIC NCCL puts in the channel — never chosen by the peer.
+// NCCL 2.28.9, for a node of one GPU:
+//   - ring and tree channels connect over the NIC the topology search put in the
+//     channel's graph, for both neighbours: ncclTopoGetNetDev (src/graph/search.cc) takes
+//     graph->inter[channel*2+index] with index 0 where the channel's first GPU is the rank
+//     (with one GPU, always), for send (sendSetup) and receive (recvSetup, "the receiver
+//     uses its own NIC") alike (src/transport/net.cc);
+//   - the search gives channel c the node's NIC c mod NICs: ncclTopoSearchRecNet tries
+//     nets[(graph->nChannels+i)%netCount] first, and with crossNic 0 (NCCL_CROSS_NIC's
+//     default 2 searches without it first) ncclTopoSearchCheckNet makes the channel leave
+//     by the NIC it entered; NCCL_CROSS_NIC=1 could not help, as index is always 0;
+//   - send/recv without a graph take ncclTopoGetLocalNet (src/graph/topo.cc): the GPU's
+//     NIC plus channelId mod NICs — again the channel's, not the peer's;
+//   - the peer's end is its own NIC of the same channel (its search on the same machine
+//     gives the same graph), and the queue pairs pair device q with device q (ibQPs).
+//
+// There are as many channels as NICs (at least one each).
+func ibLinks(nodes []ibNode, me int, algos map[string]bool, runtime, onePerNode, merge bool) []ibLink {
 	var out []ibLink
+	mine := ncclNets(nodes[me].Ports, merge)
 	for _, p := range commPairs(len(nodes), algos, runtime, onePerNode) {
 		peer := -1
 		switch me {
@@ -224,14 +322,17 @@ func ibLinks(nodes []ibNode, me int, algos map[string]bool, runtime, onePerNode 
 		default:
 			continue
 		}
-		l := ibLink{Peer: peer, Algo: p.Algo}
-		l.Local, l.Remote, l.OK = ibRoute(nodes[me].Ports, nodes[peer].Ports)
-		if !l.OK && len(nodes[me].Ports) > 0 && len(nodes[peer].Ports) > 0 {
-			// The queue pair NCCL tries is channel 0's: the first local NIC (src/graph/topo.cc
-			// ncclTopoGetLocalNet: channel 0 → the GPU's first net) to the peer's.
-			l.Local, l.Remote = nodes[me].Ports[0], nodes[peer].Ports[0]
+		theirs := ncclNets(nodes[peer].Ports, merge)
+		if len(mine) == 0 || len(theirs) == 0 {
+			out = append(out, ibLink{Peer: peer, Algo: p.Algo})
+			continue
 		}
-		out = append(out, l)
+		for c := range max(len(mine), len(theirs)) {
+			l, r := mine[c%len(mine)], theirs[c%len(theirs)]
+			link := ibLink{Peer: peer, Algo: p.Algo, Channel: c, Dev: l.Dev, Ports: l.Ports}
+			link.Local, link.Remote, link.OK = ibQPs(l, r)
+			out = append(out, link)
+		}
 	}
 	return out
 }
@@ -354,8 +455,8 @@ func ibGroupNodes(group []int, rank int, peers []hello) ([]ibNode, int) {
 
 // ibConnect is the IB part of a rank's NCCL init when its NCCL uses the IB plugin (mine:
 // its ports; none is the socket transport, which ncclStart covers): for every communicator
-// of the rank (commGroupsOf), the connections of its node (ibLinks), each over the HCA whose
-// cable reaches the peer, or NCCL's failure when none does, after NCCL's retries (scaled by
+// of the rank (commGroupsOf), the connections of its node per channel (ibLinks), each over
+// the channel's NIC, or NCCL's failure where a queue pair's cable does not reach, after NCCL's retries (scaled by
 // the lab's time scale), raised as vLLM's pynccl wrapper raises it (NCCL_CHECK).
 func ibConnect(ctx context.Context, rank, world, tp int, getenv func(string) string, mine []ibPort, peers []hello, log rankLog) error {
 	if len(mine) == 0 {
@@ -367,6 +468,7 @@ func ibConnect(ctx context.Context, rank, world, tp int, getenv func(string) str
 		return fmt.Errorf("RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)")
 	}
 	runtime := strings.TrimSpace(getenv("NCCL_RUNTIME_CONNECT")) != "0"
+	merge := ncclMergeNICs(getenv)
 	for _, g := range commGroupsOf(world, tp) {
 		if !slices.Contains(g, rank) {
 			continue
@@ -379,10 +481,9 @@ func ibConnect(ctx context.Context, rank, world, tp int, getenv func(string) str
 		if !allIB {
 			continue // one node or a node on sockets: no IB queue pair here
 		}
-		for _, l := range ibLinks(nodes, me, algos, runtime, len(nodes) == len(g)) {
+		for _, l := range ibLinks(nodes, me, algos, runtime, len(nodes) == len(g), merge) {
 			if l.OK {
-				dev := slices.IndexFunc(mine, func(p ibPort) bool { return p.HCA == l.Local.HCA })
-				log("INFO", "connect.cc:0", fmt.Sprintf("NCCL INFO Channel 00/0 : %d[0] -> %d[0] [send] via NET/IB/%d", rank, nodes[l.Peer].First, max(dev, 0)))
+				log("INFO", "net.cc:0", fmt.Sprintf("NCCL INFO Channel %02d/0 : %d[0] -> %d[0] [send] via NET/IB/%d", l.Channel, rank, nodes[l.Peer].First, l.Dev))
 				continue
 			}
 			info, sleeps, warn, trace := ibFailLines(l, runtime)
@@ -405,9 +506,10 @@ func ibConnect(ctx context.Context, rank, world, tp int, getenv func(string) str
 }
 
 // ibHopGBs is the slowest hop of a communicator of world ranks (tensor size tp) in GB/s:
-// per connection, 95% of the rates of the local ports whose cable reaches the peer (two
-// rails to one peer add up; a triangle's or ring's hop is one port), as proof.go models
-// RDMA. failed says some pair, anywhere in the communicators, has no cable.
+// per connection to a peer, 95% of the rates of the local ports its channels' NICs hold
+// (the seed's two rails add up; a fused NIC counts its ports), as proof.go models RDMA.
+// failed says some channel, anywhere in the communicators, has a queue pair the cables do
+// not join.
 func ibHopGBs(world, tp int, peers []hello, mine []verbsPort) (float64, bool) {
 	rate := map[string]int{}
 	for _, d := range mine {
@@ -415,6 +517,7 @@ func ibHopGBs(world, tp int, peers []hello, mine []verbsPort) (float64, bool) {
 	}
 	algos, _ := ncclAlgos(os.Getenv("NCCL_ALGO"))
 	runtime := strings.TrimSpace(os.Getenv("NCCL_RUNTIME_CONNECT")) != "0"
+	merge := ncclMergeNICs(os.Getenv)
 	slow, failed := 0.0, false
 	for _, g := range commGroupsOf(world, tp) {
 		for _, r := range g {
@@ -426,20 +529,27 @@ func ibHopGBs(world, tp int, peers []hello, mine []verbsPort) (float64, bool) {
 			if !allIB {
 				continue
 			}
-			for _, l := range ibLinks(nodes, me, algos, runtime, len(nodes) == len(g)) {
+			used := map[int]map[string]bool{}
+			for _, l := range ibLinks(nodes, me, algos, runtime, len(nodes) == len(g), merge) {
 				if !l.OK {
 					failed = true
 					continue
 				}
+				if used[l.Peer] == nil {
+					used[l.Peer] = map[string]bool{}
+				}
+				for _, p := range l.Ports {
+					used[l.Peer][p.HCA] = true
+				}
+			}
+			for _, hcas := range used {
 				gbs := 0.0
-				for _, p := range nodes[me].Ports {
-					if _, _, ok := ibRoute([]ibPort{p}, nodes[l.Peer].Ports); ok {
-						mbps := rate[p.HCA]
-						if mbps == 0 {
-							mbps = 100000
-						}
-						gbs += float64(mbps) / 1000 * 0.95 / 8
+				for h := range hcas {
+					mbps := rate[h]
+					if mbps == 0 {
+						mbps = 100000
 					}
+					gbs += float64(mbps) / 1000 * 0.95 / 8
 				}
 				if slow == 0 || gbs < slow {
 					slow = gbs

@@ -22,14 +22,97 @@ func switchless(n int) []hello {
 	return hs
 }
 
-func links(t *testing.T, peers []hello, group []int, rank int, algo string, runtime bool) []ibLink {
+func links(t *testing.T, peers []hello, group []int, rank int, algo string, runtime, merge bool) []ibLink {
 	t.Helper()
 	algos, err := ncclAlgos(algo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodes, me := ibGroupNodes(group, rank, peers)
-	return ibLinks(nodes, me, algos, runtime, len(nodes) == len(group))
+	return ibLinks(nodes, me, algos, runtime, len(nodes) == len(group), merge)
+}
+
+// sparkPair is the seed's two Sparks on two rails, each rail one PCIe half of the port.
+func sparkPair() []hello {
+	return []hello{
+		{Rank: 0, IBKey: "a", IB: []ibPort{{HCA: "rocep1s0f1", Port: 1, Addr: "10.200.1.12", Subnet: "10.200.1.0/24"}, {HCA: "roceP2p1s0f1", Port: 1, Addr: "10.201.1.12", Subnet: "10.201.1.0/24"}}},
+		{Rank: 1, IBKey: "b", IB: []ibPort{{HCA: "rocep1s0f1", Port: 1, Addr: "10.200.1.13", Subnet: "10.200.1.0/24"}, {HCA: "roceP2p1s0f1", Port: 1, Addr: "10.201.1.13", Subnet: "10.201.1.0/24"}}},
+	}
+}
+
+// NCCL fuses the two ports of one CX-7 (functions 0 and 1 of one PCI device) into one NIC
+// unless NCCL_IB_MERGE_NICS=0; the seed's two PCIe halves are two devices and stay two.
+func TestNCCLFusesTheTwoPortsOfOneCX7(t *testing.T) {
+	ports := switchless(3)[0].IB
+	if got := ncclNets(ports, true); len(got) != 1 || got[0].Dev != 2 || len(got[0].Ports) != 2 {
+		t.Errorf("merged: %+v", got)
+	}
+	if got := ncclNets(ports, false); len(got) != 2 || got[0].Dev != 0 || got[1].Dev != 1 {
+		t.Errorf("NCCL_IB_MERGE_NICS=0: %+v", got)
+	}
+	if got := ncclNets(sparkPair()[0].IB, true); len(got) != 2 || got[1].Ports[0].HCA != "roceP2p1s0f1" {
+		t.Errorf("spark rails: %+v", got)
+	}
+	for name, want := range map[string]string{"rocep1s0f0": "rocep1s0", "roceP2p1s0f1": "roceP2p1s0", "mlx5_0": "mlx5_0", "ibf": "ibf"} {
+		if got := pciDevice(name); got != want {
+			t.Errorf("pciDevice(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// A one-GPU node's channel uses one NIC for both ring neighbours, never the port that
+// faces the peer: on a triangle and on a ring of four every connection has a queue pair on
+// a port whose cable does not reach the peer, fused ports or not, NCCL_ALGO=Ring or not.
+// The seed's pair (each rail one subnet both nodes reach on the same device index) and a
+// switch (every port on one subnet) connect on every channel.
+func TestIBLinksUseTheChannelsNICNotThePeers(t *testing.T) {
+	for _, n := range []int{3, 4} {
+		for _, merge := range []bool{true, false} {
+			for r := range n {
+				ls := links(t, switchless(n), seq(n), r, "Ring", true, merge)
+				if len(ls) == 0 {
+					t.Fatalf("%d nodes: no links", n)
+				}
+				for _, l := range ls {
+					if l.OK {
+						t.Errorf("%d nodes, merge %v: rank %d to %d connected on channel %d over %s: NCCL's channel NIC faces one neighbour only", n, merge, r, l.Peer, l.Channel, l.Local.HCA)
+					}
+				}
+			}
+		}
+	}
+	// Merged, node 0's first queue pair on its fused NIC is rocep1s0f0 (cabled to node 3)
+	// towards node 1's rocep1s0f0 (cabled to node 0's other port).
+	l := links(t, switchless(4), seq(4), 0, "Ring", true, true)[0]
+	if l.Peer != 1 || l.Dev != 2 || l.Local.HCA != "rocep1s0f0" || l.Remote.Addr != "10.202.1.13" {
+		t.Errorf("ring4 node 0's first link: %+v", l)
+	}
+	for _, merge := range []bool{true, false} {
+		got := links(t, sparkPair(), []int{0, 1}, 1, "", true, merge)
+		if len(got) != 2 || !got[0].OK || !got[1].OK || got[0].Local.HCA != "rocep1s0f1" || got[1].Local.HCA != "roceP2p1s0f1" {
+			t.Errorf("spark pair, merge %v: %+v", merge, got)
+		}
+	}
+	switched := switchless(4)
+	for i := range switched {
+		for j := range switched[i].IB {
+			switched[i].IB[j].Addr = fmt.Sprintf("10.210.1.%d", 10*i+j+1)
+			switched[i].IB[j].Subnet = "10.210.1.0/24"
+		}
+	}
+	for _, l := range links(t, switched, seq(4), 0, "", true, true) {
+		if !l.OK {
+			t.Errorf("behind a switch: %+v", l)
+		}
+	}
+}
+
+func seq(n int) []int {
+	var out []int
+	for i := range n {
+		out = append(out, i)
+	}
+	return out
 }
 
 // NCCL's double binary tree over four nodes links node 0 to node 2 (ncclGetDtree), the
@@ -46,72 +129,28 @@ func TestDtreeOfFourLinksOppositeCorners(t *testing.T) {
 	}
 }
 
-// Each pair connects over the HCA whose cable reaches the peer: on a ring of four with
-// NCCL_ALGO=Ring node-a reaches node-b on port 1 and node-d on port 0; a triangle connects
-// every pair, trees included; the seed's pair has both rails to its peer.
-func TestIBLinksTakeTheHCAFacingThePeer(t *testing.T) {
-	ring := switchless(4)
-	got := links(t, ring, []int{0, 1, 2, 3}, 0, "Ring", true)
-	if len(got) != 2 || !got[0].OK || !got[1].OK || got[0].Peer != 1 || got[0].Local.HCA != "rocep1s0f1" || got[1].Peer != 3 || got[1].Local.HCA != "rocep1s0f0" {
-		t.Errorf("ring4, NCCL_ALGO=Ring, node 0: %+v", got)
-	}
-	for r := range 3 {
-		for _, l := range links(t, switchless(3), []int{0, 1, 2}, r, "", true) {
-			if !l.OK {
-				t.Errorf("triangle: rank %d to %d (%s) did not connect", r, l.Peer, l.Algo)
-			}
-		}
-	}
-	// Tensor 2 x pipeline 2 placed a, b, d, c: TP pairs a-b, d-c, PP pairs a-d, b-c.
-	placed := []hello{ring[0], ring[1], ring[3], ring[2]}
-	for i := range placed {
-		placed[i].Rank = i
-	}
-	for _, g := range commGroupsOf(4, 2) {
-		for _, r := range g {
-			for _, l := range links(t, placed, g, r, "", true) {
-				if !l.OK {
-					t.Errorf("tp2 x pp2 on a, b, d, c: group %v rank %d: %+v", g, r, l)
-				}
-			}
-		}
-	}
-	pair := []hello{
-		{Rank: 0, IBKey: "a", IB: []ibPort{{HCA: "rocep1s0f1", Addr: "10.200.1.12", Subnet: "10.200.1.0/24"}, {HCA: "roceP2p1s0f1", Addr: "10.201.1.12", Subnet: "10.201.1.0/24"}}},
-		{Rank: 1, IBKey: "b", IB: []ibPort{{HCA: "rocep1s0f1", Addr: "10.200.1.13", Subnet: "10.200.1.0/24"}, {HCA: "roceP2p1s0f1", Addr: "10.201.1.13", Subnet: "10.201.1.0/24"}}},
-	}
-	if got := links(t, pair, []int{0, 1}, 1, "", true); len(got) != 1 || !got[0].OK || got[0].Peer != 0 {
-		t.Errorf("spark pair: %+v", got)
-	}
-}
-
 // Where the tree is not excluded, or NCCL_RUNTIME_CONNECT=0 connects it at init whatever
-// NCCL_ALGO says, ring4's opposite corners must connect and cannot.
-func TestIBLinksFailAcrossTheDiagonal(t *testing.T) {
-	ring := switchless(4)
+// NCCL_ALGO says, ring4's opposite corners connect too; NCCL_ALGO=Ring at runtime keeps
+// to the neighbours.
+func TestCommPairsCrossTheDiagonalUnlessRingOnly(t *testing.T) {
 	for _, tc := range []struct {
-		algo    string
-		runtime bool
-		want    string
-	}{{"", true, "Tree"}, {"^Ring", true, "Tree"}, {"Ring", false, "Tree"}} {
-		var failed []ibLink
-		for _, l := range links(t, ring, []int{0, 1, 2, 3}, 0, tc.algo, tc.runtime) {
-			if !l.OK {
-				failed = append(failed, l)
+		algo     string
+		runtime  bool
+		diagonal bool
+	}{{"", true, true}, {"^Ring", true, true}, {"Ring", false, true}, {"Ring", true, false}} {
+		algos, err := ncclAlgos(tc.algo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		diagonal := false
+		for _, p := range commPairs(4, algos, tc.runtime, true) {
+			if (p.A == 0 && p.B == 2) || (p.A == 1 && p.B == 3) {
+				diagonal = true
 			}
 		}
-		if len(failed) != 1 || failed[0].Peer != 2 || failed[0].Algo != tc.want {
-			t.Errorf("NCCL_ALGO=%q runtime %v: failed links %+v, want node 0 to 2 by %s", tc.algo, tc.runtime, failed, tc.want)
+		if diagonal != tc.diagonal {
+			t.Errorf("NCCL_ALGO=%q runtime %v: diagonal %v, want %v", tc.algo, tc.runtime, diagonal, tc.diagonal)
 		}
-	}
-	// A ring laid across the diagonal (a, c, b, d) fails on the ring itself.
-	crossed := []hello{ring[0], ring[2], ring[1], ring[3]}
-	for i := range crossed {
-		crossed[i].Rank = i
-	}
-	l := links(t, crossed, []int{0, 1, 2, 3}, 0, "Ring", true)
-	if len(l) != 2 || l[0].OK || l[0].Algo != "Ring" || l[0].Local.HCA != "rocep1s0f0" {
-		t.Errorf("a ring across the diagonal: %+v", l)
 	}
 }
 
@@ -127,14 +166,16 @@ func TestIBConnectFailsWithNCCLsLines(t *testing.T) {
 	if err == nil || err.Error() != "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)" {
 		t.Fatalf("err %v", err)
 	}
-	qp := "on dev rocep1s0f0:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.205.1.12, remote GID ::ffff:10.203.1.14"
+	// Channel 0's fused NIC, its first queue pair: node 0's rocep1s0f0 (cable 3-0) towards
+	// node 1's rocep1s0f0 (cable 0-1), the ring's first connection.
+	qp := "on dev rocep1s0f0:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.205.1.12, remote GID ::ffff:10.202.1.13"
 	want := []string{
 		"NCCL INFO Call to ibv_modify_qp failed with 110 Connection timed out, " + qp + ", retrying 1/35 after 100 msec of sleep",
 		"NCCL INFO Call to ibv_modify_qp failed with 110 Connection timed out, " + qp + ", retrying 34/35 after 3400 msec of sleep",
 		"NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, " + qp,
 		"NCCL INFO transport/net_ib.cc:1591 -> 2",
-		"NCCL INFO transport/generic.cc:55 -> 2",
-		"NCCL INFO group.cc:153 -> 2",
+		"NCCL INFO transport/generic.cc:25 -> 2",
+		"NCCL INFO group.cc:149 -> 2",
 	}
 	text := strings.Join(lines, "\n")
 	for _, w := range want {
@@ -145,13 +186,19 @@ func TestIBConnectFailsWithNCCLsLines(t *testing.T) {
 	if n := strings.Count(text, "retrying "); n != 34 {
 		t.Errorf("%d retries, want 34", n)
 	}
-	// NCCL_ALGO=Ring carries the same ring.
+	// NCCL_ALGO=Ring (the tree kept off the diagonal) fails the same way: the ring's own
+	// channel NIC does not face both neighbours. The seed's pair connects on both rails.
 	lines = nil
 	env["NCCL_ALGO"] = "Ring"
-	if err := ibConnect(context.Background(), 0, 4, 4, func(k string) string { return env[k] }, ring[0].IB, ring, log); err != nil {
-		t.Fatalf("NCCL_ALGO=Ring: %v\n%s", err, strings.Join(lines, "\n"))
+	if err := ibConnect(context.Background(), 0, 4, 4, func(k string) string { return env[k] }, ring[0].IB, ring, log); err == nil || !strings.Contains(strings.Join(lines, "\n"), "NCCL WARN Call to ibv_modify_qp failed with 110") {
+		t.Errorf("NCCL_ALGO=Ring on a ring of four: %v\n%s", err, strings.Join(lines, "\n"))
 	}
-	if !slices.Contains(lines, "NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/1") || !slices.Contains(lines, "NCCL INFO Channel 00/0 : 0[0] -> 3[0] [send] via NET/IB/0") {
+	lines = nil
+	pair := sparkPair()
+	if err := ibConnect(context.Background(), 0, 2, 2, func(k string) string { return env[k] }, pair[0].IB, pair, log); err != nil {
+		t.Fatalf("spark pair: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	if !slices.Contains(lines, "NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0") || !slices.Contains(lines, "NCCL INFO Channel 01/0 : 0[0] -> 1[0] [send] via NET/IB/1") {
 		t.Errorf("channel lines:\n%s", strings.Join(lines, "\n"))
 	}
 }
