@@ -140,7 +140,7 @@ func (s containerSpec) hash() string {
 	c := s
 	c.Labels = map[string]string{}
 	for k, v := range s.Labels {
-		if k != LabelDeployment && k != LabelIntent && k != LabelGPUs && k != LabelPorts {
+		if k != LabelDeployment && k != LabelIntent && k != LabelGPUs && k != LabelPorts && k != LabelNetwork {
 			c.Labels[k] = v
 		}
 	}
@@ -180,7 +180,7 @@ func roleSpec(c spec.Cluster, d contract.Deployment, node, role string, o Contai
 	}
 	s := containerSpec{
 		Name: contract.ContainerName(c.Name, node, role), Image: c.Image,
-		Labels:  fleetLabels(c, node, map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node}),
+		Labels:  fleetLabels(c, node, o.Network, map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node}),
 		Binds:   binds,
 		Options: o,
 	}

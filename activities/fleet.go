@@ -25,13 +25,18 @@ const (
 	// LabelPorts are the fixed ports the cluster binds on the node (fixedPorts), as
 	// FIELD=PORT, comma-separated; absent on a node that binds none.
 	LabelPorts = "tpdeploy.ports"
+	// LabelNetwork is the network mode the agent gave the container: "host" on a real node,
+	// container:NODE where the node is itself a container. Only containers in the agent's
+	// own mode share its node's GPUs and ports: labs whose nodes share one Docker engine
+	// reuse node names, and one lab's node-a is not another's.
+	LabelNetwork = "tpdeploy.network"
 )
 
 // gpusAll is LabelGPUs of a cluster that takes every GPU of its node.
 const gpusAll = "all"
 
 // fleetLabels adds to l what cluster c holds on node.
-func fleetLabels(c spec.Cluster, node string, l map[string]string) map[string]string {
+func fleetLabels(c spec.Cluster, node, network string, l map[string]string) map[string]string {
 	n, _ := c.Node(node)
 	l[LabelGPUs] = gpusAll
 	if n.GPUs > 0 {
@@ -46,6 +51,7 @@ func fleetLabels(c spec.Cluster, node string, l map[string]string) map[string]st
 	if len(ps) > 0 {
 		l[LabelPorts] = strings.Join(ps, ",")
 	}
+	l[LabelNetwork] = network
 	return l
 }
 
@@ -76,7 +82,7 @@ func (cs *Containers) checkFleet(ctx context.Context, eng containerEngine, addr 
 	var clusters []string
 	for _, c := range list.Items {
 		cl := c.Labels[LabelCluster]
-		if cl == "" || cl == s.Name || c.Labels[LabelGPUs] == "" {
+		if cl == "" || cl == s.Name || c.Labels[LabelGPUs] == "" || c.Labels[LabelNetwork] != cs.docker.opts.Network {
 			continue
 		}
 		h := byCluster[cl]

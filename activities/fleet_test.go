@@ -28,17 +28,21 @@ func (l listing) ContainerList(context.Context, client.ContainerListOptions) (cl
 
 // A deploy onto a node where another cluster's containers hold the GPUs, or the head's
 // fixed port, is refused naming that cluster; the cluster's own containers (a redeploy),
-// the router's and containers without the fleet's labels are not counted.
+// the router's, containers without the fleet's labels and those in another network mode
+// (another lab's node of the same name) are not counted.
 func TestFleetRefusesAColliderNamingTheCluster(t *testing.T) {
-	cs := &Containers{nodeBase: &nodeBase{name: "node-a"}, docker: &docker{}}
+	cs := &Containers{nodeBase: &nodeBase{name: "node-a"}, docker: &docker{opts: ContainerOptions{Network: "host"}}}
 	mine := func(gpus, vllm int) spec.Cluster {
 		return spec.Cluster{Name: "b", Executor: spec.ExecutorRay, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: gpus}},
 			Ports: spec.Ports{VLLM: vllm, Ray: 6380}}
 	}
 	other := spec.Cluster{Name: "a", Executor: spec.ExecutorRay, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: 1}}, Ports: spec.Ports{VLLM: 8000, Ray: 6379}}
-	held := container.Summary{Names: []string{"/tpd_a_node-a_ray-head"}, Labels: fleetLabels(other, "node-a", map[string]string{LabelCluster: "a", LabelNode: "node-a"})}
+	held := container.Summary{Names: []string{"/tpd_a_node-a_ray-head"}, Labels: fleetLabels(other, "node-a", "host", map[string]string{LabelCluster: "a", LabelNode: "node-a"})}
+	// Another lab's node-a on the same Docker engine: its containers live in that node's
+	// network namespace, not this one's.
+	elsewhere := container.Summary{Names: []string{"/tpd_c_node-a_ray-head"}, Labels: fleetLabels(other, "node-a", "container:tpd-lab2-node-a", map[string]string{LabelCluster: "c", LabelNode: "node-a"})}
 	router := container.Summary{Names: []string{"/" + contract.RouterContainer("node-a")}, Labels: map[string]string{LabelRole: contract.RoleRouter, LabelNode: "node-a"}}
-	own := container.Summary{Names: []string{"/tpd_b_node-a_ray-head"}, Labels: fleetLabels(mine(2, 8000), "node-a", map[string]string{LabelCluster: "b", LabelNode: "node-a"})}
+	own := container.Summary{Names: []string{"/tpd_b_node-a_ray-head"}, Labels: fleetLabels(mine(2, 8000), "node-a", "host", map[string]string{LabelCluster: "b", LabelNode: "node-a"})}
 	for _, tt := range []struct {
 		name  string
 		items []container.Summary
@@ -49,6 +53,7 @@ func TestFleetRefusesAColliderNamingTheCluster(t *testing.T) {
 		{"its share", []container.Summary{held, router}, mine(1, 8001), ""},
 		{"the same port", []container.Summary{held}, mine(1, 8000), "PortInUse: port 8000 (ports.vllm) on node-a is cluster a's ports.vllm (tpd_a_node-a_ray-head)"},
 		{"its own containers", []container.Summary{own, router}, mine(2, 8000), ""},
+		{"another node of the same name", []container.Summary{elsewhere}, mine(2, 6379), ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// The node has two GPUs, as the driver lists them.

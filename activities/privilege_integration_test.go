@@ -51,7 +51,8 @@ func TestForeignWorkflowCannotExecInOtherContainers(t *testing.T) {
 		{"vllm's output read in another container", contract.ActivityWatchServing,
 			contract.WatchRequest{Node: "node-a", Spec: c, Headless: true, Container: contract.ContainerRef{Name: victim}}},
 		{"a launch in a container named like the head", contract.ActivityLaunchVLLM,
-			contract.LaunchRequest{Node: "node-a", Spec: c, Deployment: contract.Deployment{Cluster: c.Name}}},
+			contract.LaunchRequest{Node: "node-a", Spec: c, Deployment: contract.Deployment{Cluster: c.Name},
+				Plan: netplan.Plan{Nodes: []netplan.NodePlan{{Name: "node-a", Address: own.Addr()}}}}},
 		{"ray status in another container", contract.ActivityCheckPlacement,
 			contract.PlacementRequest{Node: "node-a", RayHead: victim, Plan: netplan.Plan{RayAddress: netip.AddrPortFrom(own.Addr(), 6379).String()}}},
 	} {

@@ -43,8 +43,8 @@ const vllmPrelude = `d=` + vllmDir + `
 alive() {
   [ -s "$d/pid" ] || return 1
   read -r pid start <"$d/pid" || return 1
-  [ -r "/proc/$pid/stat" ] || return 1
-  [ "$(cut -d' ' -f22 "/proc/$pid/stat")" = "$start" ]
+  # The process may exit between any two reads: a vanished stat is "not alive", not output.
+  [ "$(cut -d' ' -f22 "/proc/$pid/stat" 2>/dev/null)" = "$start" ]
 }
 status() {
   if alive; then echo "running $pid $(cat "$d/hash" 2>/dev/null)"
