@@ -36,9 +36,7 @@ type child struct {
 }
 
 // spawn starts this binary again as role, titled title, with payload as its input and
-// extra as its fds 3, 4, .... The child dies with its parent (PR_SET_PDEATHSIG): the
-// signal follows the thread that started it, so that thread stays locked to the
-// goroutine that waits for the child.
+// extra as its fds 3, 4, .... The child dies with its parent (PR_SET_PDEATHSIG).
 func spawn(title, role string, payload any, extra ...*os.File) (*child, error) {
 	in, err := json.Marshal(payload)
 	if err != nil {
@@ -47,6 +45,13 @@ func spawn(title, role string, payload any, extra ...*os.File) (*child, error) {
 	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{title}, Stdout: os.Stdout, Stderr: os.Stderr,
 		Env: append(os.Environ(), envProc+"="+role, envPayload+"="+string(in)), ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
+	return startChild(cmd, title)
+}
+
+// startChild starts cmd, whose SysProcAttr asks for PR_SET_PDEATHSIG: the signal follows
+// the thread that started the child, so that thread stays locked to the goroutine that
+// waits for it.
+func startChild(cmd *exec.Cmd, name string) (*child, error) {
 	c := &child{cmd: cmd, done: make(chan error, 1)}
 	started := make(chan error, 1)
 	go func() {
@@ -60,7 +65,7 @@ func spawn(title, role string, payload any, extra ...*os.File) (*child, error) {
 		c.done <- cmd.Wait()
 	}()
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start %s: %w", title, err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	return c, nil
 }

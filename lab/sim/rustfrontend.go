@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,8 +66,7 @@ func rustFrontendBinary() string { return filepath.Join(distPackages, "vllm", "v
 // rustFrontend is the started vllm-rs process and the engine client it reaches.
 type rustFrontend struct {
 	engine net.Listener // the Python side's engine client (--input-address)
-	proc   *exec.Cmd
-	done   chan error
+	*child
 }
 
 // startRustFrontend binds the HTTP socket, logs the launch line and starts vllm-rs, before
@@ -97,24 +95,12 @@ func startRustFrontend(f serveFlags) (*rustFrontend, error) {
 	args[len(args)-1] = rustArgsJSON(f, false)
 	cmd := &exec.Cmd{Path: rustFrontendBinary(), Args: args, Stdout: os.Stdout, Stderr: os.Stderr,
 		ExtraFiles: []*os.File{sock}, SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
-	rf := &rustFrontend{engine: engine, proc: cmd, done: make(chan error, 1)}
-	started := make(chan error, 1)
-	go func() {
-		// The death signal follows the thread that started the child (spawn says why).
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		rf.done <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	c, err := startChild(cmd, rustFrontendBinary())
+	if err != nil {
 		engine.Close()
-		return nil, fmt.Errorf("start %s: %w", rustFrontendBinary(), err)
+		return nil, err
 	}
-	return rf, nil
+	return &rustFrontend{engine: engine, child: c}, nil
 }
 
 // rustArgsJSON is run_rust_frontend's --args-json: the non-default arguments
@@ -168,7 +154,7 @@ func uuid() string {
 func (a *apiServer) serveRust(ctx context.Context, rf *rustFrontend) error {
 	srv := &http.Server{Handler: authenticate(a.api(), apiTokens(a.flags))}
 	stop := func() {
-		_ = rf.proc.Process.Signal(syscall.SIGTERM)
+		rf.signal(syscall.SIGTERM)
 		_ = srv.Close()
 	}
 	go func() {
@@ -190,7 +176,7 @@ func (a *apiServer) serveRust(ctx context.Context, rf *rustFrontend) error {
 			return fmt.Errorf("RuntimeError: Rust frontend process exited: %v", err)
 		}
 	case <-time.After(5 * time.Second):
-		_ = rf.proc.Process.Kill()
+		rf.signal(os.Kill)
 	}
 	return nil
 }
