@@ -2,6 +2,7 @@ package logscan
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -30,14 +31,7 @@ const (
 // TestHeldOut3 measures the third held-out set two ways: whole threads never seen (every
 // row), and the newest threads by date (rows whose thread is dated from newestSince on).
 func TestHeldOut3(t *testing.T) {
-	const file = "testdata/heldout3_lines.json"
-	rows := loadRows(t, file)
-	t.Run("ByThread", func(t *testing.T) {
-		measureRows(t, file, rows, heldOut3Floor, 60, 100, "testdata/heldout_lines.json", "testdata/heldout2_lines.json")
-	})
-	t.Run("ByDate", func(t *testing.T) {
-		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut3NewestFloor, 15, 50)
-	})
+	measureHeldOutSet(t, 3, heldOut3Floor, 60, 100, heldOut3NewestFloor, 15, 50)
 }
 
 // heldOut4Floor and heldOut4NewestFloor are testdata/heldout4_lines.json's figures: a fresh set
@@ -52,14 +46,7 @@ const (
 
 // TestHeldOut4 measures the fourth held-out set by thread and by date, like TestHeldOut3.
 func TestHeldOut4(t *testing.T) {
-	const file = "testdata/heldout4_lines.json"
-	rows := loadRows(t, file)
-	t.Run("ByThread", func(t *testing.T) {
-		measureRows(t, file, rows, heldOut4Floor, 30, 60, "testdata/heldout_lines.json", "testdata/heldout2_lines.json", "testdata/heldout3_lines.json")
-	})
-	t.Run("ByDate", func(t *testing.T) {
-		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut4NewestFloor, 10, 25)
-	})
+	measureHeldOutSet(t, 4, heldOut4Floor, 30, 60, heldOut4NewestFloor, 10, 25)
 }
 
 // heldOut5Floor and heldOut5NewestFloor are testdata/heldout5_lines.json's figures: a fresh set
@@ -73,14 +60,7 @@ const (
 
 // TestHeldOut5 measures the fifth held-out set by thread and by date, like TestHeldOut3.
 func TestHeldOut5(t *testing.T) {
-	const file = "testdata/heldout5_lines.json"
-	rows := loadRows(t, file)
-	t.Run("ByThread", func(t *testing.T) {
-		measureRows(t, file, rows, heldOut5Floor, 30, 30, "testdata/heldout_lines.json", "testdata/heldout2_lines.json", "testdata/heldout3_lines.json", "testdata/heldout4_lines.json")
-	})
-	t.Run("ByDate", func(t *testing.T) {
-		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut5NewestFloor, 10, 15)
-	})
+	measureHeldOutSet(t, 5, heldOut5Floor, 30, 30, heldOut5NewestFloor, 10, 15)
 }
 
 // heldOut6Floor and heldOut6NewestFloor are testdata/heldout6_lines.json's figures, a small
@@ -94,15 +74,7 @@ const (
 
 // TestHeldOut6 measures the sixth held-out set by thread and by date, like TestHeldOut3.
 func TestHeldOut6(t *testing.T) {
-	const file = "testdata/heldout6_lines.json"
-	rows := loadRows(t, file)
-	t.Run("ByThread", func(t *testing.T) {
-		measureRows(t, file, rows, heldOut6Floor, 13, 19, "testdata/heldout_lines.json", "testdata/heldout2_lines.json",
-			"testdata/heldout3_lines.json", "testdata/heldout4_lines.json", "testdata/heldout5_lines.json")
-	})
-	t.Run("ByDate", func(t *testing.T) {
-		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut6NewestFloor, 3, 6)
-	})
+	measureHeldOutSet(t, 6, heldOut6Floor, 13, 19, heldOut6NewestFloor, 3, 6)
 }
 
 // TestHeldOut measures how the classifier generalizes: testdata/heldout_lines.json holds
@@ -225,16 +197,30 @@ const (
 
 // TestHeldOut7 measures the seventh held-out set by thread and by date, like TestHeldOut3.
 func TestHeldOut7(t *testing.T) {
-	const file = "testdata/heldout7_lines.json"
+	measureHeldOutSet(t, 7, heldOut7Floor, 25, 25, heldOut7NewestFloor, 5, 10)
+}
+
+// measureHeldOutSet measures testdata/heldoutN_lines.json two ways, each against its floor
+// and its least counts of fatal and ordinary lines: by thread (every row; no thread may be in
+// an earlier set) and by date (the rows newestOf keeps).
+func measureHeldOutSet(t *testing.T, n, floor, fatal, benign, newestFloor, newestFatal, newestBenign int) {
+	t.Helper()
+	file := heldOutFile(n)
 	rows := loadRows(t, file)
+	earlier := []string{"testdata/heldout_lines.json"}
+	for i := 2; i < n; i++ {
+		earlier = append(earlier, heldOutFile(i))
+	}
 	t.Run("ByThread", func(t *testing.T) {
-		measureRows(t, file, rows, heldOut7Floor, 25, 25, "testdata/heldout_lines.json", "testdata/heldout2_lines.json",
-			"testdata/heldout3_lines.json", "testdata/heldout4_lines.json", "testdata/heldout5_lines.json", "testdata/heldout6_lines.json")
+		measureRows(t, file, rows, floor, fatal, benign, earlier...)
 	})
 	t.Run("ByDate", func(t *testing.T) {
-		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut7NewestFloor, 5, 10)
+		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), newestFloor, newestFatal, newestBenign)
 	})
 }
+
+// heldOutFile is the Nth held-out set's file (the first is heldout_lines.json).
+func heldOutFile(n int) string { return fmt.Sprintf("testdata/heldout%d_lines.json", n) }
 
 // newestOf is the rows whose thread is dated from newestSince on: the by-date measure.
 func newestOf(rows []realLine) []realLine {
@@ -260,16 +246,7 @@ const (
 
 // TestHeldOut8 measures the eighth held-out set by thread and by date, like TestHeldOut3.
 func TestHeldOut8(t *testing.T) {
-	const file = "testdata/heldout8_lines.json"
-	rows := loadRows(t, file)
-	t.Run("ByThread", func(t *testing.T) {
-		measureRows(t, file, rows, heldOut8Floor, 50, 100, "testdata/heldout_lines.json", "testdata/heldout2_lines.json",
-			"testdata/heldout3_lines.json", "testdata/heldout4_lines.json", "testdata/heldout5_lines.json", "testdata/heldout6_lines.json",
-			"testdata/heldout7_lines.json")
-	})
-	t.Run("ByDate", func(t *testing.T) {
-		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut8NewestFloor, 15, 20)
-	})
+	measureHeldOutSet(t, 8, heldOut8Floor, 50, 100, heldOut8NewestFloor, 15, 20)
 }
 
 // heldOut9Floor and heldOut9NewestFloor are testdata/heldout9_lines.json's figures, a fresh set
@@ -286,16 +263,7 @@ const (
 
 // TestHeldOut9 measures the ninth held-out set by thread and by date, like TestHeldOut3.
 func TestHeldOut9(t *testing.T) {
-	const file = "testdata/heldout9_lines.json"
-	rows := loadRows(t, file)
-	t.Run("ByThread", func(t *testing.T) {
-		measureRows(t, file, rows, heldOut9Floor, 35, 50, "testdata/heldout_lines.json", "testdata/heldout2_lines.json",
-			"testdata/heldout3_lines.json", "testdata/heldout4_lines.json", "testdata/heldout5_lines.json", "testdata/heldout6_lines.json",
-			"testdata/heldout7_lines.json", "testdata/heldout8_lines.json")
-	})
-	t.Run("ByDate", func(t *testing.T) {
-		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut9NewestFloor, 15, 20)
-	})
+	measureHeldOutSet(t, 9, heldOut9Floor, 35, 50, heldOut9NewestFloor, 15, 20)
 }
 
 // heldOut10Floor and heldOut10NewestFloor are testdata/heldout10_lines.json's figures, a fresh
@@ -313,14 +281,5 @@ const (
 
 // TestHeldOut10 measures the tenth held-out set by thread and by date, like TestHeldOut3.
 func TestHeldOut10(t *testing.T) {
-	const file = "testdata/heldout10_lines.json"
-	rows := loadRows(t, file)
-	t.Run("ByThread", func(t *testing.T) {
-		measureRows(t, file, rows, heldOut10Floor, 20, 20, "testdata/heldout_lines.json", "testdata/heldout2_lines.json",
-			"testdata/heldout3_lines.json", "testdata/heldout4_lines.json", "testdata/heldout5_lines.json", "testdata/heldout6_lines.json",
-			"testdata/heldout7_lines.json", "testdata/heldout8_lines.json", "testdata/heldout9_lines.json")
-	})
-	t.Run("ByDate", func(t *testing.T) {
-		measureRows(t, file+" (threads from "+newestSince+")", newestOf(rows), heldOut10NewestFloor, 10, 10)
-	})
+	measureHeldOutSet(t, 10, heldOut10Floor, 20, 20, heldOut10NewestFloor, 10, 10)
 }
