@@ -601,7 +601,9 @@ func memory(c ctx) *Finding {
 		return c.find(failure.ResourcesBusy, "CUDA says the GPU on "+c.onNode()+" is busy or unavailable (exclusive-process mode held by another process)",
 			"stop the process or container that holds the GPU on "+c.onNode(), true)
 	}
-	if strings.Contains(t, "CUDA out of memory") || strings.Contains(t, "OutOfMemoryError") {
+	if strings.Contains(t, "CUDA out of memory") || strings.Contains(t, "OutOfMemoryError") && !strings.Contains(t, "ray.exceptions.OutOfMemoryError") && !strings.Contains(t, "running low on memory") {
+		// Ray's OutOfMemoryError (python/ray/exceptions.py) is host memory: its memory monitor killed the
+		// worker ("Task was killed due to the node running low on memory."); families reads it.
 		diag := "a GPU ran out of memory"
 		if m := oomGPU.FindStringSubmatch(t); m != nil {
 			diag = "GPU " + m[1] + " ran out of memory (" + m[2] + " total, " + m[3] + " free"

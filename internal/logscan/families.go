@@ -53,7 +53,11 @@ var (
 
 	// moby/moby daemon/errors.go, incompatibleDeviceRequest.Error:
 	//   fmt.Sprintf("could not select device driver %q with capabilities: %v", i.driver, i.caps)
-	dockerNoDriver = regexp.MustCompile(`could not select device driver "([^"]*)" with capabilities: `)
+	// The %q is optional here: since the commit that added DeviceRequests (8f936ae8cf, 2019-03-01) moby
+	// has always quoted the driver, but threads and READMEs carry the line with the empty "" lost
+	// ("could not select device driver with capabilities: [[gpu]]"); the fixed parts around the
+	// placeholder are what the family reads.
+	dockerNoDriver = regexp.MustCompile(`could not select device driver (?:"([^"]*)" )?with capabilities: `)
 	// vllm-project/vllm vllm/config/parallel.py, ParallelConfig's validation (pydantic "1 validation error
 	// for ParallelConfig"), when the executor is mp and Ray is not in play:
 	//   f"Tensor parallel size ({self.world_size}) cannot be " f"larger than the number of available GPUs ({gpu_count})."
@@ -219,10 +223,25 @@ var (
 	// (Caused by {reason!r})", prefixed by PoolError with str(pool), connectionpool.py ConnectionPool.__str__:
 	// f"{type(self).__name__}(host={self.host!r}, port={self.port!r})"; requests re-raises it as
 	// ConnectionError. Read only for a Hugging Face host and only when raised, not when logged and retried.
-	hfMaxRetry = regexp.MustCompile(`(?:ConnectionError|MaxRetryError)\W.*HTTPSConnectionPool\(host='((?:[\w-]+\.)*(?:huggingface\.co|hf\.co))', port=\d+\): Max retries exceeded`)
+	// ray-project/ray src/ray/raylet/node_manager.cc, NodeManager::ReportWorkerOOMKillStats (Ray 2.2+):
+	//   RAY_LOG(ERROR) << number_workers_killed_by_oom_ << " Workers (tasks / actors) killed due to memory pressure (OOM), "
+	//     << number_workers_killed_ << " Workers crashed due to other reasons at node (ID: " << self_node_id_
+	//     << ", IP: " << node_manager_address << ") over the last time period. " …
+	// and CreateOomKillMessageDetails, in the worker's exit message ("Task was killed due to the node running low
+	// on memory."): "Memory on the node (IP: " << ip << ", ID: " << node_id << ") where the " (lease|task) " (" …
+	// ") was running was " << used << "GB / " << total << "GB (" << fraction << "), which exceeds the memory usage
+	// threshold of " << threshold. Ray's memory monitor killed a worker because the node's host memory ran out.
+	rayOOMKill   = regexp.MustCompile(`(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\), \d+ Workers crashed due to other reasons at node \(ID: \w+, IP: ([^)\s]+)\)`)
+	rayOOMDetail = regexp.MustCompile(`Memory on the node \(IP: ([^,\s]+), ID: \w+\) where the .* was running was ([\d.]+)GB / ([\d.]+)GB \([\d.e+-]+\), which exceeds the memory usage threshold of ([\d.]+)`)
+	// NVIDIA/cuda-samples Samples/5_Domain_Specific/nbody/nbody.cpp, main (the sample GPU containers are checked with):
+	//   printf("Error: only %d Devices available, %d requested.  Exiting.\n", numDevsAvailable, numDevsRequested);
+	nbodyDevices = regexp.MustCompile(`Error: only (\d+) Devices available, (\d+) requested\.`)
+	hfMaxRetry   = regexp.MustCompile(`(?:ConnectionError|MaxRetryError)\W.*HTTPSConnectionPool\(host='((?:[\w-]+\.)*(?:huggingface\.co|hf\.co))', port=\d+\): Max retries exceeded`)
 )
 
 const fixOffline = "serve the model's local path (mounted on every node), or fill each node's Hugging Face cache before setting HF_HUB_OFFLINE (or cutting its network)"
+
+const fixRayOOM = "free host memory on that node (other processes, vLLM's --swap-space or --cpu-offload-gb) or give it more; tpdeploy's own memory guard (policy memory_floor) then stops the engine before Ray's monitor or the kernel kills it"
 
 const fixIB = "check the RDMA link between the nodes (ibstat, cables, the same RoCE GID and MTU on both ends), or set NCCL_IB_DISABLE=1 to fall back to sockets"
 
@@ -237,6 +256,7 @@ var familyWords = []string{
 	"marked dead", "marked as dead", "died unexpectedly", "got fatal signal", " died, exit code", "C10d store", "Original timeout was",
 	"while trying to connect to", "Heartbeat monitor", "watchdog got stuck", "pair.cc", "Cache directory not found", "nvidia-container",
 	"runtime name:", "Unknown runtime specified", "version mismatch", "Max retries exceeded",
+	"killed due to memory pressure", "exceeds the memory usage threshold", "Devices available",
 }
 
 // families classifies the lines whose upstream format strings are listed above.
@@ -394,6 +414,15 @@ func families(c ctx) *Finding {
 	}
 	if m := hfMaxRetry.FindStringSubmatch(t); m != nil && !strings.Contains(t, "etrying") && !strings.Contains(t, "Error retrieving") {
 		return c.find(failure.ModelOffline, c.onNode()+" cannot reach "+m[1]+" (no network or DNS to it) and the model is not in its Hugging Face cache", fixOffline, true)
+	}
+	if m := rayOOMKill.FindStringSubmatch(t); m != nil {
+		return c.find(failure.HostMemoryPressure, "Ray's memory monitor killed "+m[1]+" worker(s) on the node at "+m[2]+": its host memory use passed Ray's kill threshold (RAY_memory_usage_threshold, default 0.95)", fixRayOOM, true)
+	}
+	if m := rayOOMDetail.FindStringSubmatch(t); m != nil {
+		return c.find(failure.HostMemoryPressure, "Ray's memory monitor killed a worker on the node at "+m[1]+": "+m[2]+" of "+m[3]+" GB of host memory in use, above Ray's kill threshold "+m[4], fixRayOOM, true)
+	}
+	if m := nbodyDevices.FindStringSubmatch(t); m != nil {
+		return c.find(failure.GPUsNotVisible, "the container on "+c.onNode()+" sees "+m[1]+" GPU(s) but "+m[2]+" were asked for (CUDA's device count)", fixNoGPU, true)
 	}
 	if rayletRegister.MatchString(t) {
 		return c.find(failure.RayDriverAttach, "a Ray worker or driver could not register with the raylet of its node (the raylet closed the socket or is gone): it runs outside the Ray node's container, against another Ray session, or the raylet died", fixDriver, true)

@@ -325,6 +325,23 @@ var formatFamilies = []formatFamily{
 		`raise ValueError(f"Model architectures {architectures} are not supported for now. Supported architectures: {all_supported_archs}")  // the fixed part, for a line cut after "supported"`,
 		[]string{"ValueError: Model architectures ['FooBarForCausalLM'] are not supported"},
 		failure.ModelUnsupported},
+	{"moby/moby daemon/errors.go",
+		`fmt.Sprintf("could not select device driver %q with capabilities: %v", i.driver, i.caps)  // incompatibleDeviceRequest.Error, since 8f936ae8cf (2019-03-01); read with the empty %q lost as threads carry it`,
+		[]string{"docker: Error response from daemon: could not select device driver with capabilities: [[compute utility]].",
+			"Error response from daemon: could not select device driver \"cdi\" with capabilities: [[gpu] [nvidia]]"},
+		failure.GPUsNotVisible},
+	{"ray-project/ray src/ray/raylet/node_manager.cc",
+		`RAY_LOG(ERROR) << number_workers_killed_by_oom_ << " Workers (tasks / actors) killed due to memory pressure (OOM), " << number_workers_killed_ << " Workers crashed due to other reasons at node (ID: " << self_node_id_ << ", IP: " << initial_config_.node_manager_address << ") over the last time period. " …  // NodeManager::ReportWorkerOOMKillStats, Ray 2.2–2.5x`,
+		[]string{"[2031-07-07 01:02:03,004 E 77 77] (raylet) node_manager.cc:1234: 12 Workers (tasks / actors) killed due to memory pressure (OOM), 3 Workers crashed due to other reasons at node (ID: abcdef0123, IP: 192.168.77.5) over the last time period."},
+		failure.HostMemoryPressure},
+	{"ray-project/ray src/ray/raylet/node_manager.cc",
+		`"Memory on the node (IP: " << worker->IpAddress() << ", ID: " << node_id << ") where the lease (" << … << ", memory used=" << process_used_bytes_gb << "GB) was running was " << used_bytes_gb << "GB / " << total_bytes_gb << "GB (" << usage_fraction << "), which exceeds the memory usage threshold of " << usage_threshold  // CreateOomKillMessageDetails ("where the task (" in releases before leases)`,
+		[]string{"ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory. Memory on the node (IP: 10.9.8.7, ID: 0abc) where the task (actor ID: 1f, name=RayWorkerWrapper.__init__, pid=4242, memory used=61.50GB) was running was 240.11GB / 251.00GB (0.956614), which exceeds the memory usage threshold of 0.95. Ray killed this worker (ID: 99) because it was the most recently scheduled task"},
+		failure.HostMemoryPressure},
+	{"NVIDIA/cuda-samples Samples/5_Domain_Specific/nbody/nbody.cpp",
+		`printf("Error: only %d Devices available, %d requested.  Exiting.\n", numDevsAvailable, numDevsRequested);  // main`,
+		[]string{"Error: only 3 Devices available, 8 requested.  Exiting."},
+		failure.GPUsNotVisible},
 }
 
 // TestFormatFamilies checks that every instance of every upstream format string above is
@@ -380,6 +397,9 @@ func TestFormatFamiliesLookAlikes(t *testing.T) {
 		"WARNING 01-01 00:00:00 [hub.py:10] HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded with url: /api/models/m (Caused by ReadTimeoutError), retrying in 1s",
 		"requests.exceptions.ConnectionError: HTTPSConnectionPool(host='example.com', port=443): Max retries exceeded with url: /x",
 		"INFO 01-01 00:00:00 [cuda.py:10] NVML driver/library versions: 550.54.15 / 550.54.15",
+		"(raylet) Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory on this node or reducing task parallelism by requesting more CPUs per task. To adjust the kill threshold, set the environment variable `RAY_memory_usage_threshold` when starting Ray.",
+		"INFO 01-01 00:00:00 [worker.py:1] Memory monitor: RAY_memory_usage_threshold=0.95",
+		"number of CUDA devices  = 2",
 	} {
 		if f := Classify(Parse(line)); f != nil {
 			t.Errorf("look-alike classified %s fatal=%v: %q\n  diag: %s", f.Type, f.Fatal, line, f.Diagnosis)
