@@ -111,3 +111,16 @@ func TestGuardStopsOnlyItsOwnNodesEngines(t *testing.T) {
 		})
 	}
 }
+
+// The start-up sweep (and a proof's removal) takes only its own lab's short-lived
+// containers: a node of the same name in another network mode is another lab's.
+func TestShortLivedAreOnlyTheAgentsOwnMode(t *testing.T) {
+	read := map[string]string{LabelImageRead: "sha256:x", LabelNode: "node-a", LabelNetwork: "container:tpd-lab1-node-a"}
+	if !shortLived(read, "node-a", "container:tpd-lab1-node-a") || shortLived(read, "node-a", "container:tpd-lab2-node-a") || shortLived(read, "node-b", "container:tpd-lab1-node-a") {
+		t.Error("an image read is swept by its own lab's node-a only")
+	}
+	legacy := map[string]string{LabelRole: contract.RoleProof, LabelNode: "node-a"}
+	if !shortLived(legacy, "node-a", "host") || shortLived(legacy, "node-a", "container:tpd-lab1-node-a") {
+		t.Error("an unlabelled proof is swept on a host-network node only")
+	}
+}
