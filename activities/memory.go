@@ -217,16 +217,24 @@ func NestCgroupV2(root, parent, leaf string) error {
 	if err := os.MkdirAll(filepath.Join(root, leaf), 0o755); err != nil {
 		return fmt.Errorf("create the agent's leaf cgroup: %w", err)
 	}
-	procs, err := os.ReadFile(filepath.Join(root, parent, "cgroup.procs"))
-	if err != nil {
-		return fmt.Errorf("read the node's processes: %w", err)
-	}
-	for pid := range strings.FieldsSeq(string(procs)) {
-		if err := appendLine(filepath.Join(root, leaf, "cgroup.procs"), pid); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("move process %s into %s: %w", pid, leaf, err)
+	// A process that joins the node's cgroup meanwhile (a docker exec) makes the write to
+	// subtree_control fail EBUSY: move again and retry, as moby's hack/dind users loop.
+	var err error
+	for range 5 {
+		var procs []byte
+		if procs, err = os.ReadFile(filepath.Join(root, parent, "cgroup.procs")); err != nil {
+			return fmt.Errorf("read the node's processes: %w", err)
+		}
+		for pid := range strings.FieldsSeq(string(procs)) {
+			if err := appendLine(filepath.Join(root, leaf, "cgroup.procs"), pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("move process %s into %s: %w", pid, leaf, err)
+			}
+		}
+		if err = appendLine(filepath.Join(root, parent, "cgroup.subtree_control"), "+memory"); !errors.Is(err, syscall.EBUSY) {
+			break
 		}
 	}
-	if err := appendLine(filepath.Join(root, parent, "cgroup.subtree_control"), "+memory"); err != nil {
+	if err != nil {
 		return fmt.Errorf("enable the memory controller under %s: %w", parent, err)
 	}
 	return nil
