@@ -26,6 +26,10 @@ type Config struct {
 	ProcRoot string
 	// BootIDFile overrides the kernel's boot ID (the lab gives each node container its own).
 	BootIDFile string
+	// CgroupDir is where the agent reads its memory cgroup (default /sys/fs/cgroup, its
+	// own in a private cgroup namespace): a node container on a cgroup v2 host that sees
+	// the host's hierarchy (cgroupns host, NestCgroupV2) reads its own directory in it.
+	CgroupDir string
 	// Containers says how this node's containers reach its network and GPUs; zero means
 	// DefaultContainerOptions (a real GPU node).
 	Containers ContainerOptions
@@ -84,7 +88,7 @@ func New(c Config) *Agent {
 	if opts.Network == "" {
 		opts = DefaultContainerOptions()
 	}
-	sys := sysfs{sysRoot: c.SysRoot, procRoot: c.ProcRoot, bootIDFile: c.BootIDFile}
+	sys := sysfs{sysRoot: c.SysRoot, procRoot: c.ProcRoot, bootIDFile: c.BootIDFile, cgroupRoot: c.CgroupDir}
 	net := &hostNet{nodeBase: base, netns: c.NetNS, sys: sys}
 	mnt := &mounts{nodeBase: base, hostRoot: opts.HostRoot}
 	dock := &docker{nodeBase: base, mounts: mnt, sys: sys, opts: opts}

@@ -261,7 +261,7 @@ func (dp *DataPlane) removeProof(ctx context.Context, eng containerEngine, name,
 	if cerrdefs.IsNotFound(err) {
 		return
 	}
-	if err == nil && (info.Container.Config == nil || !shortLived(info.Container.Config.Labels, dp.name) || info.Container.Config.Labels[LabelCluster] != cluster) {
+	if err == nil && (info.Container.Config == nil || !shortLived(info.Container.Config.Labels, dp.name, dp.docker.opts.Network) || info.Container.Config.Labels[LabelCluster] != cluster) {
 		return
 	}
 	if err == nil {

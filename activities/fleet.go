@@ -32,6 +32,19 @@ const (
 	LabelNetwork = "tpdeploy.network"
 )
 
+// ownContainer says whether a container whose labels carry this agent's node name is this
+// agent's: its LabelNetwork is the agent's own network mode. One without the label predates
+// it and counts only where the agent's mode is "host" (a real node: one agent per engine);
+// a lab's agent counts only labelled ones. The fleet check, the memory guard, Reconcile
+// and the start-up sweep all list by node name and keep only these.
+func ownContainer(labels map[string]string, network string) bool {
+	got, ok := labels[LabelNetwork]
+	if !ok {
+		return network == "host"
+	}
+	return got == network
+}
+
 // gpusAll is LabelGPUs of a cluster that takes every GPU of its node.
 const gpusAll = "all"
 
@@ -82,7 +95,7 @@ func (cs *Containers) checkFleet(ctx context.Context, eng containerEngine, addr 
 	var clusters []string
 	for _, c := range list.Items {
 		cl := c.Labels[LabelCluster]
-		if cl == "" || cl == s.Name || c.Labels[LabelGPUs] == "" || c.Labels[LabelNetwork] != cs.docker.opts.Network {
+		if cl == "" || cl == s.Name || c.Labels[LabelGPUs] == "" || !ownContainer(c.Labels, cs.docker.opts.Network) {
 			continue
 		}
 		h := byCluster[cl]

@@ -75,7 +75,7 @@ func (g *memGuard) trip(cluster string) (hostmem.Trip, bool) {
 // GuardMemory samples the node's memory every second (procfs and the cgroup only), keeping
 // the lowest MemAvailable seen since the agent last started a container; below the
 // policy's memory_floor it lists the engine containers of every cluster on the node (the
-// default engine's) and stops them (SIGTERM, then SIGKILL after GuardGrace) and
+// default engine's, in the agent's own network mode) and stops them (SIGTERM, then SIGKILL after GuardGrace) and
 // records the trip, which the node's serving watch then reports as HostMemoryPressure.
 // It protects the agent's own OOM score first. It returns when ctx ends.
 // Each sample also sets the node's host memory gauges (gauges may be nil).
@@ -105,7 +105,7 @@ func (a *Agent) GuardMemory(ctx context.Context, gauges *metrics.HostMemory) {
 		if f.Error != "" {
 			continue
 		}
-		b.guardOnce(ctx, &g, floor, f, func() (guardEngine, error) {
+		b.guardOnce(ctx, &g, floor, d.opts.Network, f, func() (guardEngine, error) {
 			eng, _, err := d.engine(policy.DefaultDockerHost)
 			return eng, err
 		})
@@ -124,10 +124,11 @@ type guardEngine interface {
 }
 
 // guardOnce takes one sample: above the floor it only follows the lowest; below, it asks
-// the engine for the node's engine containers, stops them all at once (SIGTERM, SIGKILL
+// the engine for the node's engine containers (those in the agent's network mode, not
+// another lab's node of the same name: ownContainer), stops them all at once (SIGTERM, SIGKILL
 // after GuardGrace) and records the trip for each of their clusters. It returns the IDs
 // it stopped.
-func (b *nodeBase) guardOnce(ctx context.Context, g *hostmem.Guard, floor hostmem.Reserve, f hostmem.Facts, engine func() (guardEngine, error)) []string {
+func (b *nodeBase) guardOnce(ctx context.Context, g *hostmem.Guard, floor hostmem.Reserve, network string, f hostmem.Facts, engine func() (guardEngine, error)) []string {
 	g.Floor = floor.Of(f.TotalBytes)
 	if !g.Observe(f, b.guard.active.Load()) {
 		return nil
@@ -146,7 +147,7 @@ func (b *nodeBase) guardOnce(ctx context.Context, g *hostmem.Guard, floor hostme
 	}
 	var engines []container.Summary
 	for _, c := range list.Items {
-		if c.Labels[LabelCluster] != "" && c.Labels[LabelRole] != contract.RoleProof {
+		if c.Labels[LabelCluster] != "" && c.Labels[LabelRole] != contract.RoleProof && ownContainer(c.Labels, network) {
 			engines = append(engines, c)
 		}
 	}

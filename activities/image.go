@@ -105,7 +105,7 @@ func (im *Images) runImageRead(ctx context.Context, eng imageReader, image, id s
 		Name: name,
 		Config: &container.Config{
 			Image: image, Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{release.ReadScript},
-			Labels: map[string]string{LabelImageRead: id, LabelNode: im.name}, NetworkDisabled: true,
+			Labels: map[string]string{LabelImageRead: id, LabelNode: im.name, LabelNetwork: im.docker.opts.Network}, NetworkDisabled: true,
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode: "none", ReadonlyRootfs: true, CapDrop: []string{"ALL"},

@@ -213,7 +213,8 @@ func TestFailedImageReadLeavesNoContainer(t *testing.T) {
 
 // The agent's start-up sweep removes its own node's leftover image reads and proofs, never
 // started or exited, and nothing else: not another node's (several agents share the lab's
-// engine), not its node's cluster containers (Reconcile decides those).
+// engine), not another lab's node of the same name (another network mode), not its node's
+// cluster containers (Reconcile decides those).
 func TestSweepRemovesOnlyThisNodesShortLivedLeftovers(t *testing.T) {
 	eng, err := client.New(client.FromEnv)
 	if err != nil {
@@ -239,11 +240,12 @@ func TestSweepRemovesOnlyThisNodesShortLivedLeftovers(t *testing.T) {
 			}
 		}
 	}
-	plant("status-sweep-a-read", map[string]string{LabelImageRead: "sha256:x", LabelNode: mine}, false)
-	plant("status-sweep-a-proof", map[string]string{LabelCluster: "status-c", LabelRole: contract.RoleProof, LabelNode: mine}, true)
-	plant("status-sweep-a-ray-head", map[string]string{LabelCluster: "status-c", LabelRole: contract.RoleRayHead, LabelNode: mine}, false)
-	plant("status-sweep-b-read", map[string]string{LabelImageRead: "sha256:x", LabelNode: theirs}, false)
-	plant("status-sweep-b-proof", map[string]string{LabelCluster: "status-c", LabelRole: contract.RoleProof, LabelNode: theirs}, false)
+	plant("status-sweep-a-read", map[string]string{LabelImageRead: "sha256:x", LabelNode: mine, LabelNetwork: "none"}, false)
+	plant("status-sweep-a-proof", map[string]string{LabelCluster: "status-c", LabelRole: contract.RoleProof, LabelNode: mine, LabelNetwork: "none"}, true)
+	plant("status-sweep-a-ray-head", map[string]string{LabelCluster: "status-c", LabelRole: contract.RoleRayHead, LabelNode: mine, LabelNetwork: "none"}, false)
+	plant("status-sweep-b-read", map[string]string{LabelImageRead: "sha256:x", LabelNode: theirs, LabelNetwork: "none"}, false)
+	plant("status-sweep-a-other-lab", map[string]string{LabelCluster: "status-c", LabelRole: contract.RoleProof, LabelNode: mine, LabelNetwork: "container:another-lab-node"}, false)
+	plant("status-sweep-b-proof", map[string]string{LabelCluster: "status-c", LabelRole: contract.RoleProof, LabelNode: theirs, LabelNetwork: "none"}, false)
 
 	removed, err := SweepShortLived(ctx, testNode(mine).Containers, "")
 	if err != nil {
@@ -262,7 +264,7 @@ func TestSweepRemovesOnlyThisNodesShortLivedLeftovers(t *testing.T) {
 		left = append(left, strings.TrimPrefix(c.Names[0], "/"))
 	}
 	slices.Sort(left)
-	if want := []string{"status-sweep-a-ray-head", "status-sweep-b-proof", "status-sweep-b-read"}; !slices.Equal(left, want) {
+	if want := []string{"status-sweep-a-other-lab", "status-sweep-a-ray-head", "status-sweep-b-proof", "status-sweep-b-read"}; !slices.Equal(left, want) {
 		t.Errorf("left %v, want %v", left, want)
 	}
 }

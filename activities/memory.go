@@ -2,12 +2,14 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tpdeploy/tpdeploy/internal/hostmem"
@@ -147,4 +149,103 @@ func ownPath(p string) (string, error) {
 		return "", fmt.Errorf("the agent's memory cgroup is the root (a private cgroup namespace hides its path): engines cannot be nested under it")
 	}
 	return p, nil
+}
+
+// AgentLeaf is the child cgroup an agent on a cgroup v2 host moves its node container's
+// processes into (NestCgroupV2).
+const AgentLeaf = "tpdeploy-agent"
+
+// CgroupV2 says whether /proc/self/cgroup is a cgroup v2 host's: the unified line only, no
+// v1 memory controller.
+func CgroupV2(procSelfCgroup string) bool {
+	v2 := false
+	for line := range strings.SplitSeq(procSelfCgroup, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = true
+		}
+		for c := range strings.SplitSeq(parts[1], ",") {
+			if c == "memory" {
+				return false
+			}
+		}
+	}
+	return v2
+}
+
+// PlanCgroupV2 is the cgroup a node container's agent on a cgroup v2 host nests the
+// engines under (the node container's own, which holds its memory limit) and the leaf it
+// moves its own processes into, from /proc/self/cgroup's unified line. cgroup v2 lets a
+// cgroup hand its memory controller to children only while it holds no processes itself
+// (the "no internal processes" rule), so the agent's processes leave for the leaf first:
+// what moby's hack/dind does for Docker in Docker, one level down. It needs the node
+// container's real path, so the container runs in the host's cgroup namespace (a private
+// one shows "/"), and Docker's cgroupfs driver: the systemd driver names the container
+// docker-ID.scope and takes only a slice for --cgroup-parent. An agent that restarted
+// inside the leaf plans the same parent again.
+func PlanCgroupV2(procSelfCgroup string) (parent, leaf string, err error) {
+	var p string
+	for line := range strings.SplitSeq(procSelfCgroup, "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			p = strings.TrimSpace(rest)
+		}
+	}
+	if p == "" {
+		return "", "", fmt.Errorf("/proc/self/cgroup has no cgroup v2 line")
+	}
+	if before, ok := strings.CutSuffix(p, "/"+AgentLeaf); ok {
+		p = before
+	}
+	if p == "/" || p == "" {
+		return "", "", fmt.Errorf("the agent's cgroup shows as the root: run the node container in the host's cgroup namespace (docker run --cgroupns host) so its agent can name its cgroup to Docker")
+	}
+	if strings.HasSuffix(p, ".scope") {
+		return "", "", fmt.Errorf("the agent's cgroup %s is a systemd scope (Docker's systemd cgroup driver): --cgroup-parent then takes a slice, not a container's cgroup; use the cgroupfs driver for nested engines", p)
+	}
+	return p, p + "/" + AgentLeaf, nil
+}
+
+// NestCgroupV2 makes the cgroup parent (under root, the cgroup v2 mount) able to hold the
+// engine containers: it creates leaf, moves every process of parent into it (one pid per
+// write, as cgroup.procs takes them; one that exited meanwhile is skipped) and enables the
+// memory controller for parent's children. Run once, when the agent starts; on a cgroup
+// v2 host only.
+func NestCgroupV2(root, parent, leaf string) error {
+	if err := os.MkdirAll(filepath.Join(root, leaf), 0o755); err != nil {
+		return fmt.Errorf("create the agent's leaf cgroup: %w", err)
+	}
+	// A process that joins the node's cgroup meanwhile (a docker exec) makes the write to
+	// subtree_control fail EBUSY: move again and retry, as moby's hack/dind users loop.
+	var err error
+	for range 5 {
+		var procs []byte
+		if procs, err = os.ReadFile(filepath.Join(root, parent, "cgroup.procs")); err != nil {
+			return fmt.Errorf("read the node's processes: %w", err)
+		}
+		for pid := range strings.FieldsSeq(string(procs)) {
+			if err := appendLine(filepath.Join(root, leaf, "cgroup.procs"), pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("move process %s into %s: %w", pid, leaf, err)
+			}
+		}
+		if err = appendLine(filepath.Join(root, parent, "cgroup.subtree_control"), "+memory"); !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("enable the memory controller under %s: %w", parent, err)
+	}
+	return nil
+}
+
+// appendLine writes one value to a cgroup file, as `echo v > file` does (one write).
+func appendLine(name, v string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v + "\n")
+	return errors.Join(err, f.Close())
 }

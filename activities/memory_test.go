@@ -3,6 +3,7 @@ package activities
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tpdeploy/tpdeploy/internal/hostmem"
@@ -87,5 +88,51 @@ func TestOwnCgroup(t *testing.T) {
 		if got != tc.want || (err == nil) != (tc.want != "") {
 			t.Errorf("OwnCgroup(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
+	}
+}
+
+// On a cgroup v2 host the agent of a node container in the host's cgroup namespace plans
+// to nest the engines under the container's own cgroup, its own processes moved to a
+// leaf; the root (a private namespace) and a systemd scope are refused; an agent that
+// restarted in the leaf plans the same.
+func TestPlanCgroupV2(t *testing.T) {
+	for _, tc := range []struct{ in, parent, err string }{
+		{"0::/docker/0123abcd\n", "/docker/0123abcd", ""},
+		{"0::/docker/0123abcd/tpdeploy-agent\n", "/docker/0123abcd", ""},
+		{"0::/\n", "", "--cgroupns host"},
+		{"0::/system.slice/docker-0123abcd.scope\n", "", "systemd scope"},
+		{"", "", "no cgroup v2 line"},
+	} {
+		parent, leaf, err := PlanCgroupV2(tc.in)
+		if parent != tc.parent || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) || (err == nil && leaf != tc.parent+"/tpdeploy-agent") {
+			t.Errorf("PlanCgroupV2(%q) = %q, %q, %v; want %q (error %q)", tc.in, parent, leaf, err, tc.parent, tc.err)
+		}
+	}
+	for in, want := range map[string]bool{"0::/docker/x\n": true, "12:pids:/docker/x\n4:memory:/docker/x\n0::/docker/x\n": false, "4:memory:/docker/x\n": false, "": false} {
+		if got := CgroupV2(in); got != want {
+			t.Errorf("CgroupV2(%q) = %v", in, got)
+		}
+	}
+}
+
+// NestCgroupV2 moves each of the node's processes into the leaf, one write each, then
+// hands the memory controller to the node cgroup's children (a cgroup v2 tree in a
+// directory: the kernel's side of each write is not run here).
+func TestNestCgroupV2(t *testing.T) {
+	root := t.TempDir()
+	node := filepath.Join(root, "docker", "abc")
+	if err := os.MkdirAll(node, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(node, "cgroup.procs"), []byte("1\n17\n42\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := NestCgroupV2(root, "/docker/abc", "/docker/abc/tpdeploy-agent"); err != nil {
+		t.Fatal(err)
+	}
+	moved, _ := os.ReadFile(filepath.Join(node, "tpdeploy-agent", "cgroup.procs"))
+	ctl, _ := os.ReadFile(filepath.Join(node, "cgroup.subtree_control"))
+	if string(moved) != "1\n17\n42\n" || string(ctl) != "+memory\n" {
+		t.Errorf("moved %q, subtree_control %q", moved, ctl)
 	}
 }

@@ -37,8 +37,8 @@ func Reconcile(ctx context.Context, cs *Containers, host string, wanted Wanted) 
 	names := map[string]string{}
 	for _, c := range list.Items {
 		cluster := c.Labels[LabelCluster]
-		if cluster == "" {
-			continue
+		if cluster == "" || !ownContainer(c.Labels, cs.docker.opts.Network) {
+			continue // another lab's node of the same name on this engine has its own mode
 		}
 		byCluster[cluster] = append(byCluster[cluster], c.ID)
 		names[c.ID] = strings.TrimPrefix(c.Names[0], "/")

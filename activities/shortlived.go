@@ -22,9 +22,11 @@ import (
 // removeShortLivedTimeout bounds one removal after the activity's own context is done.
 const removeShortLivedTimeout = 30 * time.Second
 
-// shortLived says whether labels mark one of node's short-lived containers.
-func shortLived(labels map[string]string, node string) bool {
-	if labels[LabelNode] != node {
+// shortLived says whether labels mark one of node's short-lived containers, made by an
+// agent in network mode network (ownContainer: another lab's node of the same name on the
+// same engine has its own).
+func shortLived(labels map[string]string, node, network string) bool {
+	if labels[LabelNode] != node || !ownContainer(labels, network) {
 		return false
 	}
 	_, read := labels[LabelImageRead]
@@ -49,7 +51,8 @@ func removeNow(ctx context.Context, eng remover, ref string) error {
 
 // SweepShortLived removes this node's short-lived containers left by an agent that died
 // while it ran them. The agent runs it when it starts, before it serves its node's queue,
-// so none of them can belong to an activity in flight. It is a function, not a method, so
+// so none of them can belong to an activity in flight (another lab's agent of the same node
+// name sharing the engine has its own network mode: ownContainer). It is a function, not a method, so
 // the agent does not serve it as an activity.
 func SweepShortLived(ctx context.Context, cs *Containers, host string) ([]string, error) {
 	eng, addr, err := cs.docker.engine(host)
@@ -62,7 +65,7 @@ func SweepShortLived(ctx context.Context, cs *Containers, host string) ([]string
 	}
 	var removed []string
 	for _, c := range list.Items {
-		if !shortLived(c.Labels, cs.name) {
+		if !shortLived(c.Labels, cs.name, cs.docker.opts.Network) {
 			continue
 		}
 		name := c.ID[:min(12, len(c.ID))]

@@ -130,9 +130,20 @@ func run(ctx context.Context, args []string) error {
 	}
 	ctr.HostRoot = *hostRoot
 	ctr.Sysfs = *ctrSysfs
+	var cgroupDir string
 	if ctr.CgroupParent = *cgParent; ctr.CgroupParent == "self" {
 		b, rerr := os.ReadFile("/proc/self/cgroup")
-		if rerr == nil {
+		switch {
+		case rerr != nil:
+		case activities.CgroupV2(string(b)):
+			// cgroup v2: the node container (in the host's cgroup namespace) hands its
+			// memory controller to the engines once its own processes are in a leaf.
+			var leaf string
+			if ctr.CgroupParent, leaf, rerr = activities.PlanCgroupV2(string(b)); rerr == nil {
+				rerr = activities.NestCgroupV2("/sys/fs/cgroup", ctr.CgroupParent, leaf)
+				cgroupDir = filepath.Join("/sys/fs/cgroup", ctr.CgroupParent)
+			}
+		default:
 			ctr.CgroupParent, rerr = activities.OwnCgroup(string(b))
 		}
 		if rerr != nil {
@@ -207,7 +218,7 @@ func run(ctx context.Context, args []string) error {
 	workerOpts.Interceptors = append(workerOpts.Interceptors, labHooks(z)...)
 	wf := worker.New(c, contract.WorkflowQueue, workerOpts)
 	workflows.RegisterAll(wf)
-	agent := activities.New(activities.Config{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, SysRoot: *sysRoot, Containers: ctr, Policy: &nodePolicy})
+	agent := activities.New(activities.Config{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, SysRoot: *sysRoot, CgroupDir: cgroupDir, Containers: ctr, Policy: &nodePolicy})
 	nodeWorker := worker.New(c, contract.NodeQueue(*node), registration.NodeOptions(workerOpts, agent))
 	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter},
 		APIKey: activities.EndpointKey(agent.VLLM)})

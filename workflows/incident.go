@@ -50,6 +50,11 @@ const (
 	CauseRollback IncidentCause = "rollback"
 	// CauseRequested: an operator asked for a redeploy (`starter redeploy`).
 	CauseRequested IncidentCause = "requested"
+	// CauseHostMemoryPressure: the watch saw the endpoint fail and a node's memory guard
+	// says it stopped the cluster's engines (host memory below its floor); Seen is the
+	// guard's message. The redeploys are refused at preflight (HostMemoryInsufficient)
+	// while the memory is still taken, and the breaker bounds them.
+	CauseHostMemoryPressure IncidentCause = contract.ErrHostMemoryPressure
 )
 
 // watchCause is the cause of an unhealthy watch: the one it names, else not serving.
@@ -64,7 +69,7 @@ func watchCause(h string) IncidentCause {
 // it can when the engine ran and stopped serving, not when a node rebooted or the
 // operator asked. The recovery collects it before its redeploy replaces the containers.
 func (c IncidentCause) engineOutputTells() bool {
-	return c == CauseUnhealthy || c == CauseEngineWedged
+	return c == CauseUnhealthy || c == CauseEngineWedged || c == CauseHostMemoryPressure
 }
 
 // CauseLabel is what `starter status` writes before an incident's Seen text: the cause

@@ -332,7 +332,37 @@ func (sv *supervisor) health(ctx workflow.Context, h contract.ClusterHealth) *In
 		return nil
 	}
 	sv.state.Failures = sv.unhealthy
+	if h.Cause == "" {
+		if node, msg := sv.guardTrip(ctx); node != "" {
+			return sv.newIncident(ctx, CauseHostMemoryPressure, node, msg+" (what the watch saw: "+h.Detail+")")
+		}
+	}
 	return sv.newIncident(ctx, watchCause(h.Cause), "", h.Detail)
+}
+
+// hostMemoryIncidentVersion: from here on an endpoint that stopped serving has each node's
+// memory guard asked whether it stopped the cluster's engines (GuardTrip, read-only);
+// histories from before made every such incident "unhealthy".
+const hostMemoryIncidentVersion = "host-memory-incident"
+
+// guardTrip is the first node (in spec order) whose memory guard stopped the cluster's
+// engines, with the guard's message; "" when none did or none answered in time.
+func (sv *supervisor) guardTrip(ctx workflow.Context) (node, msg string) {
+	if workflow.GetVersion(ctx, hostMemoryIncidentVersion, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return "", ""
+	}
+	futures := map[string]workflow.Future{}
+	for _, n := range sv.spec.Nodes {
+		actx := onNode(ctx, sv.spec, n.Name, "memory guard of "+n.Name, supervisorLook(10*time.Second, 1))
+		futures[n.Name] = workflow.ExecuteActivity(actx, contract.ActivityGuardTrip, contract.GuardTripRequest{Node: n.Name, Cluster: sv.spec.Name})
+	}
+	for _, n := range sv.spec.Nodes {
+		var t contract.GuardTrip
+		if futures[n.Name].Get(ctx, &t) == nil && t.Tripped && node == "" {
+			node, msg = n.Name, t.Message
+		}
+	}
+	return node, msg
 }
 
 // verifyDeployedVersion: from here on, a supervisor that holds an operator's key refuses a

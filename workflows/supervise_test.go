@@ -311,3 +311,59 @@ func TestIncidentReadsAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// A node's memory guard stopped the engines of a cluster that served: the incident is
+// HostMemoryPressure, naming the node and the guard's lowest; each redeploy is refused at
+// preflight (HostMemoryInsufficient) while the memory is still taken, none starts a
+// container, and the breaker bounds them: memory that comes back is served again within
+// the incident's budget, memory that never does leaves the cluster degraded after it.
+func TestSupervisorBoundsRedeploysAfterAMemoryGuardStop(t *testing.T) {
+	const trip = "node-a: host memory fell to 88 MiB available (the lowest seen) of 1.0 GiB, below the guard's floor 100 MiB: the engine containers were stopped"
+	for _, tt := range []struct {
+		name    string
+		refused int // preflights refused before the memory is back; -1: never back
+	}{
+		{"memory back after two refusals", 2},
+		{"memory never back", -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := fakeagents.New()
+			f.GuardTrips = map[string]string{"node-a": trip}
+			f.Failures["PreflightNode node-a"] = nonRetryable1(contract.ErrHostMemory, "node-a needs 900 MiB of host memory for spec seed, and 200 MiB is available")
+			preflights := 0
+			f.OnCall = func(key string) {
+				if key != "PreflightNode node-a" {
+					return
+				}
+				if preflights++; preflights > tt.refused && tt.refused >= 0 {
+					delete(f.Failures, key)
+				}
+			}
+			w := &fakeWatch{answers: []string{"unhealthy", "healthy"}}
+			env := watchEnv(t, f, w)
+			// One loop: the incident and its recovery, then the state is handed on.
+			env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: fakeagents.SeedSpec(), MaxAttempts: 5, MaxLoops: 1})
+			got := carried(t, env)
+			if len(got.Incidents) != 1 {
+				t.Fatalf("incidents = %+v, want one", got.Incidents)
+			}
+			inc := got.Incidents[0]
+			if inc.Cause != CauseHostMemoryPressure || inc.Node != "node-a" || !strings.HasPrefix(inc.Seen, trip) || inc.CauseLabel() != "HostMemoryPressure: " {
+				t.Errorf("incident %+v", inc)
+			}
+			if got.Redeploys != inc.Attempts || got.Redeploys > 5 {
+				t.Errorf("%d redeploys, %d attempts: want at most the breaker's 5", got.Redeploys, inc.Attempts)
+			}
+			launches := fakeagents.Calls(f, "LaunchVLLM")
+			if tt.refused >= 0 {
+				if inc.Outcome != OutcomeServing || inc.Attempts != tt.refused+1 || got.Degraded || len(launches) != 1 {
+					t.Errorf("outcome %q after %d attempts, degraded %v, launches %q: want serving after %d", inc.OutcomeText(), inc.Attempts, got.Degraded, launches, tt.refused+1)
+				}
+				return
+			}
+			if inc.Outcome != OutcomeFailed || inc.Attempts != 5 || !got.Degraded || !strings.Contains(got.LastCause, contract.ErrHostMemory) || len(launches) != 0 {
+				t.Errorf("outcome %q after %d attempts, degraded %v (%q), launches %q: want degraded after 5 refused", inc.OutcomeText(), inc.Attempts, got.Degraded, got.LastCause, launches)
+			}
+		})
+	}
+}

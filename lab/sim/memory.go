@@ -32,9 +32,9 @@ import (
 // is its memory cgroup's limit (nodeMemory). vLLM keeps both until the process exits, and
 // so does the lab: the pages are held in held.
 //
-// Not modelled: profile_run's own transient (vllm#46307: on a GB10 it is not bounded by
-// gpu_memory_utilization; its size depends on the model's activations, which the lab's
-// checkpoints do not have) and the engine's non-torch memory (CUDA context, NCCL).
+// Not modelled: profile_run's transient (vllm#46307, unbounded by the utilization on a GB10: one
+// forward of max_num_batched_tokens, sized by activations the lab's checkpoints lack;
+// docs/upstream.md §13) and the engine's non-torch memory (CUDA context, NCCL).
 
 const envUnifiedMemory = "TPDEPLOY_SIM_UNIFIED_MEMORY" // the node's GPU computes in host memory (a GB10)
 
