@@ -235,6 +235,9 @@ func printSupervision(w io.Writer, sv *workflows.Supervision) {
 			where = " " + inc.Node
 		}
 		fmt.Fprintf(w, "  incident %s%s: %s%s -> %s; %s (took %s)\n", clockOrDash(inc.At), where, inc.CauseLabel(), inc.Seen, inc.Action, inc.OutcomeText(), inc.Took.Round(time.Second))
+		if inc.RouterNote != "" {
+			fmt.Fprintf(w, "    %s\n", inc.RouterNote)
+		}
 	}
 	// What the nodes printed last before the latest recovery tore the cluster down.
 	for i := len(sv.Incidents) - 1; i >= 0; i-- {
