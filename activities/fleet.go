@@ -162,8 +162,12 @@ func (cs *Containers) checkFleet(ctx context.Context, eng containerEngine, addr 
 			}
 		}
 		if len(both) > 0 {
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s has %s, and cluster %s holds GPU %s (%s), which cluster %s needs (GPUs %s): place it on other nodes, or give each cluster its own GPUs by index (nodes[].gpus: [%d])",
-				cs.name, plural(total, "GPU"), cl, indexList(both), h.container, s.Name, indexList(want), free(total, byCluster, clusters)), contract.ErrGPUsInUse, nil)
+			fix := "place it on other nodes"
+			if g := free(total, byCluster, clusters); g < total {
+				fix += fmt.Sprintf(", or give each cluster its own GPUs by index (nodes[].gpus: [%d] is free)", g)
+			}
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s has %s, and cluster %s holds GPU %s (%s), which cluster %s needs (GPUs %s): %s",
+				cs.name, plural(total, "GPU"), cl, indexList(both), h.container, s.Name, indexList(want), fix), contract.ErrGPUsInUse, nil)
 		}
 	}
 	for _, p := range fixedPorts(s, cs.name) {

@@ -58,7 +58,7 @@ func TestFleetRefusesAColliderNamingTheCluster(t *testing.T) {
 		spec  spec.Cluster
 		want  string
 	}{
-		{"two GPUs, one held", []container.Summary{held, router}, mine(2, 8001), "GPUsInUse: node-a has 2 GPUs, and cluster a holds GPU 0 (tpd_a_node-a_ray-head), which cluster b needs (GPUs 0, 1): place it on other nodes, or give each cluster its own GPUs by index (nodes[].gpus: [1])"},
+		{"two GPUs, one held", []container.Summary{held, router}, mine(2, 8001), "GPUsInUse: node-a has 2 GPUs, and cluster a holds GPU 0 (tpd_a_node-a_ray-head), which cluster b needs (GPUs 0, 1): place it on other nodes, or give each cluster its own GPUs by index (nodes[].gpus: [1] is free)"},
 		// A count of one is GPU 0 to Docker's NVIDIA driver, for either cluster.
 		{"a count on a count", []container.Summary{held, router}, mine(1, 8001), "GPUsInUse: node-a has 2 GPUs, and cluster a holds GPU 0 (tpd_a_node-a_ray-head), which cluster b needs (GPUs 0)"},
 		{"its own GPU by index", []container.Summary{held, router}, indexed(8001, 1), ""},
