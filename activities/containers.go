@@ -128,6 +128,10 @@ type containerSpec struct {
 	// router's state, router.go), never a path from a request: the policy's mount rules
 	// are about the spec's paths and do not apply to them.
 	AgentBinds []string `json:"agent_binds,omitempty"`
+	// GPUIDs are the node's GPUs by index (the spec's nodes[].gpus list): with them an
+	// agent that gives containers GPUs (Options.GPUs not none) requests exactly these
+	// devices, not a count (which Docker's NVIDIA driver turns into 0..count-1).
+	GPUIDs []string `json:"gpu_ids,omitempty"`
 	// Restart is Docker's restart policy; empty is none (an engine is restarted by its
 	// supervisor's redeploy, never by Docker behind the workflow's back).
 	Restart container.RestartPolicyMode `json:"restart,omitempty"`
@@ -140,7 +144,7 @@ func (s containerSpec) hash() string {
 	c := s
 	c.Labels = map[string]string{}
 	for k, v := range s.Labels {
-		if k != LabelDeployment && k != LabelIntent && k != LabelGPUs && k != LabelPorts && k != LabelNetwork {
+		if k != LabelDeployment && k != LabelIntent && k != LabelGPUs && k != LabelGPUIndices && k != LabelPorts && k != LabelNetwork {
 			c.Labels[k] = v
 		}
 	}
@@ -183,6 +187,11 @@ func roleSpec(c spec.Cluster, d contract.Deployment, node, role string, o Contai
 		Labels:  fleetLabels(c, node, o.Network, map[string]string{LabelCluster: d.Cluster, LabelDeployment: d.ID, LabelRole: role, LabelNode: node}),
 		Binds:   binds,
 		Options: o,
+	}
+	if n, ok := c.Node(node); ok {
+		for _, g := range n.GPUIndices {
+			s.GPUIDs = append(s.GPUIDs, strconv.Itoa(g))
+		}
 	}
 	// Every capability is dropped (createOptions); a port below 1024, where the node's
 	// policy allows one, is bound only with NET_BIND_SERVICE.
@@ -303,9 +312,11 @@ func (s containerSpec) createOptions() (client.ContainerCreateOptions, error) {
 		}
 		hc.Ulimits = append(hc.Ulimits, ul)
 	}
-	switch g := s.Options.GPUs; g {
-	case "", "none":
-	case "all":
+	switch g := s.Options.GPUs; {
+	case g == "" || g == "none":
+	case len(s.GPUIDs) > 0:
+		hc.DeviceRequests = []container.DeviceRequest{{DeviceIDs: s.GPUIDs, Capabilities: [][]string{{"gpu"}}}}
+	case g == "all":
 		hc.DeviceRequests = []container.DeviceRequest{{Count: -1, Capabilities: [][]string{{"gpu"}}}}
 	default:
 		n, err := strconv.Atoi(g)

@@ -22,6 +22,9 @@ const (
 	// LabelGPUs is how many of the node's GPUs the container's cluster takes there: the
 	// spec's nodes[].gpus, or "all" when it gives none (the engine then gets every GPU).
 	LabelGPUs = "tpdeploy.gpus"
+	// LabelGPUIndices are the GPUs the container's cluster takes there by index
+	// (nodes[].gpus: [0, 1]), comma-separated; absent when the spec gives a count or none.
+	LabelGPUIndices = "tpdeploy.gpu_indices"
 	// LabelPorts are the fixed ports the cluster binds on the node (fixedPorts), as
 	// FIELD=PORT, comma-separated; absent on a node that binds none.
 	LabelPorts = "tpdeploy.ports"
@@ -55,6 +58,13 @@ func fleetLabels(c spec.Cluster, node, network string, l map[string]string) map[
 	if n.GPUs > 0 {
 		l[LabelGPUs] = strconv.Itoa(n.GPUs)
 	}
+	if len(n.GPUIndices) > 0 {
+		ids := make([]string, len(n.GPUIndices))
+		for i, g := range n.GPUIndices {
+			ids[i] = strconv.Itoa(g)
+		}
+		l[LabelGPUIndices] = strings.Join(ids, ",")
+	}
 	var ps []string
 	for _, p := range fixedPorts(c, node) {
 		if p.Port > 0 {
@@ -70,16 +80,50 @@ func fleetLabels(c spec.Cluster, node, network string, l map[string]string) map[
 
 // holding is what one other cluster's running containers hold on this node.
 type holding struct {
-	cluster   string
-	container string
-	gpus      string
-	ports     map[int]string
+	cluster    string
+	container  string
+	gpus       string
+	gpuIndices string
+	ports      map[int]string
+}
+
+// indices are the GPUs, by index, a holder of count (a number or gpusAll) or of the listed
+// indices takes on a node of total GPUs: the listed ones, or what Docker's NVIDIA driver
+// gives a count (moby daemon/nvidia_linux.go, countToDevices: 0, 1, ... count-1), or every
+// GPU.
+func indices(count, listed string, total int) []int {
+	if listed != "" {
+		var out []int
+		for _, v := range strings.Split(listed, ",") {
+			if g, err := strconv.Atoi(v); err == nil {
+				out = append(out, g)
+			}
+		}
+		return out
+	}
+	n := total
+	if count != gpusAll {
+		n, _ = strconv.Atoi(count)
+	}
+	out := make([]int, 0, max(n, 0))
+	for g := range max(n, 0) {
+		out = append(out, g)
+	}
+	return out
+}
+
+func indexList(ids []int) string {
+	s := make([]string, len(ids))
+	for i, g := range ids {
+		s[i] = strconv.Itoa(g)
+	}
+	return strings.Join(s, ", ")
 }
 
 // checkFleet refuses a deploy that needs GPUs or fixed ports of this node that another
 // cluster's running containers hold: GPUsInUse or PortInUse, naming that cluster, its
-// container and the resource. Containers started before these labels (none of them) are
-// not counted.
+// container and the resource. GPUs are compared by index (indices). Containers started
+// before these labels (none of them) are not counted.
 func (cs *Containers) checkFleet(ctx context.Context, eng containerEngine, addr string, s spec.Cluster) error {
 	n, ok := s.Node(cs.name)
 	if !ok {
@@ -107,7 +151,7 @@ func (cs *Containers) checkFleet(ctx context.Context, eng containerEngine, addr 
 			byCluster[cl] = h
 			clusters = append(clusters, cl)
 		}
-		h.gpus = c.Labels[LabelGPUs]
+		h.gpus, h.gpuIndices = c.Labels[LabelGPUs], c.Labels[LabelGPUIndices]
 		for _, kv := range strings.Split(c.Labels[LabelPorts], ",") {
 			field, v, _ := strings.Cut(kv, "=")
 			if p, err := strconv.Atoi(v); err == nil {
@@ -120,26 +164,24 @@ func (cs *Containers) checkFleet(ctx context.Context, eng containerEngine, addr 
 	}
 	slices.Sort(clusters)
 	total, _ := cs.docker.sys.gpus(n.GPUs)
-	want := n.GPUs
-	if want <= 0 {
-		want = total
-	}
-	used := 0
-	var holders []string
+	mineLabels := fleetLabels(s, cs.name, cs.docker.opts.Network, map[string]string{})
+	want := indices(mineLabels[LabelGPUs], mineLabels[LabelGPUIndices], total)
 	for _, cl := range clusters {
 		h := byCluster[cl]
-		g := total
-		if h.gpus != gpusAll {
-			g, _ = strconv.Atoi(h.gpus)
+		var both []int
+		for _, g := range indices(h.gpus, h.gpuIndices, total) {
+			if slices.Contains(want, g) {
+				both = append(both, g)
+			}
 		}
-		if g > 0 {
-			used += g
-			holders = append(holders, fmt.Sprintf("cluster %s holds %s (%s)", cl, plural(g, "GPU"), h.container))
+		if len(both) > 0 {
+			fix := "place it on other nodes"
+			if g := free(total, byCluster, clusters); g < total {
+				fix += fmt.Sprintf(", or give each cluster its own GPUs by index (nodes[].gpus: [%d] is free)", g)
+			}
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s has %s, and cluster %s holds GPU %s (%s), which cluster %s needs (GPUs %s): %s",
+				cs.name, plural(total, "GPU"), cl, indexList(both), h.container, s.Name, indexList(want), fix), contract.ErrGPUsInUse, nil)
 		}
-	}
-	if want > 0 && used > 0 && used+want > total {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s has %s, and %s: cluster %s needs %d more; place it on other nodes, or give each cluster its share (nodes[].gpus)",
-			cs.name, plural(total, "GPU"), strings.Join(holders, ", "), s.Name, want), contract.ErrGPUsInUse, nil)
 	}
 	for _, p := range fixedPorts(s, cs.name) {
 		for _, cl := range clusters {
@@ -150,6 +192,22 @@ func (cs *Containers) checkFleet(ctx context.Context, eng containerEngine, addr 
 		}
 	}
 	return nil
+}
+
+// free is the lowest GPU index no other cluster holds (total when none is free), for the
+// refusal's example.
+func free(total int, byCluster map[string]*holding, clusters []string) int {
+	held := map[int]bool{}
+	for _, cl := range clusters {
+		for _, g := range indices(byCluster[cl].gpus, byCluster[cl].gpuIndices, total) {
+			held[g] = true
+		}
+	}
+	g := 0
+	for held[g] {
+		g++
+	}
+	return g
 }
 
 func plural(n int, what string) string {

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,14 @@ func TestFleetRefusesAColliderNamingTheCluster(t *testing.T) {
 			Ports: spec.Ports{VLLM: vllm, Ray: 6380}}
 	}
 	other := spec.Cluster{Name: "a", Executor: spec.ExecutorRay, Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUs: 1}}, Ports: spec.Ports{VLLM: 8000, Ray: 6379}}
+	indexed := func(vllm int, ids ...int) spec.Cluster {
+		c := mine(0, vllm)
+		c.Nodes[0].GPUIndices = ids
+		return c.WithDefaults()
+	}
+	otherIndexed := other
+	otherIndexed.Nodes = []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUIndices: []int{1}}}
+	heldIndexed := container.Summary{Names: []string{"/tpd_a_node-a_ray-head"}, Labels: fleetLabels(otherIndexed.WithDefaults(), "node-a", "host", map[string]string{LabelCluster: "a", LabelNode: "node-a"})}
 	held := container.Summary{Names: []string{"/tpd_a_node-a_ray-head"}, Labels: fleetLabels(other, "node-a", "host", map[string]string{LabelCluster: "a", LabelNode: "node-a"})}
 	// Another lab's node-a on the same Docker engine: its containers live in that node's
 	// network namespace, not this one's.
@@ -49,9 +58,13 @@ func TestFleetRefusesAColliderNamingTheCluster(t *testing.T) {
 		spec  spec.Cluster
 		want  string
 	}{
-		{"two GPUs, one held", []container.Summary{held, router}, mine(2, 8001), "GPUsInUse: node-a has 2 GPUs, and cluster a holds 1 GPU (tpd_a_node-a_ray-head): cluster b needs 2 more"},
-		{"its share", []container.Summary{held, router}, mine(1, 8001), ""},
-		{"the same port", []container.Summary{held}, mine(1, 8000), "PortInUse: port 8000 (ports.vllm) on node-a is cluster a's ports.vllm (tpd_a_node-a_ray-head)"},
+		{"two GPUs, one held", []container.Summary{held, router}, mine(2, 8001), "GPUsInUse: node-a has 2 GPUs, and cluster a holds GPU 0 (tpd_a_node-a_ray-head), which cluster b needs (GPUs 0, 1): place it on other nodes, or give each cluster its own GPUs by index (nodes[].gpus: [1] is free)"},
+		// A count of one is GPU 0 to Docker's NVIDIA driver, for either cluster.
+		{"a count on a count", []container.Summary{held, router}, mine(1, 8001), "GPUsInUse: node-a has 2 GPUs, and cluster a holds GPU 0 (tpd_a_node-a_ray-head), which cluster b needs (GPUs 0)"},
+		{"its own GPU by index", []container.Summary{held, router}, indexed(8001, 1), ""},
+		{"an index another holds", []container.Summary{heldIndexed, router}, indexed(8001, 0, 1), "GPUsInUse: node-a has 2 GPUs, and cluster a holds GPU 1 (tpd_a_node-a_ray-head), which cluster b needs (GPUs 0, 1)"},
+		{"indices apart", []container.Summary{heldIndexed, router}, indexed(8001, 0), ""},
+		{"the same port", []container.Summary{held}, indexed(8000, 1), "PortInUse: port 8000 (ports.vllm) on node-a is cluster a's ports.vllm (tpd_a_node-a_ray-head)"},
 		{"its own containers", []container.Summary{own, router}, mine(2, 8000), ""},
 		{"another node of the same name", []container.Summary{elsewhere}, mine(2, 6379), ""},
 	} {
@@ -76,5 +89,36 @@ func TestFleetRefusesAColliderNamingTheCluster(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A node whose spec lists GPU indices gets exactly those on its containers (a Docker device
+// request by ID), where the agent gives containers GPUs at all; a count stays a count.
+func TestGPUIndicesAreTheDeviceRequest(t *testing.T) {
+	c := spec.Cluster{Name: "b", Image: "img", Nodes: []spec.Node{{Name: "node-a", Role: spec.RoleHead, GPUIndices: []int{1, 3}}}}
+	c = c.WithDefaults()
+	for _, tt := range []struct {
+		agent string
+		want  []container.DeviceRequest
+	}{
+		{"all", []container.DeviceRequest{{DeviceIDs: []string{"1", "3"}, Capabilities: [][]string{{"gpu"}}}}},
+		{"none", nil},
+	} {
+		s := roleSpec(c, contract.Deployment{Cluster: "b", ID: "d"}, "node-a", contract.RoleRayHead, ContainerOptions{GPUs: tt.agent})
+		opts, err := s.createOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := opts.HostConfig.DeviceRequests; fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("agent gpus %s: device requests %+v, want %+v", tt.agent, got, tt.want)
+		}
+		if got := opts.Config.Labels[LabelGPUIndices]; got != "1,3" {
+			t.Errorf("label %s = %q", LabelGPUIndices, got)
+		}
+	}
+	c.Nodes[0].GPUIndices, c.Nodes[0].GPUs = nil, 2
+	s := roleSpec(c, contract.Deployment{Cluster: "b", ID: "d"}, "node-a", contract.RoleRayHead, ContainerOptions{GPUs: "2"})
+	if opts, _ := s.createOptions(); len(opts.HostConfig.DeviceRequests) != 1 || opts.HostConfig.DeviceRequests[0].Count != 2 {
+		t.Errorf("a count: %+v", opts.HostConfig.DeviceRequests)
 	}
 }

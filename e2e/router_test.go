@@ -7,10 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,10 +21,14 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	tclient "go.temporal.io/sdk/client"
 
 	"github.com/tpdeploy/tpdeploy/activities"
 	"github.com/tpdeploy/tpdeploy/internal/contract"
+	"github.com/tpdeploy/tpdeploy/internal/control"
+	"github.com/tpdeploy/tpdeploy/internal/router"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
+	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
 // oneNodeRouted is the lab spec on one node alone (TP=1), serving model served, routed
@@ -169,4 +176,228 @@ func TestRouterFrontsTwoModelsAndASwapFailsNoRequest(t *testing.T) {
 		down.Go(func() { teardown(t, name) })
 	}
 	down.Wait()
+
+	replicasBehindTheRouter(t, router)
+}
+
+// One model of two replicas (replicas: 2, TP=1, one per node) behind the same router, on
+// the nodes the two models above left: /v1/models lists it once; a rolling image change
+// under four clients fails no request and holds none (each replica's staged swap drains
+// its route first, so the other answers); then one replica's engine killed mid-traffic
+// fails only the requests in flight on it.
+func replicasBehindTheRouter(t *testing.T, router string) {
+	r := labSpec(t, "e2e-rt-r")
+	r.Parallel.Tensor, r.Replicas = 1, 2
+	r.Model.ServedName = "model-r"
+	r.Router = &spec.Router{Node: theLab.Nodes[0].Name}
+	r.Nodes = slices.Clone(r.Nodes)
+	for i := range r.Nodes {
+		r.Nodes[i].Env = map[string]string{"TPDEPLOY_SIM_SHARDS": "2", "TPDEPLOY_SIM_SHARD_SECONDS": "0.2"}
+	}
+	members := r.Members()
+	since := time.Now()
+	for _, m := range members {
+		t.Cleanup(func() { finishCluster(t, m.Name, since) })
+	}
+	defer func() {
+		var down sync.WaitGroup
+		for _, m := range members {
+			down.Go(func() { teardown(t, m.Name) })
+		}
+		down.Wait()
+	}()
+	// The first deploy has nothing to roll away from: both replicas at once.
+	runs := make([]tclient.WorkflowRun, len(members))
+	for i, m := range members {
+		runs[i] = deployFor(t, m)
+	}
+	for _, run := range runs {
+		deployResult(t, run, 4*time.Minute)
+	}
+	if ids := routerModels(t, router); !slices.Equal(ids, []string{"model-r"}) {
+		t.Fatalf("router /v1/models: %v, want model-r once", ids)
+	}
+	held0 := routerHeld(t, "model-r")
+
+	// The rolling image change under load.
+	l := startLoad(router, "model-r", 4)
+	changed := r
+	changed.Image = "tpdeploy/sim:vllm-0.17.1"
+	rollStart := time.Now()
+	steps, err := control.Controller{Client: tc, SignKey: theLab.SignKey}.Roll(context.Background(), workflows.DeployRequest{Spec: changed, Trigger: "test", ReportEvery: spec.Duration(time.Second)}, nil)
+	rollTook := time.Since(rollStart)
+	time.Sleep(time.Second)
+	ok, failed, longest, errs := l.stop()
+	held := routerHeld(t, "model-r") - held0
+	if err != nil {
+		t.Fatalf("roll: %v", err)
+	}
+	for _, st := range steps {
+		if st.Result.Staged == nil || st.Result.Staged.SwappedAt.IsZero() {
+			t.Errorf("%s: not a staged swap: %+v", st.Member, st.Result.Staged)
+		}
+		t.Logf("%s rolled in %s", st.Member, st.Took.Round(time.Millisecond))
+	}
+	t.Logf("rolling image change: %s; through the router %d answered, %d failed, %d held, the longest %s", rollTook.Round(time.Millisecond), ok, failed, held, longest.Round(time.Millisecond))
+	if failed != 0 || ok == 0 || held != 0 {
+		t.Fatalf("the roll failed %d requests and held %d (%d answered): %v", failed, held, ok, errs[:min(len(errs), 5)])
+	}
+
+	// One replica's engine killed mid-traffic: the requests in flight on it fail (the
+	// router's 502 names the replica); the others, and every later one, go to the other.
+	victim := members[1].Name
+	l = startLoad(router, "model-r", 4)
+	time.Sleep(time.Second)
+	inFlight := routerOutstanding(t, "model-r", victim)
+	for _, c := range containersOf(t, victim) {
+		if _, err := eng.ContainerKill(context.Background(), c, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+			t.Errorf("kill %s: %v", c, err)
+		}
+	}
+	killed := time.Now()
+	time.Sleep(3 * time.Second)
+	ok, failed, _, errs = l.stop()
+	after := l.failedSince(killed)
+	t.Logf("replica %s killed: %d in flight on it a moment before; %d failed, all sent before the kill, %d sent after it failed; %d answered", victim, inFlight, failed, after, ok)
+	if failed > 4 || after > 0 || ok == 0 {
+		t.Errorf("%d requests failed (4 clients, one request each in flight at most), %d of them sent after the kill, %d answered: %v", failed, after, ok, errs[:min(len(errs), 5)])
+	}
+	for _, e := range errs {
+		if !strings.Contains(e, "replica "+victim) {
+			t.Errorf("a failure not on the killed replica: %s", e)
+		}
+	}
+}
+
+// load is n clients sending completions through the router as fast as answered.
+type load struct {
+	stopc   chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	ok      int
+	errs    []string
+	started []time.Time // when each failed request was sent
+	longest time.Duration
+}
+
+// failedSince is how many of the failed requests were sent at or after t.
+func (l *load) failedSince(t time.Time) int {
+	n := 0
+	for _, s := range l.started {
+		if !s.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+func startLoad(router, model string, n int) *load {
+	l := &load{stopc: make(chan struct{})}
+	hc := &http.Client{Timeout: 3 * time.Minute}
+	body := fmt.Sprintf(`{"model": %q, "prompt": "hello", "max_tokens": 4}`, model)
+	for range n {
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.stopc:
+					return
+				default:
+				}
+				start := time.Now()
+				msg := ""
+				resp, err := hc.Post(router+"/v1/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					msg = err.Error()
+				} else {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					var c struct{ Model string }
+					if resp.StatusCode != 200 || json.Unmarshal(b, &c) != nil || c.Model != model {
+						msg = fmt.Sprintf("%d %s", resp.StatusCode, b)
+					}
+				}
+				l.mu.Lock()
+				l.longest = max(l.longest, time.Since(start))
+				if msg != "" {
+					l.errs, l.started = append(l.errs, msg), append(l.started, start)
+				} else {
+					l.ok++
+				}
+				l.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+// stop ends the load: answered, failed, the longest request, the failures.
+func (l *load) stop() (int, int, time.Duration, []string) {
+	close(l.stopc)
+	l.wg.Wait()
+	return l.ok, len(l.errs), l.longest, l.errs
+}
+
+func routerModels(t *testing.T, router string) []string {
+	t.Helper()
+	resp, err := http.Get(router + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct{ Data []struct{ ID string } }
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+// routerAdmin GETs path from the router's admin API on its socket (the lab's node root).
+func routerAdmin(t *testing.T, path string) []byte {
+	t.Helper()
+	sock := filepath.Join(theLab.NodeRoot(theLab.Nodes[0].Name), activities.RouterDir, "router.sock")
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := hc.Get("http://router" + path)
+	if err != nil {
+		t.Fatalf("router admin %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return b
+}
+
+// routerHeld is how many requests for model the router has held so far (its hold
+// histogram's count).
+func routerHeld(t *testing.T, model string) int {
+	t.Helper()
+	prefix := router.MetricHoldDuration + `_count{model="` + model + `"} `
+	for _, line := range strings.Split(string(routerAdmin(t, "/metrics")), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// routerOutstanding is the replica's requests in flight, as the router's state says.
+func routerOutstanding(t *testing.T, model, replica string) int {
+	t.Helper()
+	var st []router.ModelState
+	if err := json.Unmarshal(routerAdmin(t, "/state"), &st); err != nil {
+		t.Fatalf("router state: %v", err)
+	}
+	for _, m := range st {
+		for _, r := range m.Replicas {
+			if m.ID == model && r.Name == replica {
+				return r.Outstanding
+			}
+		}
+	}
+	return -1
 }

@@ -50,6 +50,9 @@ func cmdDeploy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeFn()
+	if s.Replicas > 1 {
+		return rollDeploy(ctx, ctl, workflows.DeployRequest{Spec: s, Trigger: "cli", ReportEvery: spec.Duration(*every)}, stdout)
+	}
 	run, joined, err := ctl.DeployOrJoin(ctx, workflows.DeployRequest{Spec: s, Trigger: "cli", ReportEvery: spec.Duration(*every)})
 	if err != nil {
 		return err
@@ -63,6 +66,31 @@ func cmdDeploy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	return watchDeploy(ctx, ctl, s.Name, stdout)
+}
+
+// rollDeploy deploys a spec's replicas one at a time (control.Roll), saying each as it
+// serves; it waits for them all (the next replica starts only once the one before serves).
+func rollDeploy(ctx context.Context, ctl control.Controller, req workflows.DeployRequest, stdout io.Writer) error {
+	fmt.Fprintf(stdout, "deploying %s as %d replicas, one at a time: %s\n", req.Spec.Name, req.Spec.Replicas, strings.Join(memberNames(req.Spec), ", "))
+	_, err := ctl.Roll(ctx, req, func(s control.RollStep) {
+		if s.Err != nil {
+			fmt.Fprintf(stdout, "replica %s failed after %s: %v\n", s.Member, s.Took.Round(time.Second), s.Err)
+			return
+		}
+		fmt.Fprintf(stdout, "replica %s serves at %s (%s)\n", s.Member, s.Result.Endpoint, s.Took.Round(time.Second))
+		if s.Result.Router != "" {
+			fmt.Fprintf(stdout, "router: %s\n", s.Result.Router)
+		}
+	})
+	return err
+}
+
+func memberNames(s spec.Cluster) []string {
+	var out []string
+	for _, m := range s.Members() {
+		out = append(out, m.Name)
+	}
+	return out
 }
 
 // watchDeploy follows the cluster's deploy until it closes, drawing progress.
@@ -207,6 +235,9 @@ func printSupervision(w io.Writer, sv *workflows.Supervision) {
 			where = " " + inc.Node
 		}
 		fmt.Fprintf(w, "  incident %s%s: %s%s -> %s; %s (took %s)\n", clockOrDash(inc.At), where, inc.CauseLabel(), inc.Seen, inc.Action, inc.OutcomeText(), inc.Took.Round(time.Second))
+		if inc.RouterNote != "" {
+			fmt.Fprintf(w, "    %s\n", inc.RouterNote)
+		}
 	}
 	// What the nodes printed last before the latest recovery tore the cluster down.
 	for i := len(sv.Incidents) - 1; i >= 0; i-- {
@@ -406,6 +437,19 @@ func cmdTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer closeFn()
+	if s != nil && s.Replicas > 1 {
+		// Each replica is a cluster of its own, torn down from its own latest deploy.
+		for _, m := range memberNames(*s) {
+			if err := teardownOne(ctx, ctl, m, nil, stdout); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return teardownOne(ctx, ctl, cluster, s, stdout)
+}
+
+func teardownOne(ctx context.Context, ctl control.Controller, cluster string, s *spec.Cluster, stdout io.Writer) error {
 	res, err := ctl.Teardown(ctx, cluster, s)
 	if err != nil {
 		return err

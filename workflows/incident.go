@@ -24,6 +24,9 @@ type Incident struct {
 	// LastOutput is what each node's vLLM and Ray printed last, collected before the
 	// recovery tore the cluster down.
 	LastOutput map[string]string `json:"last_output,omitempty"`
+	// RouterNote says whether the supervisor took the cluster's replica out of the
+	// router's traffic when the incident began (routed clusters only).
+	RouterNote string `json:"router_note,omitempty"`
 	// rollbackOf is the failed deploy run that asked for this rollback: recover waits for
 	// it to close rather than mistake it for a deploy someone else started.
 	rollbackOf string

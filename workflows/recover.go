@@ -31,6 +31,7 @@ const maxCooldown = 4 * time.Hour
 // finish: there is never a second one.
 func (sv *supervisor) recover(ctx workflow.Context, inc *Incident) {
 	workflow.SetCurrentDetails(ctx, "incident: "+inc.Seen+"; redeploying")
+	sv.routeDown(ctx, inc)
 	if inc.Cause.engineOutputTells() {
 		inc.LastOutput = sv.lastOutput(ctx)
 	}

@@ -80,3 +80,29 @@ func (d *deployment) unroute(ctx workflow.Context) string {
 	}
 	return "router: " + d.spec.Model.ServedName + " no longer routed to " + d.spec.Name
 }
+
+// routeDownVersion: from here on the supervisor of a routed cluster marks its replica down
+// on the router when an incident begins, before the recovery's redeploy: the router sends
+// it nothing (another replica of the model answers; a model with none holds its requests)
+// until the redeploy routes the new engine. Asked only for routed specs with a serving
+// endpoint, so histories without a router take no new command.
+const routeDownVersion = "route-down"
+
+// routeDown marks the serving replica down on the router; what it did, or why it could
+// not, is said on the incident's action. A router that does not answer fails nothing: the
+// router's own dial errors keep a dead engine's replica out meanwhile.
+func (sv *supervisor) routeDown(ctx workflow.Context, inc *Incident) {
+	if sv.spec.Router == nil || sv.state.Serving == nil || sv.state.Serving.Endpoint == "" ||
+		workflow.GetVersion(ctx, routeDownVersion, workflow.DefaultVersion, 1) != 1 {
+		return
+	}
+	r := *sv.spec.Router
+	err := workflow.ExecuteActivity(onNode(ctx, sv.spec, r.Node, "mark "+sv.spec.Name+" down on the router", routerStep()), contract.ActivitySetRoute,
+		contract.RouteRequest{Node: r.Node, Spec: sv.spec, Endpoint: sv.state.Serving.Endpoint, Down: true, Intent: sv.intent}).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("router: could not mark the replica down", "cluster", sv.spec.Name, "error", err)
+		inc.RouterNote = "router: could not mark " + sv.spec.Name + " down: " + message(err)
+		return
+	}
+	inc.RouterNote = "router: " + sv.spec.Name + " marked down (no traffic) until the redeploy serves"
+}

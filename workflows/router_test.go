@@ -79,3 +79,33 @@ func TestTeardownUnroutesFirst(t *testing.T) {
 		t.Errorf("route removal at %d, the first container removal at %d: %q", route, remove, order)
 	}
 }
+
+// A routed cluster's incident takes its replica out of the router's traffic before the
+// recovery's redeploy, which routes the new engine once it serves; the incident says so.
+func TestIncidentMarksTheReplicaDownUntilTheRedeployServes(t *testing.T) {
+	f := fakeagents.New()
+	var mu sync.Mutex
+	var order []string
+	f.OnCall = func(key string) { mu.Lock(); order = append(order, key); mu.Unlock() }
+	w := &fakeWatch{answers: []string{"unhealthy", "healthy"}}
+	env := watchEnv(t, f, w)
+	s := fakeagents.SeedSpec()
+	s.Router = &spec.Router{Node: "node-a"}
+	serving := &contract.ServingDeployment{RunID: "r1", SpecHash: s.Hash(), Endpoint: "http://192.168.200.12:8000"}
+	env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: s, Serving: serving, MaxLoops: 3})
+	next := carried(t, env)
+	if len(next.Incidents) != 1 || next.Incidents[0].Outcome != OutcomeServing {
+		t.Fatalf("incidents = %+v", next.Incidents)
+	}
+	if note := next.Incidents[0].RouterNote; !strings.Contains(note, "marked down") {
+		t.Errorf("router note %q", note)
+	}
+	got := fakeagents.Calls(f, "SetRoute")
+	if len(got) != 2 || got[0] != "SetRoute node-a "+s.Name+" "+serving.Endpoint+" down" || strings.HasSuffix(got[1], " down") {
+		t.Fatalf("routes %q: want the replica down, then routed again", got)
+	}
+	down, launch := slices.Index(order, "SetRoute node-a"), slices.Index(order, "LaunchVLLM node-a")
+	if down < 0 || launch < 0 || down > launch {
+		t.Errorf("marked down at %d, the redeploy's launch at %d: %q", down, launch, order)
+	}
+}

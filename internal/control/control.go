@@ -70,6 +70,10 @@ func (c Controller) sign(s spec.Cluster) *contract.Intent {
 // the same cluster is refused with *AlreadyRunningError.
 func (c Controller) StartDeploy(ctx context.Context, req workflows.DeployRequest) (client.WorkflowRun, error) {
 	id := contract.DeployWorkflowID(req.Spec.Name)
+	if req.Spec.Replicas > 1 {
+		return nil, fmt.Errorf("spec %s has replicas: %d: its replicas are clusters of their own (%s, ...), deployed one at a time (Roll)",
+			req.Spec.Name, req.Spec.Replicas, spec.MemberName(req.Spec.Name, 0))
+	}
 	if req.Intent == nil {
 		req.Intent = c.sign(req.Spec)
 	}

@@ -790,7 +790,7 @@ func (f *Agents) SetRoute(ctx context.Context, req contract.RouteRequest) (contr
 	if err := f.signed("SetRoute", req.Node, req.Intent); err != nil {
 		return contract.RouteResult{}, err
 	}
-	return contract.RouteResult{Models: []string{req.Spec.Model.ServedName}}, f.record(ctx, "SetRoute", req.Node, req.Spec.Name+" "+req.Endpoint)
+	return contract.RouteResult{Models: []string{req.Spec.Model.ServedName}}, f.record(ctx, "SetRoute", req.Node, req.Spec.Name+" "+req.Endpoint+map[bool]string{true: " down"}[req.Down])
 }
 
 // DrainRoute records the drain of the cluster's old route.

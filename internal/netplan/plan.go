@@ -574,6 +574,9 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 	if overwrites && !mp {
 		plan.Warnings = append(plan.Warnings, copiedEnvWarnings(c)...)
 	}
+	if err := gpuIndicesPresent(c, byNode); err != nil {
+		return plan, err
+	}
 	if need := c.WorldSize(); plan.GPUs < need {
 		var have []string
 		for _, np := range plan.Nodes {
@@ -876,4 +879,24 @@ func RanksOn(c spec.Cluster, plan *Plan, node string) int {
 		}
 	}
 	return 0
+}
+
+// gpuIndicesPresent refuses GPU indices (nodes[].gpus: [0, 1]) a node does not have, by
+// what its agent detected (the driver's GPUs are numbered 0 to count-1, as nvidia-smi and
+// NVIDIA_VISIBLE_DEVICES number them). A node whose GPUs were not detected has only the
+// spec's word, which is taken.
+func gpuIndicesPresent(c spec.Cluster, byNode map[string]NodeProbe) error {
+	for i, n := range c.Nodes {
+		pr := byNode[n.Name]
+		if len(n.GPUIndices) == 0 || pr.GPUSource != "detected" {
+			continue
+		}
+		for j, g := range n.GPUIndices {
+			if g >= pr.GPUs {
+				return &Error{Type: failure.InsufficientGPUs, Msg: fmt.Sprintf("nodes[%d].gpus[%d]: %s has no GPU %d: its agent detected %d (indices 0 to %d); list GPUs the node has",
+					i, j, n.Name, g, pr.GPUs, pr.GPUs-1)}
+			}
+		}
+	}
+	return nil
 }

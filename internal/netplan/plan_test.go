@@ -707,3 +707,37 @@ func TestRanksOn(t *testing.T) {
 		t.Errorf("without a plan: %d", got)
 	}
 }
+
+// GPU indices the spec lists are checked against the GPUs the node's agent detected, the
+// error naming the node and the index; a node whose GPUs were not detected is taken at the
+// spec's word.
+func TestGPUIndicesMustBeTheNodesOwn(t *testing.T) {
+	c := clusterOf("node-a", "node-b")
+	c.Nodes[1].GPUIndices = []int{0, 1}
+	c = c.WithDefaults()
+	for _, tt := range []struct {
+		name     string
+		detected int
+		want     string
+	}{
+		{"node-b has both", 2, ""},
+		{"node-b has one", 1, "nodes[1].gpus[1]: node-b has no GPU 1: its agent detected 1 (indices 0 to 0)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			probes := probesOf(c, seedTopo, nil)
+			probes[1].GPUs, probes[1].GPUSource = tt.detected, "detected"
+			_, err := Choose(c, probes, fullMatrix(c, probes, nil))
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+			var pe *Error
+			if tt.want != "" && (!errors.As(err, &pe) || pe.Type != failure.InsufficientGPUs) {
+				t.Errorf("error type: %v", err)
+			}
+		})
+	}
+	probes := probesOf(c, seedTopo, nil) // both "spec": the operator's word
+	if _, err := Choose(c, probes, fullMatrix(c, probes, nil)); err != nil {
+		t.Errorf("undetected GPUs: %v", err)
+	}
+}

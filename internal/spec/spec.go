@@ -58,6 +58,10 @@ type Cluster struct {
 	// the one running) and routes the served model to this cluster's endpoint. Several
 	// clusters naming the same router share it: its routes are the union of theirs.
 	Router *Router `json:"router,omitempty"`
+	// Replicas, above 1, serves the model as that many independent engine groups, each its
+	// own tensor x pipeline over its share of the nodes (Members): deployed, supervised and
+	// recovered as clusters of their own, routed under the one served name by the router.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // Router is where the fleet's router runs: one of the cluster's nodes, and the port of its
@@ -190,8 +194,16 @@ type Node struct {
 	// DockerHost is the node's engine address as seen from its agent:
 	// unix:///var/run/docker.sock (default), tcp://host:2376, ssh://user@host.
 	DockerHost string `json:"docker_host,omitempty"`
-	// GPUs, when set, is the node's GPU count; when zero the agent detects it.
+	// GPUs, when set, is the node's GPU count; when zero the agent detects it. The spec
+	// writes it as a count (gpus: 2) or as the GPUs' indices (gpus: [0, 1], GPUIndices):
+	// with indices it is their number.
 	GPUs int `json:"gpus,omitempty"`
+	// GPUIndices are the node's GPUs this cluster takes, by the driver's index (what
+	// nvidia-smi lists, NVIDIA_VISIBLE_DEVICES names), when the spec lists them: the engine
+	// container is given exactly these (a Docker device request by ID), the fleet check
+	// compares them with other clusters', and the probe checks each is one of the node's.
+	// Read from and written to the same key as GPUs (Node's JSON methods).
+	GPUIndices []int `json:"-"`
 	// Interfaces are interface-name globs preferred on this node (names differ per node).
 	Interfaces []string `json:"interfaces,omitempty"`
 	// Env is extra environment for every container on this node.
@@ -204,6 +216,74 @@ type Node struct {
 	// DGX Spark's GB10): it replaces what the agent detects (docs/operations.md, "Host
 	// memory"). On unified memory --gpu-memory-utilization is a share of the host's RAM.
 	UnifiedMemory *bool `json:"unified_memory,omitempty"`
+}
+
+// nodeJSON is Node without its JSON methods.
+type nodeJSON Node
+
+// UnmarshalJSON reads gpus as a count or as a list of GPU indices.
+func (n *Node) UnmarshalJSON(b []byte) error {
+	var w struct {
+		nodeJSON
+		GPUs json.RawMessage `json:"gpus,omitempty"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*n = Node(w.nodeJSON)
+	n.GPUs, n.GPUIndices = 0, nil
+	g := bytes.TrimSpace(w.GPUs)
+	switch {
+	case len(g) == 0 || string(g) == "null":
+	case g[0] == '[':
+		var ids []int
+		if err := json.Unmarshal(g, &ids); err != nil {
+			return fmt.Errorf("gpus: want a count or a list of GPU indices, got %s", g)
+		}
+		if ids == nil {
+			ids = []int{}
+		}
+		n.GPUs, n.GPUIndices = len(ids), ids
+	default:
+		if err := json.Unmarshal(g, &n.GPUs); err != nil {
+			return fmt.Errorf("gpus: want a count or a list of GPU indices, got %s", g)
+		}
+	}
+	return nil
+}
+
+// MarshalJSON writes gpus as the spec gave it: a count, or the list of indices. A node
+// without indices encodes exactly as before they existed (the spec's hash is unchanged).
+func (n Node) MarshalJSON() ([]byte, error) {
+	if n.GPUIndices != nil {
+		n.GPUs = len(n.GPUIndices)
+	}
+	b, err := json.Marshal(nodeJSON(n))
+	if err != nil || n.GPUIndices == nil {
+		return b, err
+	}
+	ids, err := json.Marshal(n.GPUIndices)
+	if err != nil {
+		return nil, err
+	}
+	// gpus is Node's fourth key, after three strings: its first occurrence is the key
+	// (a quote inside a string is escaped). With indices GPUs is their count, so the key
+	// is there unless the list is empty.
+	key := []byte(`"gpus":`)
+	i := bytes.Index(b, key)
+	if i < 0 {
+		// An empty list: insert it where the count would be (after docker_host, role or name).
+		out, _ := json.Marshal(struct {
+			nodeJSON
+			GPUs []int `json:"gpus"`
+		}{nodeJSON(n), n.GPUIndices})
+		return out, nil
+	}
+	j := i + len(key)
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	return slices.Concat(b[:i+len(key)], ids, b[j:]), nil
 }
 
 // Network holds the operator's preferences for the subnet choice.
@@ -483,6 +563,9 @@ func (c Cluster) WithDefaults() Cluster {
 	for i, n := range c.Nodes {
 		if n.DockerHost == "" {
 			n.DockerHost = DefaultDockerHost
+		}
+		if n.GPUIndices != nil {
+			n.GPUs = len(n.GPUIndices)
 		}
 		nodes[i] = n
 	}

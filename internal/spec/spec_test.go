@@ -342,3 +342,46 @@ func TestRouterValidation(t *testing.T) {
 		}
 	}
 }
+
+// nodes[].gpus is a count or a list of GPU indices: the list is kept, counts as its
+// length, round-trips through the canonical JSON, and a spec written with a count hashes
+// as it did before indices existed.
+func TestGPUsAreACountOrIndices(t *testing.T) {
+	c, err := Parse([]byte(strings.Replace(validYAML, "role: worker, gpus: 1", "role: worker, gpus: [0, 2]", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Nodes[1]; n.GPUs != 2 || len(n.GPUIndices) != 2 || n.GPUIndices[1] != 2 || c.Nodes[0].GPUIndices != nil {
+		t.Fatalf("nodes: %+v", c.Nodes)
+	}
+	if !strings.Contains(string(c.Canonical()), `"name":"node-b","role":"worker","docker_host":"unix:///var/run/docker.sock","gpus":[0,2],"interfaces"`) &&
+		!strings.Contains(string(c.Canonical()), `"name":"node-b","role":"worker","docker_host":"unix:///var/run/docker.sock","gpus":[0,2]}`) {
+		t.Errorf("canonical: %s", c.Canonical())
+	}
+	back, err := Parse(c.Canonical())
+	if err != nil || back.Hash() != c.Hash() {
+		t.Errorf("round trip: %v, hash %s vs %s", err, back.Hash(), c.Hash())
+	}
+	counted, _ := Parse([]byte(validYAML))
+	if !strings.Contains(string(counted.Canonical()), `"docker_host":"unix:///var/run/docker.sock","gpus":1}`) {
+		t.Errorf("a count's canonical JSON changed: %s", counted.Canonical())
+	}
+	// The hash of the package's reference spec, as every release before indices computed it.
+	if h := counted.Hash(); h != countedHash {
+		t.Errorf("a spec with a count hashes %s, was %s", h, countedHash)
+	}
+	for _, tt := range []struct{ gpus, want string }{
+		{"[]", "nodes[1].gpus: [] lists no GPU"},
+		{"[0, 0]", "nodes[1].gpus[1]: GPU 0 is listed twice"},
+		{"[-1]", "nodes[1].gpus[0]: -1 is not a GPU index"},
+		{`"two"`, "gpus: want a count or a list of GPU indices"},
+	} {
+		_, err := Parse([]byte(strings.Replace(validYAML, "role: worker, gpus: 1", "role: worker, gpus: "+tt.gpus, 1)))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("gpus: %s: %v, want %q", tt.gpus, err, tt.want)
+		}
+	}
+}
+
+// countedHash is validYAML's hash before nodes[].gpus took a list.
+const countedHash = "db8d84ce2f09e178"

@@ -123,7 +123,9 @@ func (c Cluster) Validate() error {
 	switch c.Executor {
 	case ExecutorAuto, ExecutorRay:
 	case ExecutorMP:
-		v.mp(c)
+		if c.Replicas <= 1 {
+			v.mp(c)
+		}
 	case "native", "multiproc":
 		v.add("executor", fmt.Sprintf("%q: vLLM names its native multi-node mode \"mp\"", c.Executor))
 	default:
@@ -168,6 +170,7 @@ func (c Cluster) Validate() error {
 	v.timeouts(c.Timeouts)
 	v.canary(c.Canary)
 	v.router(c)
+	v.replicas(c)
 	return v.err()
 }
 
@@ -301,6 +304,9 @@ func (v *validator) parallel(c Cluster) {
 	if c.Parallel.Tensor < 1 || c.Parallel.Pipeline < 1 || c.Parallel.Tensor > maxParallel || c.Parallel.Pipeline > maxParallel {
 		return
 	}
+	if c.Replicas > 1 {
+		return // per replica (validator.replicas)
+	}
 	// GPU counts left to detection are checked after the probe; here only a declared total.
 	declared := 0
 	for _, n := range c.Nodes {
@@ -312,6 +318,25 @@ func (v *validator) parallel(c Cluster) {
 	if need := c.WorldSize(); len(c.Nodes) > 0 && need > declared {
 		v.add("parallel", fmt.Sprintf("tensor %d x pipeline %d = %d GPUs, nodes provide %d",
 			c.Parallel.Tensor, c.Parallel.Pipeline, need, declared))
+	}
+}
+
+// gpuIndices checks a node's list of GPU indices: at least one, each a driver index
+// (0 or more) listed once. Whether the node has them is the probe's to say.
+func (v *validator) gpuIndices(at string, ids []int) {
+	if len(ids) == 0 {
+		v.add(at, "[] lists no GPU: give the node's GPU indices, a count, or leave gpus out (detect)")
+		return
+	}
+	seen := map[int]bool{}
+	for j, g := range ids {
+		switch {
+		case g < 0 || g >= maxParallel:
+			v.add(fmt.Sprintf("%s[%d]", at, j), fmt.Sprintf("%d is not a GPU index (0 to %d)", g, maxParallel-1))
+		case seen[g]:
+			v.add(fmt.Sprintf("%s[%d]", at, j), fmt.Sprintf("GPU %d is listed twice", g))
+		}
+		seen[g] = true
 	}
 }
 
@@ -345,7 +370,9 @@ func (v *validator) nodes(nodes []Node) {
 		default:
 			v.add(at+".role", fmt.Sprintf("%q must be head or worker", n.Role))
 		}
-		if n.GPUs < 0 || n.GPUs > maxParallel {
+		if n.GPUIndices != nil {
+			v.gpuIndices(at+".gpus", n.GPUIndices)
+		} else if n.GPUs < 0 || n.GPUs > maxParallel {
 			v.add(at+".gpus", fmt.Sprintf("%d must be between 0 (detect) and %d", n.GPUs, maxParallel))
 		}
 		if err := checkDockerHost(n.DockerHost); err != nil {
