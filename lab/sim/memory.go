@@ -34,7 +34,7 @@ import (
 //
 // Not modelled: profile_run's transient (vllm#46307, unbounded by the utilization on a GB10: one
 // forward of max_num_batched_tokens, sized by activations the lab's checkpoints lack;
-// docs/upstream.md §13) and the engine's non-torch memory (CUDA context, NCCL).
+// docs/upstream.md §14) and the engine's non-torch memory (CUDA context, NCCL).
 
 const envUnifiedMemory = "TPDEPLOY_SIM_UNIFIED_MEMORY" // the node's GPU computes in host memory (a GB10)
 
