@@ -181,6 +181,12 @@ var (
 	noWeights  = regexp.MustCompile("Cannot find any model weights with [`'\"]?([^`'\")]*)")
 	badRepoID  = regexp.MustCompile(`Invalid repository ID or local directory specified: '([^']*)'`)
 	hfRepoID   = regexp.MustCompile(`Repo id must [^:]*: '([^']*)'`)
+	// huggingface/huggingface_hub src/huggingface_hub/utils/_http.py, REPO_API_REGEX: a repository's URL,
+	// ^https://[^/]+(/api/(models|datasets|spaces)/(.+)|/(.+)/resolve/(.+)). hf_raise_for_status reads a 401
+	// on one as RepositoryNotFoundError unless the Hub said "Invalid credentials in Authorization header"
+	// ("401 is misleading as it is returned for: private and gated repos if user is not authenticated,
+	// missing repos"), as internal/hub's classify does.
+	hub401Repo = regexp.MustCompile(`for url: https://(?:[\w-]+\.)*(?:huggingface\.co|hf\.co)(?:/api/(?:models|datasets|spaces)/\S+|/\S+/resolve/\S+)`)
 	hfURL      = regexp.MustCompile(`(?:for url:? |Unauthorized for url: )(https://huggingface\.co/\S+?)\.?(?:\s|$)`)
 	gpuAtIP    = regexp.MustCompile(`current_ip='([^']+)'`)
 	tpExceeds  = regexp.MustCompile(`Tensor parallel size \((\d+)\) exceeds available GPUs \((\d+)\)`)
@@ -500,7 +506,9 @@ func nccl(c ctx) *Finding {
 	if m := ncclRetry.FindStringSubmatch(t); m != nil {
 		return c.find(failure.NCCLError, "NCCL retries connecting to a peer ("+m[1]+")", fixNCCL, false)
 	}
-	if ncclSockWarn.MatchString(t) {
+	// A queue pair NCCL could not bring up ends in strerror's "Connection timed out" too,
+	// but no socket is involved: families reads it (ibvModifyQP) for what it is.
+	if ncclSockWarn.MatchString(t) && !ibvModifyQP.MatchString(t) {
 		peer := ""
 		if m := ncclConnect.FindStringSubmatch(t); m != nil {
 			peer = " " + m[1]
@@ -715,7 +723,10 @@ func model(c ctx) *Finding {
 	case strings.Contains(t, "RepositoryNotFoundError"), strings.Contains(t, "Repository Not Found for url"):
 		return c.find(failure.ModelNotFound, "Hugging Face has no repository for the model id"+hf+" with this token (a misspelt id, or a private repository)",
 			"check the spec's model id; for a private repository pass HF_TOKEN to every node's container; for local weights "+fixModel, true)
-	case (strings.Contains(t, "401 Client Error") || strings.Contains(t, "403 Client Error")) && strings.Contains(t, "huggingface"):
+	case strings.Contains(t, "401 Client Error") && hub401Repo.MatchString(t) && !strings.Contains(t, "Invalid credentials"):
+		return c.find(failure.ModelNotFound, "Hugging Face answers 401 for the model's repository"+hf+": no such repository, or a private or gated one asked for without a token the Hub accepts (the Hub gives both the same 401, which huggingface_hub reads as RepositoryNotFoundError)",
+			"check the spec's model id (a Hugging Face id, not a ModelScope one); for a private or gated repository pass HF_TOKEN to every node's container; for local weights "+fixModel, true)
+	case (strings.Contains(t, "401 Client Error") || strings.Contains(t, "403 Client Error")) && strings.Contains(t, "huggingface") && !mirror403(t):
 		return c.find(failure.ModelUnavailable, "Hugging Face rejected the request"+hf+" (401/403: no or wrong token)", "pass a valid HF_TOKEN with access to the model to every node's container, or mount the weights", true)
 	case strings.Contains(t, "404 Client Error") && strings.Contains(t, "huggingface.co"):
 		return c.find(failure.ModelNotFound, "Hugging Face has no such repository or file"+hf+" (404: a misspelt model id or a path taken for one)",

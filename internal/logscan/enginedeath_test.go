@@ -40,6 +40,28 @@ func TestNCCL228ConnectFailureIsNCCLError(t *testing.T) {
 	}
 }
 
+// A queue pair that cannot reach its peer (a switchless fabric's diagonal, or NCCL 2.28's
+// channel NIC whose cable does not face the peer: spark-vllm-docker #252's error) ends in
+// strerror(110), "Connection timed out" (NVIDIA/nccl src/misc/ibvwrap.cc at v2.28.9-1,
+// wrap_ibv_modify_qp). It is read as the queue pair it is, naming the HCA, and its fix is
+// the links, NCCL_IB_HCA, NCCL_ALGO and the rank order, not NCCL_SOCKET_IFNAME (no socket is
+// involved), in NCCL's own line format and with a Ray worker's prefix.
+func TestIBQueuePairTimeoutIsNotASocketFailure(t *testing.T) {
+	const warn = "NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, on dev rocep1s0f0:1, curr state INIT, next state RTR, local GID index 3, local GID ::ffff:10.204.2.15, remote GID ::ffff:10.202.2.13"
+	for _, line := range []string{
+		"node-d:41:41 [0] misc/ibvwrap.cc:0 " + warn,
+		"(RayWorkerWrapper pid=26, ip=10.231.2.13) node-d:41:41 [0] misc/ibvwrap.cc:0 " + warn,
+	} {
+		f := Classify(Parse(line))
+		if f == nil || f.Type != failure.NCCLError || !f.Fatal {
+			t.Fatalf("%q: %+v, want a fatal NCCLError", line, f)
+		}
+		if !strings.Contains(f.Diagnosis, "queue pair on rocep1s0f0:1") || strings.Contains(f.Fix, "NCCL_SOCKET_IFNAME") || !strings.Contains(f.Fix, "NCCL_ALGO") {
+			t.Errorf("%q:\n  diagnosis %q\n  fix %q", line, f.Diagnosis, f.Fix)
+		}
+	}
+}
+
 // vLLM's Rust front end (VLLM_USE_RUST_FRONTEND=1) prints no "Starting vLLM server on" and
 // no uvicorn lines: the Python side logs "Launching Rust frontend: …" (vllm/v1/utils.py
 // RustFrontendProcessManager), and the vllm-rs process, once bound, its server's

@@ -305,3 +305,95 @@ const (
 func TestHeldOut11(t *testing.T) {
 	measureHeldOutSet(t, 11, heldOut11Floor, 60, 140, heldOut11NewestFloor, 20, 45)
 }
+
+// heldOut12Floor and heldOut12NewestFloor are testdata/heldout12_lines.json's figures (session
+// 12): a fresh set gathered after the families for heldout11's last misses, from threads in no
+// earlier set, none cited in the rules or docs (checked before a thread's lines were read),
+// labelled by the operator's fix before the classifier ran on it, and measured once: 35 of its 39
+// failure lines right (4 missed, none wrong: Portainer's rendering of moby's device-driver error
+// with a space before its colons, a requests ConnectionError whose nested repr escapes the
+// host's quotes, runc's failed NVIDIA prestart hook, and Ray's `ray.exceptions.OutOfMemoryError:
+// Task was killed due to the node running low on memory` alone), 18 of the 20 dated from
+// newestSince on, 0 false alarms on 61 ordinary lines. Lines cut where the search's excerpt
+// ended are kept as cut (a prefix of the line printed).
+const (
+	heldOut12Floor       = 35
+	heldOut12NewestFloor = 18
+)
+
+// TestHeldOut12: the twelfth held-out set, measured by thread and by date like TestHeldOut3.
+func TestHeldOut12(t *testing.T) {
+	measureHeldOutSet(t, 12, heldOut12Floor, 35, 55, heldOut12NewestFloor, 20, 20)
+}
+
+// heldOut13Floor and heldOut13NewestFloor are testdata/heldout13_lines.json's figures (session
+// 12): a second fresh set, gathered after heldout12's fixes the same way (threads in no earlier
+// set and cited nowhere, checked before their lines were read; labelled before the classifier
+// ran), and measured once: 18 of its 21 failure lines right, 10 of the 10 dated from newestSince
+// on, 0 false alarms on 45 ordinary lines. Its misses, left open (no rule was written from this
+// set, so it still measures every family unseen): nvidia-docker's `no NVIDIA GPU device is
+// present: /dev/nvidia0 does not exist` (an issue title), the hub's `User Access Token "…" is
+// expired`, and one wrong type: a 401 for a repository that does not exist on the Hub (a
+// ModelScope id, vllm#7986) read as ModelUnavailable, which the hub's 401 for an unauthenticated
+// request cannot tell apart from a refused token. Session 13 then gave the three families from
+// their source (huggingface_hub's hf_raise_for_status reads that 401 as RepositoryNotFoundError, so
+// its rows are ModelNotFound now), after which this set scores 21/21 and 10/10 and no longer
+// measures them; the floors stay the first measurement.
+const (
+	heldOut13Floor       = 18
+	heldOut13NewestFloor = 10
+)
+
+// TestHeldOut13: the thirteenth held-out set, measured by thread and by date like TestHeldOut3.
+func TestHeldOut13(t *testing.T) {
+	measureHeldOutSet(t, 13, heldOut13Floor, 20, 40, heldOut13NewestFloor, 10, 15)
+}
+
+// heldOut14Floor and heldOut14NewestFloor are testdata/heldout14_lines.json's figures (session
+// 13): a fresh set of 94 rows from 43 threads in no earlier set and cited nowhere (checked before
+// their lines were read), gathered after heldout13's families, labelled by the operator's fix
+// before the classifier ran on it, and measured once: 24 of its 29 failure lines right (5 missed,
+// none wrong: libnvidia-container's `change root failed` in an issue title, runc's hook error cut
+// after the toolkit's `Auto-detected mode as 'legacy'` in two threads (the cause is on the next
+// line), TCPStore's bare `RuntimeError: Socket Timeout`, and moby's device-driver error cut after
+// `with capabilities:` in an issue title), 6 of the 6 dated from newestSince on, 0 false alarms on
+// 65 ordinary lines. One row (LLM-VM#423's bare 401) was labelled by session 13's own decision on
+// that 401, so it does not measure that rule unseen.
+// Families were then written for the first four misses from their format strings (runc's hook
+// errors, libnvidia-container's warnx prefix, moby's text cut at the colon): 28/29 and 6/6 after,
+// figures that no longer measure them; the floors stay the first measurement.
+const (
+	heldOut14Floor       = 24
+	heldOut14NewestFloor = 6
+)
+
+// TestHeldOut14: the fourteenth held-out set, measured by thread and by date like TestHeldOut3.
+func TestHeldOut14(t *testing.T) {
+	measureHeldOutSet(t, 14, heldOut14Floor, 25, 60, heldOut14NewestFloor, 6, 14)
+}
+
+// heldOut15Floor and heldOut15NewestFloor are testdata/heldout15_lines.json's figures (session
+// 14): 217 rows from 108 threads in no earlier set and cited nowhere in the tree (checked by URL
+// and repo#N before a thread's lines were read), labelled by the operator's fix and committed
+// before the classifier ran on them, then measured once: 40 of its 66 failure lines right (26
+// missed, none wrong: Docker/podman's CDI `unresolvable CDI devices` in six threads, NVML's
+// `Failed to initialize NVML: Unknown Error` after a daemon-reload in four, the toolkit's
+// `requirement error: unsatisfied condition: cuda>=…` without its program's prefix in two, TCPStore's
+// `Socket Timeout` (bare, and as store->get's error) in three, NCCL WARNs of proxy.cc, bootstrap.cc,
+// shm and an old net_ib.cc wording, Ray's ActorDiedError, a cut watchdog line, vLLM's placement-group
+// wait with the pin after GPU, a title without numbers, a runc hook error cut before its stderr, a
+// requests ConnectionError pasted with its frame), 8 of the 17 dated from newestSince on, 0 false
+// alarms on 151 ordinary lines. Rules written after this measurement do not count as measured here:
+// families from the formats' upstream sources (families.go, heldout15Families) then bring it to 63/66
+// and 17/17; the three left (proxy.cc's `[Service thread] Accept failed`, which NCCL's own code
+// carries on from and 2.30 prints at INFO; a runc hook error cut before the hook's stderr; a requests
+// ConnectionError pasted on one line with its traceback frame) are described in docs/diagnosis.md.
+const (
+	heldOut15Floor       = 40
+	heldOut15NewestFloor = 8
+)
+
+// TestHeldOut15: the fifteenth held-out set, measured by thread and by date like TestHeldOut3.
+func TestHeldOut15(t *testing.T) {
+	measureHeldOutSet(t, 15, heldOut15Floor, 60, 140, heldOut15NewestFloor, 15, 45)
+}
