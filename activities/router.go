@@ -56,14 +56,14 @@ const routerMount = "/state"
 // routerHold is how long the router holds a request of a model with no replica to take it.
 const routerHold = 5 * time.Minute
 
-// routerKeyFile is where the router's container finds secrets.api_key (copied in between
-// its create and its start, as vLLM's key is: in no configuration `docker inspect` shows).
-const routerKeyFile = "/etc/tpdeploy/api_key"
-
 // dir is RouterDir as the agent sees it (the lab's nodes: under their host root).
 func (r *Router) dir() string { return r.docker.opts.HostPath(RouterDir) }
 
 func (r *Router) socket() string { return filepath.Join(r.dir(), "router.sock") }
+
+// container is the name of this agent's router container: unique on the engine, whose
+// other agents (a lab's other nodes, another lab's node of the same name) run their own.
+func (r *Router) container() string { return contract.RouterContainer(r.name, r.docker.opts.Network) }
 
 // checkRouter refuses a request for a router the signed spec does not put on this node.
 func (r *Router) checkRouter(node string, c spec.Cluster) (spec.Router, error) {
@@ -80,8 +80,10 @@ func (r *Router) checkRouter(node string, c spec.Cluster) (spec.Router, error) {
 }
 
 // routerSpec is the router's container: the node's network, no GPU, no capability (but
-// NET_BIND_SERVICE below 1024), its state directory, restarted by Docker.
-func (r *Router) routerSpec(rt spec.Router, key string) containerSpec {
+// NET_BIND_SERVICE below 1024), its state directory, restarted by Docker. It has no API key
+// of its own: each cluster's route carries that cluster's (SetRoute), so one cluster's key
+// opens only its own model behind the shared endpoint.
+func (r *Router) routerSpec(rt spec.Router) containerSpec {
 	o := r.docker.opts
 	o.GPUs, o.ShmSize, o.Ulimits, o.Sysfs, o.IPC = "none", 0, nil, "", IPCPrivate
 	cmd := []string{"--listen", ":" + strconv.Itoa(rt.APIPort()),
@@ -91,15 +93,13 @@ func (r *Router) routerSpec(rt spec.Router, key string) containerSpec {
 		// under the ten an OpenAI client waits by default.
 		"--hold", routerHold.String()}
 	s := containerSpec{
-		Name: contract.RouterContainer(r.name), Image: contract.RouterImage, Cmd: cmd,
-		Labels:     map[string]string{LabelRole: contract.RoleRouter, LabelNode: r.name},
+		Name: r.container(), Image: contract.RouterImage, Cmd: cmd,
+		// The network mode, as on every container the agent starts (fleet.go): what tells
+		// this agent's router from another lab's node of the same name on a shared engine.
+		Labels:     map[string]string{LabelRole: contract.RoleRouter, LabelNode: r.name, LabelNetwork: r.docker.opts.Network},
 		Options:    o,
 		AgentBinds: []string{r.dir() + ":" + routerMount},
 		Restart:    container.RestartPolicyUnlessStopped,
-	}
-	if key != "" {
-		s.Cmd = append(s.Cmd, "--api-key-file", routerKeyFile, "--upstream-key-file", routerKeyFile)
-		s.Files = map[string]string{routerKeyFile: key + "\n"}
 	}
 	if rt.APIPort() < 1024 {
 		s.CapAdd = []string{"NET_BIND_SERVICE"}
@@ -117,12 +117,6 @@ func (r *Router) EnsureRouter(ctx context.Context, req contract.EnsureRouterRequ
 	if err := r.allowed(func(p policy.Policy) error { return p.CheckPorts(rt.APIPort()) }); err != nil {
 		return contract.RouterRef{}, err
 	}
-	var key string
-	if ref := req.Spec.Secrets.APIKey; ref != nil {
-		if key, err = r.vllm.resolveSecret("secrets.api_key", *ref); err != nil {
-			return contract.RouterRef{}, err
-		}
-	}
 	if err := os.MkdirAll(r.dir(), 0o700); err != nil {
 		return contract.RouterRef{}, temporal.NewApplicationError(fmt.Sprintf("%s: router directory: %v", r.name, err), contract.ErrDocker)
 	}
@@ -133,21 +127,21 @@ func (r *Router) EnsureRouter(ctx context.Context, req contract.EnsureRouterRequ
 	// Never adopt nor replace a container of that name that the agent did not start as
 	// this node's router.
 	replace := false
-	switch got, err := eng.ContainerInspect(ctx, contract.RouterContainer(r.name), client.ContainerInspectOptions{}); {
+	switch got, err := eng.ContainerInspect(ctx, r.container(), client.ContainerInspectOptions{}); {
 	case cerrdefs.IsNotFound(err):
 	case err != nil:
-		return contract.RouterRef{}, engineError(addr, "inspect "+contract.RouterContainer(r.name), err)
+		return contract.RouterRef{}, engineError(addr, "inspect "+r.container(), err)
 	default:
 		var l map[string]string
 		if got.Container.Config != nil {
 			l = got.Container.Config.Labels
 		}
-		if l[LabelRole] != contract.RoleRouter || l[LabelNode] != r.name || l[LabelCluster] != "" {
-			return contract.RouterRef{}, r.deny("a container named %s exists and is not this node's tpdeploy router: remove or rename it", contract.RouterContainer(r.name))
+		if l[LabelRole] != contract.RoleRouter || l[LabelNode] != r.name || l[LabelCluster] != "" || !ownContainer(l, r.docker.opts.Network) {
+			return contract.RouterRef{}, r.deny("a container named %s exists and is not this node's tpdeploy router: remove or rename it", r.container())
 		}
 		replace = r.staleNetwork(ctx, eng, got.Container.State)
 	}
-	ref, err := r.docker.ensureContainer(ctx, req.DockerHost, r.routerSpec(rt, key), replace)
+	ref, err := r.docker.ensureContainer(ctx, req.DockerHost, r.routerSpec(rt), replace)
 	if err != nil {
 		return contract.RouterRef{Container: ref}, err
 	}
@@ -272,9 +266,10 @@ func (r *Router) checkRoute(req contract.RouteRequest) error {
 }
 
 // merge is routes with the cluster's replica replaced by req's: the cluster's replica
-// (named after it) leaves every model, then joins its served model unless removed; a model
-// left with no replica is dropped (a model with a draining replica stays, and is held).
-func merge(rs router.Routes, req contract.RouteRequest) router.Routes {
+// (named after it) leaves every model, then joins its served model unless removed, with
+// key (its secrets.api_key, resolved); a model left with no replica is dropped (a model
+// with a draining replica stays, and is held).
+func merge(rs router.Routes, req contract.RouteRequest, key string) router.Routes {
 	cluster, model := req.Spec.Name, req.Spec.WithDefaults().Model.ServedName
 	out := router.Routes{}
 	found := false
@@ -286,7 +281,7 @@ func merge(rs router.Routes, req contract.RouteRequest) router.Routes {
 			}
 		}
 		if m.ID == model && !req.Remove {
-			reps = append(reps, router.Replica{Name: cluster, URL: req.Endpoint, Down: req.Down, Draining: req.Draining})
+			reps = append(reps, router.Replica{Name: cluster, URL: req.Endpoint, Down: req.Down, Draining: req.Draining, Key: key})
 			found = true
 		}
 		if len(reps) > 0 {
@@ -294,7 +289,7 @@ func merge(rs router.Routes, req contract.RouteRequest) router.Routes {
 		}
 	}
 	if !found && !req.Remove {
-		out.Models = append(out.Models, router.Model{ID: model, Replicas: []router.Replica{{Name: cluster, URL: req.Endpoint, Down: req.Down, Draining: req.Draining}}})
+		out.Models = append(out.Models, router.Model{ID: model, Replicas: []router.Replica{{Name: cluster, URL: req.Endpoint, Down: req.Down, Draining: req.Draining, Key: key}}})
 	}
 	return out
 }
@@ -312,13 +307,22 @@ func (r *Router) SetRoute(ctx context.Context, req contract.RouteRequest) (contr
 }
 
 func (r *Router) setRoute(ctx context.Context, req contract.RouteRequest) (contract.RouteResult, error) {
+	// The cluster's own key, which clients must send for its model and which the router
+	// sends its engines (vLLM's --api-key there).
+	var key string
+	if ref := req.Spec.Secrets.APIKey; ref != nil && !req.Remove {
+		var err error
+		if key, err = r.resolveSecret("secrets.api_key", *ref); err != nil {
+			return contract.RouteResult{}, err
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rs, err := r.routes(ctx)
 	if err != nil {
 		return contract.RouteResult{}, r.adminFailed("read the routes", err)
 	}
-	next := merge(rs, req)
+	next := merge(rs, req, key)
 	b, err := json.Marshal(next)
 	if err != nil {
 		return contract.RouteResult{}, err

@@ -31,24 +31,25 @@ import (
 func TestRouteMergeKeepsOtherClusters(t *testing.T) {
 	c := spec.Cluster{Name: "a", Model: spec.Model{ServedName: "m1"}}
 	start := router.Routes{Models: []router.Model{
-		{ID: "m1", Replicas: []router.Replica{{Name: "a", URL: "http://10.0.0.1:8000"}, {Name: "b", URL: "http://10.0.0.2:8000"}}},
-		{ID: "m2", Replicas: []router.Replica{{Name: "c", URL: "http://10.0.0.3:8000"}}},
+		{ID: "m1", Replicas: []router.Replica{{Name: "a", URL: "http://10.0.0.1:8000", Key: "sk-old"}, {Name: "b", URL: "http://10.0.0.2:8000", Key: "sk-b"}}},
+		{ID: "m2", Replicas: []router.Replica{{Name: "c", URL: "http://10.0.0.3:8000", Key: "sk-c"}}},
 	}}
-	got := merge(start, contract.RouteRequest{Spec: c, Endpoint: "http://10.0.0.9:8000", Draining: true})
+	// Each cluster's key stays on its own replica; a's is the one given now.
+	got := merge(start, contract.RouteRequest{Spec: c, Endpoint: "http://10.0.0.9:8000", Draining: true}, "sk-a")
 	want := router.Routes{Models: []router.Model{
-		{ID: "m1", Replicas: []router.Replica{{Name: "b", URL: "http://10.0.0.2:8000"}, {Name: "a", URL: "http://10.0.0.9:8000", Draining: true}}},
-		{ID: "m2", Replicas: []router.Replica{{Name: "c", URL: "http://10.0.0.3:8000"}}},
+		{ID: "m1", Replicas: []router.Replica{{Name: "b", URL: "http://10.0.0.2:8000", Key: "sk-b"}, {Name: "a", URL: "http://10.0.0.9:8000", Draining: true, Key: "sk-a"}}},
+		{ID: "m2", Replicas: []router.Replica{{Name: "c", URL: "http://10.0.0.3:8000", Key: "sk-c"}}},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("merge:\n got %+v\nwant %+v", got, want)
 	}
 	c.Name, c.Model.ServedName = "c", "m3"
-	got = merge(start, contract.RouteRequest{Spec: c, Endpoint: "http://10.0.0.3:8000"})
+	got = merge(start, contract.RouteRequest{Spec: c, Endpoint: "http://10.0.0.3:8000"}, "")
 	if ids := got.IDs(); !reflect.DeepEqual(ids, []string{"m1", "m3"}) {
 		t.Errorf("cluster c moved from m2 to m3: models %v", ids)
 	}
 	c.Name, c.Model.ServedName = "a", "m1"
-	got = merge(merge(start, contract.RouteRequest{Spec: c, Remove: true}), contract.RouteRequest{Spec: spec.Cluster{Name: "b", Model: spec.Model{ServedName: "m1"}}, Remove: true})
+	got = merge(merge(start, contract.RouteRequest{Spec: c, Remove: true}, ""), contract.RouteRequest{Spec: spec.Cluster{Name: "b", Model: spec.Model{ServedName: "m1"}}, Remove: true}, "")
 	if ids := got.IDs(); !reflect.DeepEqual(ids, []string{"m2"}) {
 		t.Errorf("a and b removed: models %v, want m2 alone", ids)
 	}
@@ -58,10 +59,10 @@ func TestRouteMergeKeepsOtherClusters(t *testing.T) {
 }
 
 // The router's container: no GPU, its state in the agent's own directory, restarted by
-// Docker, the key as a copied file named by flags, never in its configuration.
+// Docker, no API key of its own (each route carries its cluster's).
 func TestRouterContainerSpec(t *testing.T) {
 	r := &Router{nodeBase: &nodeBase{name: "n1"}, docker: &docker{opts: ContainerOptions{Network: "container:lab-n1", GPUs: "all", HostRoot: "/lab/n1", ShmSize: 1 << 30}}}
-	s := r.routerSpec(spec.Router{Node: "n1"}, "sk-1")
+	s := r.routerSpec(spec.Router{Node: "n1"})
 	opts, err := s.createOptions()
 	if err != nil {
 		t.Fatal(err)
@@ -73,13 +74,21 @@ func TestRouterContainerSpec(t *testing.T) {
 	if !reflect.DeepEqual(hc.Binds, []string{"/lab/n1" + RouterDir + ":" + routerMount}) {
 		t.Errorf("binds %v", hc.Binds)
 	}
-	for _, a := range append(opts.Config.Cmd, opts.Config.Env...) {
-		if a == "sk-1" {
-			t.Errorf("the key is in the container's configuration: %v", opts.Config.Cmd)
+	for _, a := range opts.Config.Cmd {
+		if strings.Contains(a, "key") {
+			t.Errorf("the router is given a fleet-wide key: %v", opts.Config.Cmd)
 		}
 	}
-	if s.Files[routerKeyFile] != "sk-1\n" || opts.Config.Labels[LabelCluster] != "" || opts.Config.Labels[LabelRole] != contract.RoleRouter {
+	if len(s.Files) != 0 || opts.Config.Labels[LabelCluster] != "" || opts.Config.Labels[LabelRole] != contract.RoleRouter ||
+		opts.Config.Labels[LabelNetwork] != "container:lab-n1" {
 		t.Errorf("files %v labels %v", s.Files, opts.Config.Labels)
+	}
+	// Named after the node's container, unique on the engine; a real node's keeps its name.
+	if s.Name != "tpd_router_n1.lab-n1" {
+		t.Errorf("name %s", s.Name)
+	}
+	if n := contract.RouterContainer("n1", "host"); n != "tpd_router_n1" {
+		t.Errorf("a real node's router: %s", n)
 	}
 }
 
@@ -125,6 +134,16 @@ func TestDrainThenRouteHoldsAndReleases(t *testing.T) {
 		return cc
 	}
 	ctx := context.Background()
+	// A cluster with a key: its route carries it (and the router asks clients for it).
+	t.Setenv("TPD_TEST_ROUTE_KEY", "sk-swap")
+	keyed := port(old)
+	keyed.Secrets.APIKey = &spec.SecretRef{Env: "TPD_TEST_ROUTE_KEY"}
+	if _, err := r.SetRoute(ctx, contract.RouteRequest{Node: "node-a", Spec: keyed, Endpoint: old.URL}); err != nil {
+		t.Fatal(err)
+	}
+	if got := table.Routes().Models[0].Replicas[0].Key; got != "sk-swap" {
+		t.Fatalf("the route carries key %q, want the cluster's secrets.api_key", got)
+	}
 	if res, err := r.SetRoute(ctx, contract.RouteRequest{Node: "node-a", Spec: port(old), Endpoint: old.URL}); err != nil || len(res.Models) != 1 {
 		t.Fatalf("route the old engine: %+v %v", res, err)
 	}

@@ -55,8 +55,8 @@ func run(ctx context.Context, args []string, ready func(string)) error {
 		listen     = fs.String("listen", envOr("TPDEPLOY_ROUTER_LISTEN", ":8000"), "the OpenAI API's address (env TPDEPLOY_ROUTER_LISTEN)")
 		admin      = fs.String("admin", envOr("TPDEPLOY_ROUTER_ADMIN", "unix:/run/tpdeploy/router.sock"), "the admin API (routes, drain, state, metrics): unix:PATH or a loopback HOST:PORT; it takes no credentials, so no other address is allowed (env TPDEPLOY_ROUTER_ADMIN)")
 		stateFile  = fs.String("state", envOr("TPDEPLOY_ROUTER_STATE", ""), "keep the routes last pushed in this file and serve them at start, before the supervisors push again; written by the router, not by hand (env TPDEPLOY_ROUTER_STATE)")
-		keyFile    = fs.String("api-key-file", envOr("TPDEPLOY_ROUTER_API_KEY_FILE", ""), "clients must send Authorization: Bearer KEY with one of this file's keys (one a line); empty: env TPDEPLOY_ROUTER_API_KEY, else no check")
-		upFile     = fs.String("upstream-key-file", envOr("TPDEPLOY_ROUTER_UPSTREAM_KEY_FILE", ""), "the engines' API key (the spec's secrets.api_key), sent in place of the client's; empty: env TPDEPLOY_ROUTER_UPSTREAM_KEY, else none")
+		keyFile    = fs.String("api-key-file", envOr("TPDEPLOY_ROUTER_API_KEY_FILE", ""), "the router's own keys (one a line), each opening every model; a route's own key (its cluster's secrets.api_key, pushed with it) opens its model; empty: env TPDEPLOY_ROUTER_API_KEY, else only the routes' keys")
+		upFile     = fs.String("upstream-key-file", envOr("TPDEPLOY_ROUTER_UPSTREAM_KEY_FILE", ""), "the key sent to a replica whose route carries none, in place of the client's; empty: env TPDEPLOY_ROUTER_UPSTREAM_KEY, else none")
 		hold       = fs.Duration("hold", 60*time.Second, "how long a request waits for a replica of its model (a swap of its only engine) before 503")
 		maxHeld    = fs.Int("max-held", 256, "requests held per model at most; more are answered 503 at once (0: none is held)")
 		retryAfter = fs.Duration("retry-after", 5*time.Second, "the Retry-After of a 503")
@@ -101,7 +101,7 @@ func run(ctx context.Context, args []string, ready func(string)) error {
 		case err != nil:
 			return fmt.Errorf("--state: %w", err)
 		default:
-			routes, err := router.ParseRoutes(b)
+			routes, unconfirmed, err := router.ParseState(b)
 			if err == nil {
 				err = table.Set(routes)
 			}
@@ -109,10 +109,14 @@ func run(ctx context.Context, args []string, ready func(string)) error {
 				return fmt.Errorf("--state %s: %w", *stateFile, err)
 			}
 			z.Info("routes from the state file", zap.String("file", *stateFile), zap.Strings("models", routes.IDs()))
+			if unconfirmed > 0 {
+				z.Warn("the state file is older than per-route API keys: its keyless replicas serve no one until their clusters push their routes again (redeploy them)",
+					zap.String("file", *stateFile), zap.Int("replicas", unconfirmed))
+			}
 		}
 	}
 	if len(keys) == 0 {
-		z.Warn("no API key: the router answers anyone who reaches " + *listen + " (give --api-key-file)")
+		z.Info("no router key: a model is open through " + *listen + " unless its route carries its cluster's key")
 	}
 	metrics := router.NewMetrics(table)
 	opt := router.Options{Keys: keys, Hold: *hold, MaxHeld: *maxHeld, RetryAfter: *retryAfter, MaxBody: *maxBody, Metrics: metrics}
@@ -221,7 +225,7 @@ func listenAdmin(addr string) (net.Listener, error) {
 
 // writeState replaces the state file atomically (a crash leaves the old routes or the new).
 func writeState(path string, r router.Routes) error {
-	b, err := router.MarshalRoutes(r)
+	b, err := router.MarshalState(r)
 	if err != nil {
 		return err
 	}

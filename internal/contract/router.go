@@ -2,6 +2,9 @@ package contract
 
 import (
 	"net/netip"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
@@ -25,10 +28,31 @@ const (
 // RouterImage is the router's image when the node's agent is given none.
 const RouterImage = "tpdeploy/router:dev"
 
-// RouterContainer is the name of the router's container on node: one per node, shared by
-// every cluster routed through it (it carries no cluster label, so no cluster's teardown
-// or reconcile removes it).
-func RouterContainer(node string) string { return "tpd_router_" + node }
+// RouterContainer is the name of the router's container on node, whose agent runs its
+// containers in network mode network: one per node, shared by every cluster routed through
+// it (it carries no cluster label, so no cluster's teardown or reconcile removes it).
+// Container names are global on a Docker engine, and labs whose nodes share one engine
+// reuse node names, so a node that is itself a container (network container:PEER, the
+// lab's) adds PEER, which is unique on the engine: tpd_router_node-a.tpd-lab1-node-a. A
+// real node (host: one agent per engine) keeps tpd_router_NODE, the name its router has
+// had from the start, so an upgraded agent adopts it.
+func RouterContainer(node, network string) string {
+	peer, ok := strings.CutPrefix(network, "container:")
+	if network == "" || network == "host" {
+		return "tpd_router_" + node
+	}
+	if !ok {
+		peer = network
+	}
+	// Docker's names are [a-zA-Z0-9][a-zA-Z0-9_.-]*; anything else becomes '-'.
+	safe := strings.Map(func(r rune) rune {
+		if r < utf8.RuneSelf && (r == '_' || r == '.' || r == '-' || unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			return r
+		}
+		return '-'
+	}, peer)
+	return "tpd_router_" + node + "." + safe
+}
 
 // RoleRouter is the router's container role label.
 const RoleRouter = "router"

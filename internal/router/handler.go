@@ -19,9 +19,11 @@ import (
 
 // Options are the router's limits and credentials.
 type Options struct {
-	// Keys are the API keys a client may send (Authorization: Bearer KEY); none: no check.
+	// Keys are the router's own API keys (Authorization: Bearer KEY): each opens every
+	// model. A model's replicas' keys (Replica.Key, each cluster's secrets.api_key) open
+	// that model. With neither, a model is open to anyone.
 	Keys []string
-	// UpstreamKey is sent to the engines (their secrets.api_key) in place of the client's
+	// UpstreamKey is sent to a replica with no key of its own in place of the client's
 	// Authorization; empty: the client's is dropped, never forwarded.
 	UpstreamKey string
 	// MaxBody caps a request body (default 32 MiB): a larger one is answered 413 unread.
@@ -101,8 +103,12 @@ func NewHandler(table *Table, opt Options) *Handler {
 			pr.SetURL(a.lease.URL())
 			pr.SetXForwarded()
 			pr.Out.Header.Del("Authorization")
-			if opt.UpstreamKey != "" {
-				pr.Out.Header.Set("Authorization", "Bearer "+opt.UpstreamKey)
+			key := a.lease.Key()
+			if key == "" {
+				key = opt.UpstreamKey
+			}
+			if key != "" {
+				pr.Out.Header.Set("Authorization", "Bearer "+key)
 			}
 		},
 		Transport: opt.Transport,
@@ -130,39 +136,63 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if !h.authorized(r) {
-		// vLLM's own answer (AuthenticationMiddleware), so a client sees one behaviour.
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusUnauthorized)
-		_, _ = w.Write([]byte(`{"error":"Unauthorized"}`))
+	acc := h.access(r)
+	if !acc.any {
+		unauthorized(w)
 		return
 	}
 	switch {
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
-		h.models(w)
+		h.models(w, acc)
 	case strings.HasPrefix(r.URL.Path, "/v1/models/") && r.Method == http.MethodGet:
-		h.model(w, strings.TrimPrefix(r.URL.Path, "/v1/models/"))
+		h.model(w, acc, strings.TrimPrefix(r.URL.Path, "/v1/models/"))
 	case strings.HasPrefix(r.URL.Path, "/v1/") && r.Method == http.MethodPost:
-		h.forward(w, r)
+		h.forward(w, r, acc)
 	default:
 		apiError(w, http.StatusNotFound, "invalid_request_error", "", "not_found", fmt.Sprintf("%s %s: no such route (the router forwards POST /v1/... by the body's model, and answers GET /v1/models)", r.Method, r.URL.Path))
 	}
 }
 
-func (h *Handler) authorized(r *http.Request) bool {
-	if len(h.keys) == 0 {
-		return true
-	}
+// unauthorized is vLLM's own answer (AuthenticationMiddleware), so a client sees one
+// behaviour.
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = w.Write([]byte(`{"error":"Unauthorized"}`))
+}
+
+// access is what a request's key opens.
+type access struct {
+	// all: one of the router's own keys, or no key anywhere (every model open).
+	all bool
+	// models are the models it opens, when not all.
+	models map[string]bool
+	// any: it opens something (or there is nothing to open and no key to ask for); else
+	// every path but /health is 401.
+	any bool
+}
+
+func (a access) opens(id string) bool { return a.all || a.models[id] }
+
+func (h *Handler) access(r *http.Request) access {
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	bearer := strings.EqualFold(scheme, "bearer")
 	got := sha256.Sum256([]byte(token))
 	ok := 0
 	for _, k := range h.keys {
 		ok |= subtle.ConstantTimeCompare(got[:], k[:])
 	}
-	return strings.EqualFold(scheme, "bearer") && ok == 1
+	if bearer && ok == 1 {
+		return access{all: true, any: true}
+	}
+	models, keyed := h.table.Opens(got, bearer, len(h.keys) > 0)
+	if len(h.keys) == 0 && !keyed {
+		return access{all: true, any: true}
+	}
+	return access{models: models, any: len(models) > 0}
 }
 
-func (h *Handler) models(w http.ResponseWriter) {
+func (h *Handler) models(w http.ResponseWriter, acc access) {
 	type entry struct {
 		ID      string `json:"id"`
 		Object  string `json:"object"`
@@ -171,14 +201,16 @@ func (h *Handler) models(w http.ResponseWriter) {
 	}
 	data := []entry{}
 	for _, id := range h.table.Routes().IDs() {
-		data = append(data, entry{ID: id, Object: "model", Created: 0, OwnedBy: "tpdeploy"})
+		if acc.opens(id) {
+			data = append(data, entry{ID: id, Object: "model", Created: 0, OwnedBy: "tpdeploy"})
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-func (h *Handler) model(w http.ResponseWriter, id string) {
+func (h *Handler) model(w http.ResponseWriter, acc access, id string) {
 	for _, m := range h.table.Routes().IDs() {
-		if m == id {
+		if m == id && acc.opens(id) {
 			writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "model", "created": 0, "owned_by": "tpdeploy"})
 			return
 		}
@@ -192,7 +224,7 @@ func notFound(w http.ResponseWriter, id string) {
 
 // forward reads the body (capped), routes it by its model and proxies it, holding it while
 // the model has no replica and trying another when a replica's dial fails.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, acc access) {
 	start := time.Now()
 	if r.ContentLength > h.opt.MaxBody {
 		h.opt.Metrics.rejected("", "body_too_large")
@@ -224,6 +256,13 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := *req.Model
+	if !acc.opens(id) {
+		// Another cluster's key, or none: the model's own engine would answer 401 too. A
+		// model the key does not open is not told apart from one that does not exist.
+		h.opt.Metrics.rejected("", "unauthorized")
+		unauthorized(w)
+		return
+	}
 	deadline := start.Add(h.opt.Hold)
 	for tries := 0; ; tries++ {
 		lease, held, err := h.table.Acquire(r.Context(), id, deadline)
@@ -234,6 +273,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 				// Not the client's id as a label: any string would make a series.
 				h.opt.Metrics.rejected("", "unknown_model")
 				notFound(w, id)
+			case errors.Is(err, ErrUnconfirmed):
+				h.opt.Metrics.rejected(id, "unconfirmed")
+				w.Header().Set("Retry-After", strconv.Itoa(int(h.opt.RetryAfter.Round(time.Second).Seconds())))
+				apiError(w, http.StatusServiceUnavailable, "service_unavailable", "model", "model_unavailable", fmt.Sprintf("The model `%s` has no replica ready: %v", id, err))
 			case errors.Is(err, ErrQueueFull), errors.Is(err, ErrHoldTimeout):
 				h.opt.Metrics.rejected(id, reason(err))
 				w.Header().Set("Retry-After", strconv.Itoa(int(h.opt.RetryAfter.Round(time.Second).Seconds())))
@@ -275,6 +318,9 @@ func (h *Handler) proxyOnce(w http.ResponseWriter, r *http.Request, lease *Lease
 	defer func() {
 		if v := recover(); v != nil {
 			h.opt.Metrics.done(lease.rep.model, lease.Replica(), "aborted", time.Since(start))
+			if r.Context().Err() == nil {
+				lease.Eject(h.opt.EjectFor) // the engine cut it, not the client
+			}
 			panic(v)
 		}
 	}()
@@ -284,9 +330,15 @@ func (h *Handler) proxyOnce(w http.ResponseWriter, r *http.Request, lease *Lease
 		return true
 	}
 	h.opt.Metrics.upstreamError(lease.rep.model, lease.Replica())
-	if isDialError(a.err) && r.Context().Err() == nil {
+	if r.Context().Err() == nil {
+		// Any failure of the engine's connection ejects its replica, not only a refused
+		// dial: a reset of a request already sent means the engine's process went away
+		// (its kill resets every open connection), and without the ejection the next
+		// request would take a pooled connection to the same dead engine (CI: 5 streams
+		// failed for 4 clients). Only a refused dial is tried again elsewhere, since only
+		// then did nothing reach the engine.
 		lease.Eject(h.opt.EjectFor)
-		if tries+1 < maxTries {
+		if isDialError(a.err) && tries+1 < maxTries {
 			return false
 		}
 	}

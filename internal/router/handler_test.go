@@ -442,6 +442,44 @@ func TestDeadReplicaCostsNoRequest(t *testing.T) {
 	}
 }
 
+// An engine killed with requests in flight resets their connections: those fail (they had
+// reached the engine, so they are not sent again), and the replica is ejected at once, so
+// no later request takes a pooled connection to it.
+func TestResetReplicaIsEjected(t *testing.T) {
+	live := newEngine(t, "live")
+	var resetHits atomic.Int64
+	reset := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resetHits.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close with RST, as the kernel does for a killed process's sockets
+		}
+		conn.Close()
+	}))
+	defer reset.Close()
+	f := newRouter(t, Options{EjectFor: time.Minute}, routes(Model{ID: "m", Replicas: []Replica{{Name: "reset", URL: reset.URL}, {Name: "live", URL: live.srv.URL}}}))
+	failed := 0
+	for range 22 {
+		code, _, body := post(t, f.router.URL+"/v1/completions", "", `{"model": "m", "prompt": "x"}`)
+		if code != 200 {
+			failed++
+			if code != 502 || !strings.Contains(body, "replica reset") {
+				t.Errorf("%d %s", code, body)
+			}
+		}
+	}
+	if failed != 1 || resetHits.Load() != 1 || live.hits.Load() != 21 {
+		t.Fatalf("%d failed, the resetting replica got %d, live %d: want 1, 1, 21", failed, resetHits.Load(), live.hits.Load())
+	}
+	if m := scrape(t, f); !strings.Contains(m, `tpdeploy_router_replica_available{model="m",replica="reset"} 0`) {
+		t.Fatalf("metrics:\n%s", m)
+	}
+}
+
 // The admin API: routes replaced and read back, bad routes refused naming the field, a
 // drain of an unknown replica 404, a drain answered once the replica is idle.
 func TestAdmin(t *testing.T) {

@@ -23,7 +23,7 @@ const (
 	// MetricRejected counts requests the router answered itself: labels model (empty when
 	// the body named none or a model the router does not front, so that clients cannot make
 	// series of their own) and reason (unknown_model, queue_full, hold_timeout,
-	// body_too_large, bad_json, no_model).
+	// body_too_large, bad_json, no_model, unauthorized, unconfirmed).
 	MetricRejected = "tpdeploy_router_rejected_total"
 	// MetricHoldDuration is how long held requests waited for a replica: label model.
 	MetricHoldDuration = "tpdeploy_router_hold_duration_seconds"
@@ -92,7 +92,7 @@ func (m *Metrics) rejected(model, reason string) {
 
 // held records a wait for a replica (none when one was free at once).
 func (m *Metrics) held(model string, waited time.Duration, err error) {
-	if m == nil || (waited == 0 && err == nil) || errors.Is(err, ErrUnknownModel) || errors.Is(err, ErrQueueFull) {
+	if m == nil || (waited == 0 && err == nil) || errors.Is(err, ErrUnknownModel) || errors.Is(err, ErrQueueFull) || errors.Is(err, ErrUnconfirmed) {
 		return
 	}
 	m.hold.WithLabelValues(model).Observe(waited.Seconds())

@@ -47,6 +47,65 @@ type Replica struct {
 	// Draining marks a replica about to be stopped: it gets no new requests, and the ones in
 	// flight finish (Table.Drain waits for them).
 	Draining bool `json:"draining,omitempty"`
+	// Key is the replica's cluster's API key (its spec's secrets.api_key): a client must
+	// send it (or one of the router's own keys) for the replica's model, and the router
+	// sends it to this replica in place of the client's. Empty: the cluster has none. The
+	// routes carry it so that each cluster keeps its own key behind the one endpoint; they
+	// are read and written only over the admin socket (0600) and kept in the state file
+	// (0600, in a 0700 directory), never logged or shown in /state or the metrics.
+	Key string `json:"key,omitempty"`
+	// Unconfirmed marks a replica read from the state file of a router older than per-route
+	// keys (no StateVersion): that router kept one fleet key of its own, not in the file,
+	// so a keyless route there may be a keyed cluster's. It gets no traffic and opens to no
+	// client key (401; 503 to the router's own keys) until its cluster pushes its route
+	// again (a deploy). It is kept through other clusters' pushes, which merge the routes
+	// they read back.
+	Unconfirmed bool `json:"unconfirmed,omitempty"`
+}
+
+// StateVersion is the format of the router's state file ({"version": N, "models": ...}):
+// 2 since the routes carry their clusters' API keys. A file without a version was written
+// before, or by a router that kept the version out of it; see ParseState.
+const StateVersion = 2
+
+// ParseState reads the router's state file: its routes, and how many of their replicas it
+// marked Unconfirmed. A file of StateVersion is read as written. One without a version
+// may be older than per-route keys, when the router had one fleet key that the file did not
+// hold: serving its keyless replicas would open a keyed cluster's model to anyone, so each
+// keyless one is marked Unconfirmed (fail closed) until its cluster pushes it again. A
+// newer version than this router knows is refused.
+func ParseState(b []byte) (Routes, int, error) {
+	var st struct {
+		Version int     `json:"version"`
+		Models  []Model `json:"models"`
+	}
+	if err := yaml.UnmarshalStrict(b, &st); err != nil {
+		return Routes{}, 0, fmt.Errorf("state: %w", err)
+	}
+	if st.Version > StateVersion {
+		return Routes{}, 0, fmt.Errorf("state: version %d, newer than this router's %d", st.Version, StateVersion)
+	}
+	r := Routes{Models: st.Models}
+	marked := 0
+	if st.Version < StateVersion {
+		for i := range r.Models {
+			for j := range r.Models[i].Replicas {
+				if rep := &r.Models[i].Replicas[j]; rep.Key == "" && !rep.Unconfirmed {
+					rep.Unconfirmed = true
+					marked++
+				}
+			}
+		}
+	}
+	return r, marked, r.Validate()
+}
+
+// MarshalState is r as the state file, of StateVersion.
+func MarshalState(r Routes) ([]byte, error) {
+	return json.MarshalIndent(struct {
+		Version int     `json:"version"`
+		Models  []Model `json:"models"`
+	}{StateVersion, r.Models}, "", "  ")
 }
 
 // ParseRoutes reads routes in YAML or JSON and validates them.
@@ -82,6 +141,9 @@ func (r Routes) Validate() error {
 				errs = append(errs, fmt.Errorf("%s.name: %q listed twice in model %q", rf, rep.Name, m.ID))
 			}
 			names[rep.Name] = true
+			if strings.ContainsAny(rep.Key, "\x00\n\r ") {
+				errs = append(errs, fmt.Errorf("%s.key: a space or control character (keys are one token, sent as Authorization: Bearer KEY)", rf))
+			}
 			if err := checkURL(rep.URL); err != nil {
 				errs = append(errs, fmt.Errorf("%s.url: %w", rf, err))
 			}

@@ -2,6 +2,8 @@ package router
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/url"
@@ -21,6 +23,9 @@ var (
 	ErrHoldTimeout = errors.New("no replica within the hold")
 	// ErrUnknownReplica: Drain named a replica no route has.
 	ErrUnknownReplica = errors.New("unknown replica")
+	// ErrUnconfirmed: every replica of the model is Unconfirmed (from an older router's
+	// state file); none serves until its cluster pushes its route again (503 at once).
+	ErrUnconfirmed = errors.New("route not confirmed since the router's upgrade: its cluster's next deploy pushes it again")
 )
 
 // Table is the routes' live state: per replica its requests outstanding, whether it may
@@ -49,8 +54,11 @@ type model struct {
 type replica struct {
 	model, name string
 	url         *url.URL
+	key         string
+	keySum      [32]byte
 	down        bool
 	draining    bool
+	unconfirmed bool
 	outstanding int
 	// ejectedUntil: a dial to the replica failed (its engine is gone or restarting); it gets
 	// no request until then, though its supervisor has not marked it down yet.
@@ -93,7 +101,8 @@ func (t *Table) Set(r Routes) error {
 			if rep == nil {
 				rep = &replica{model: m.ID, name: rr.Name, url: u}
 			}
-			rep.down, rep.draining = rr.Down, rr.Draining
+			rep.down, rep.draining, rep.unconfirmed = rr.Down, rr.Draining, rr.Unconfirmed
+			rep.key, rep.keySum = rr.Key, sha256.Sum256([]byte(rr.Key))
 			nm.replicas = append(nm.replicas, rep)
 		}
 		t.models[m.ID] = nm
@@ -117,11 +126,40 @@ func (t *Table) Routes() Routes {
 		cur := t.models[m.ID]
 		mm := Model{ID: m.ID}
 		for _, rep := range cur.replicas {
-			mm.Replicas = append(mm.Replicas, Replica{Name: rep.name, URL: rep.url.String(), Down: rep.down, Draining: rep.draining})
+			mm.Replicas = append(mm.Replicas, Replica{Name: rep.name, URL: rep.url.String(), Down: rep.down, Draining: rep.draining, Key: rep.key, Unconfirmed: rep.unconfirmed})
 		}
 		r.Models = append(r.Models, mm)
 	}
 	return r
+}
+
+// Opens is the models a client's key opens (sum: the sha256 of its Bearer token; bearer:
+// whether it sent one): a model whose replicas carry keys is opened by one of them; one
+// whose replicas carry none is opened by anyone when the router has no keys of its own
+// (fleetKeyed false), else by nobody here (the router's own keys, which the caller checks,
+// open every model). An Unconfirmed replica counts as keyed by a key no client has. keyed
+// says whether any model has a key.
+func (t *Table) Opens(sum [32]byte, bearer, fleetKeyed bool) (opens map[string]bool, keyed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	opens = map[string]bool{}
+	for id, m := range t.models {
+		has, ok := false, 0
+		for _, r := range m.replicas {
+			switch {
+			case r.unconfirmed:
+				has = true
+			case r.key != "":
+				has = true
+				ok |= subtle.ConstantTimeCompare(sum[:], r.keySum[:])
+			}
+		}
+		keyed = keyed || has
+		if (has && bearer && ok == 1) || (!has && !fleetKeyed) {
+			opens[id] = true
+		}
+	}
+	return opens, keyed
 }
 
 func (m *model) wake() {
@@ -142,6 +180,9 @@ func (l *Lease) URL() *url.URL { return l.rep.url }
 // Replica is the replica's name.
 func (l *Lease) Replica() string { return l.rep.name }
 
+// Key is the lease's replica's API key (Replica.Key), empty when it has none.
+func (l *Lease) Key() string { return l.rep.key }
+
 // Release ends the request on its replica.
 func (l *Lease) Release() {
 	l.once.Do(func() {
@@ -157,7 +198,7 @@ func (l *Lease) Release() {
 	})
 }
 
-// Eject keeps the lease's replica from new requests for d: a dial to it failed. Held
+// Eject keeps the lease's replica from new requests for d: its connection failed. Held
 // requests are woken when it ends.
 func (l *Lease) Eject(d time.Duration) {
 	l.t.mu.Lock()
@@ -200,6 +241,10 @@ func (t *Table) Acquire(ctx context.Context, modelID string, deadline time.Time)
 		now := t.now()
 		rep, nextEject := m.pick(now, t.next)
 		t.next++
+		if rep == nil && m.unconfirmed() {
+			// Not a swap: nothing will come within a hold.
+			return nil, Held{Waited: now.Sub(start)}, fmt.Errorf("model %q: %w", modelID, ErrUnconfirmed)
+		}
 		if rep != nil {
 			rep.outstanding++
 			waited := time.Duration(0)
@@ -253,7 +298,7 @@ func (m *model) pick(now time.Time, start int) (*replica, time.Time) {
 	n := len(m.replicas)
 	for i := range n {
 		rep := m.replicas[(start+i)%n]
-		if rep.down || rep.draining {
+		if rep.down || rep.draining || rep.unconfirmed {
 			continue
 		}
 		if now.Before(rep.ejectedUntil) {
@@ -267,6 +312,16 @@ func (m *model) pick(now time.Time, start int) (*replica, time.Time) {
 		}
 	}
 	return best, nextEject
+}
+
+// unconfirmed says whether the model has replicas and every one is Unconfirmed.
+func (m *model) unconfirmed() bool {
+	for _, r := range m.replicas {
+		if !r.unconfirmed {
+			return false
+		}
+	}
+	return len(m.replicas) > 0
 }
 
 // Drain marks the replica draining (no new requests) and waits until its requests in
@@ -312,6 +367,8 @@ type ReplicaState struct {
 	Outstanding      int
 	Available        bool
 	Down, Draining   bool
+	// Unconfirmed: from an older router's state file, not pushed since (Replica.Unconfirmed).
+	Unconfirmed bool `json:",omitempty"`
 }
 
 // ModelState is a model's replicas and its held requests.
@@ -332,7 +389,7 @@ func (t *Table) State() []ModelState {
 		ms := ModelState{ID: id, Held: m.held}
 		for _, r := range m.replicas {
 			ms.Replicas = append(ms.Replicas, ReplicaState{Model: id, Name: r.name, URL: r.url.String(), Outstanding: r.outstanding,
-				Available: !r.down && !r.draining && !now.Before(r.ejectedUntil), Down: r.down, Draining: r.draining})
+				Available: !r.down && !r.draining && !r.unconfirmed && !now.Before(r.ejectedUntil), Down: r.down, Draining: r.draining, Unconfirmed: r.unconfirmed})
 		}
 		out = append(out, ms)
 	}
