@@ -1,6 +1,10 @@
-// Command worker is the tpdeploy node agent. It runs on every GPU node, serves that node's
-// task queue (tpdeploy.node.NAME) with the node's activities, and also runs workflow tasks
-// on the shared tpdeploy queue, so any live agent can drive a deployment.
+// Command worker is tpdeploy's worker, in one of three roles (--role). As the node agent
+// (agent) it runs on every GPU node and serves only that node's task queue
+// (tpdeploy.node.NAME) with the node's activities. As the controller (controller) it runs
+// the workflows and the operations activities on the shared tpdeploy queue, on the
+// operator's side, with no node queue and no Docker engine. all is both in one process,
+// today's single binary: the default, for a one-machine setup; a fleet runs the split, so
+// that a compromised node holds no credentials that run workflow tasks (docs/security.md).
 package main
 
 import (
@@ -19,7 +23,7 @@ import (
 
 	"github.com/docker/go-units"
 
-	"go.temporal.io/api/workflowservice/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/zap"
@@ -67,6 +71,7 @@ func run(ctx context.Context, args []string) error {
 		ctrIPC     = fs.String("ipc", connect.EnvSetOr("TPDEPLOY_IPC", defaults.IPC), "IPC mode of the node's containers: private (each its own /dev/shm of --shm-size), or shareable; never host (env TPDEPLOY_IPC)")
 		ctrGPUs    = fs.String("gpus", connect.EnvOr("TPDEPLOY_GPUS", defaults.GPUs), "GPUs given to containers: all, none or a count (env TPDEPLOY_GPUS)")
 		shmSize    = fs.String("shm-size", connect.EnvOr("TPDEPLOY_SHM_SIZE", "10g"), "size of each container's /dev/shm: vLLM's run_cluster.sh gives 10.24g (env TPDEPLOY_SHM_SIZE)")
+		compileDir = fs.String("compile-cache", connect.EnvOr("TPDEPLOY_COMPILE_CACHE", activities.CompileCacheDir), "the node's directory of vLLM's compilation caches, one per engine configuration, mounted at the engines' VLLM_CACHE_ROOT so a redeploy or recovery does not compile again; none: keep none (env TPDEPLOY_COMPILE_CACHE)")
 		hostRoot   = fs.String("host-root", connect.EnvOr("TPDEPLOY_HOST_ROOT", ""), "a directory standing for this node's / when several simulated nodes share one host (the lab): the spec's host paths (hf_cache, model.host_dir) are taken under it; empty on real nodes (env TPDEPLOY_HOST_ROOT)")
 		sysRoot    = fs.String("sys-root", connect.EnvOr("TPDEPLOY_SYS_ROOT", ""), "read sysfs (links' speeds, RDMA devices) here instead of /sys (the lab's simulated nodes); empty on real nodes (env TPDEPLOY_SYS_ROOT)")
 		ctrSysfs   = fs.String("container-sysfs", connect.EnvOr("TPDEPLOY_CONTAINER_SYSFS", ""), "a directory standing for the node's /sys that its containers see at "+activities.ContainerSysfs+" (the lab); empty on real nodes, whose containers see the kernel's (env TPDEPLOY_CONTAINER_SYSFS)")
@@ -82,6 +87,7 @@ func run(ctx context.Context, args []string) error {
 		console    = fs.Bool("log-console", false, "human-readable logs instead of JSON")
 		metricsAt  = fs.String("metrics-addr", connect.EnvOr("TPDEPLOY_METRICS_ADDR", ""), "serve Prometheus /metrics and /healthz on this address, e.g. 10.0.0.11:9464 (the node's management address); a port alone (:9464) is loopback's; empty for none (env TPDEPLOY_METRICS_ADDR)")
 		metricsAll = fs.Bool("metrics-all-interfaces", false, "let --metrics-addr listen on every interface (0.0.0.0, ::, or a port alone); without it that is refused, since /metrics and /healthz ask for no credentials (env TPDEPLOY_METRICS_ALL_INTERFACES)")
+		role       = fs.String("role", connect.EnvOr("TPDEPLOY_ROLE", roleAll), "agent: serve only this node's queue, tpdeploy.node.NODE (a fleet's nodes); controller: run the workflows and the operations activities on the tpdeploy queue, with no node queue and no Docker engine (one per fleet, on the operator's side); all: both, in one process (env TPDEPLOY_ROLE)")
 		polFile    = fs.String("policy-file", connect.EnvOr("TPDEPLOY_POLICY_FILE", policy.DefaultFile), "this node's policy: allowed images, host paths, Docker engines, ports (env TPDEPLOY_POLICY_FILE; missing at the default path: the defaults)")
 		allow      policy.Overrides
 	)
@@ -121,6 +127,13 @@ func run(ctx context.Context, args []string) error {
 		}
 		return err
 	}
+	switch *role {
+	case roleController:
+		return runController(ctx, conn, *logLevel, *console, *metricsAt, *metricsAll)
+	case roleAgent, roleAll:
+	default:
+		return fmt.Errorf("--role %q: one of %s (a node), %s (the workflows, once per fleet) or %s (both)", *role, roleAgent, roleController, roleAll)
+	}
 	if *node == "" {
 		return errors.New("--node is required: the node's name as written in the cluster spec")
 	}
@@ -129,6 +142,14 @@ func run(ctx context.Context, args []string) error {
 		err = errors.Join(err, fmt.Errorf("--host-root %q: must be an absolute path", *hostRoot))
 	}
 	ctr.HostRoot = *hostRoot
+	switch {
+	case *compileDir == "none":
+		ctr.CompileCache = ""
+	case !filepath.IsAbs(*compileDir):
+		err = errors.Join(err, fmt.Errorf("--compile-cache %q: must be an absolute path, or none", *compileDir))
+	default:
+		ctr.CompileCache = filepath.Clean(*compileDir)
+	}
 	ctr.Sysfs = *ctrSysfs
 	var cgroupDir string
 	if ctr.CgroupParent = *cgParent; ctr.CgroupParent == "self" {
@@ -168,7 +189,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer func() { _ = z.Sync() }()
-	z = z.With(zap.String("node", *node))
+	z = z.With(zap.String("node", *node), zap.String("role", *role))
 	z.Info("node policy", zap.String("file", nodePolicy.File), zap.Strings("allowed_images", nodePolicy.Images),
 		zap.Strings("allowed_mounts", nodePolicy.Mounts), zap.Strings("allowed_docker_hosts", nodePolicy.DockerHosts),
 		zap.Strings("allowed_ports", nodePolicy.Ports), zap.Strings("allowed_env", nodePolicy.Env), zap.Strings("allowed_extra_args", nodePolicy.ExtraArgs),
@@ -195,6 +216,10 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 
+	conn.Identity = identity("tpdeploy-agent:" + *node)
+	if dialHook != nil {
+		conn.DialOptions = append(conn.DialOptions, dialHook(*role)...)
+	}
 	copts, err := conn.ClientOptions(nil)
 	if err != nil {
 		return err
@@ -216,17 +241,24 @@ func run(ctx context.Context, args []string) error {
 	// seconds, not at the step's start-to-close timeout.
 	workerOpts.Interceptors = append(workerOpts.Interceptors, &liveness.Interceptor{})
 	workerOpts.Interceptors = append(workerOpts.Interceptors, labHooks(z)...)
-	wf := worker.New(c, contract.WorkflowQueue, workerOpts)
-	workflows.RegisterAll(wf)
 	agent := activities.New(activities.Config{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, SysRoot: *sysRoot, CgroupDir: cgroupDir, Containers: ctr, Policy: &nodePolicy})
 	nodeWorker := worker.New(c, contract.NodeQueue(*node), registration.NodeOptions(workerOpts, agent))
-	registration.Agent(wf, nodeWorker, agent, &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter},
-		APIKey: activities.EndpointKey(agent.VLLM)})
-
-	if err := wf.Start(); err != nil {
-		return fmt.Errorf("start workflow worker: %w", err)
+	// The checks of a cluster with vLLM's API key run on its head's agent, which holds the
+	// key (contract.HeadChecks); they read the deploy's runs with this client.
+	checks := &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter},
+		APIKey: activities.EndpointKey(agent.VLLM)}
+	registration.Node(nodeWorker, agent, checks)
+	queues := contract.NodeQueue(*node)
+	if *role == roleAll {
+		wf := worker.New(c, contract.WorkflowQueue, workerOpts)
+		workflows.RegisterAll(wf)
+		registration.Controller(wf, checks)
+		if err := wf.Start(); err != nil {
+			return fmt.Errorf("start workflow worker: %w", err)
+		}
+		defer wf.Stop()
+		queues = contract.WorkflowQueue + " and " + queues
 	}
-	defer wf.Stop()
 	// Before the node's queue is served: nothing this removes can be an activity's now.
 	sweepShortLived(ctx, agent.Containers, z)
 	if err := nodeWorker.Start(); err != nil {
@@ -234,16 +266,14 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer nodeWorker.Stop()
 	defer live.Set(false, "shutting down")
-	live.Set(true, "polling "+contract.WorkflowQueue+" and "+contract.NodeQueue(*node))
-	z.Info("node agent serving", zap.String("queue", contract.NodeQueue(*node)))
-	go informWorkflows(ctx, c, *node, agent.Probe, z)
+	live.Set(true, "polling "+queues)
+	z.Info("node agent serving", zap.String("queue", contract.NodeQueue(*node)), zap.String("role", *role))
+	go reportStart(ctx, c, *node, func(ctx context.Context) (string, error) {
+		return agent.Probe.BootID(ctx, contract.BootIDRequest{Node: *node})
+	}, func(ctx context.Context) ([]string, error) {
+		return activities.NodeClusters(ctx, agent.Containers, "")
+	}, z)
 	go agent.GuardMemory(ctx, memGauges)
-	rctl := control.Controller{Client: c, DataConverter: copts.DataConverter}
-	if nodePolicy.Enforced() {
-		// A signed node removes containers at start-up only on a run an operator signed.
-		rctl.VerifyRemoval = agent.VerifyRemoval
-	}
-	go reconcile(ctx, rctl, agent.Containers, z)
 	select {
 	case <-ctx.Done():
 		z.Info("shutting down")
@@ -298,32 +328,61 @@ func containerOptions(network, ipc, gpus, shm, ulimits string) (activities.Conta
 	return o, nil
 }
 
-// informWorkflows tells every running cluster supervisor and deploy this node's boot ID,
-// once at start-up: one that knew another ID learns the node rebooted (a supervisor
-// redeploys, a deploy starts over). Those of clusters without this node ignore it.
-func informWorkflows(ctx context.Context, c client.Client, node string, probe *activities.Probe, z *zap.Logger) {
-	boot, err := probe.BootID(ctx, contract.BootIDRequest{Node: node})
+// reportStart starts this node's NodeStarted run on the controller (workflows.NodeStarted,
+// one workflow ID per node, a restart's run replacing the last): with the node's boot ID,
+// which the controller tells every running supervisor and deploy (one that knew another
+// ID learns the node rebooted: a supervisor redeploys, a deploy starts over), and the
+// clusters this node holds containers of, which the controller reconciles against their
+// runs (what a deploy had to leave while this node was down is removed, through
+// ReconcileCluster on this node's queue). That start is the only call the agent makes
+// besides serving its queue (docs/security.md lists them); it does not wait for the run.
+func reportStart(ctx context.Context, c starter, node string, bootID func(context.Context) (string, error), nodeClusters func(context.Context) ([]string, error), z *zap.Logger) {
+	req := contract.NodeStartRequest{Node: node}
+	boot, err := bootID(ctx)
 	if err != nil {
-		z.Warn("boot id unknown; supervisors and deploys not informed", zap.Error(err))
-		return
+		z.Warn("boot id unknown; supervisors and deploys not told of this start", zap.Error(err))
 	}
-	query := "WorkflowType IN ('SuperviseCluster', 'DeployCluster') AND ExecutionStatus = 'Running'"
-	for attempt := 0; attempt < 5; attempt++ {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+	req.BootID = boot
+	// An engine that does not answer costs the reconcile, never the boot report.
+	if req.Clusters, err = nodeClusters(ctx); err != nil {
+		z.Warn("this node's containers unknown; none reconciled at this start", zap.Error(err))
+	}
+	for attempt := 0; ; attempt++ {
+		run, err := c.ExecuteWorkflow(ctx, startOptions(node), contract.NodeStartedWorkflow, req)
 		if err == nil {
-			for _, e := range resp.Executions {
-				id := e.GetExecution().GetWorkflowId()
-				err := c.SignalWorkflow(ctx, id, "", contract.SignalNodeBooted, contract.NodeBoot{Node: node, BootID: boot})
-				z.Info("told of this node's boot", zap.String("workflow", id), zap.String("boot_id", boot), zap.Error(err))
-			}
+			z.Info("reported this node's start to the controller", zap.String("workflow", run.GetID()), zap.String("run", run.GetRunID()),
+				zap.String("boot_id", boot), zap.Strings("clusters", req.Clusters))
 			return
 		}
-		z.Warn("list supervisors and deploys", zap.Error(err))
+		z.Warn("report this node's start", zap.Error(err))
+		if attempt == 4 {
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Duration(attempt+1) * time.Second):
 		}
+	}
+}
+
+// starter is what the agent's own code asks of its Temporal client besides the workers'
+// polls: the start of its NodeStarted run, nothing else (TestAgentClientCallsOnlyStarts).
+type starter interface {
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
+}
+
+// startOptions start a node's NodeStarted run: under the node's one ID, replacing a run
+// of an earlier start still going (the newest boot ID is the one to tell), on the
+// controller's queue.
+func startOptions(node string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID: contract.NodeStartedWorkflowID(node), TaskQueue: contract.WorkflowQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		// A controller down for longer than this leaves the start unreported; the
+		// supervisors' watches notice a node that stopped serving on their own.
+		WorkflowExecutionTimeout: time.Hour,
 	}
 }
 
@@ -344,24 +403,6 @@ func sweepShortLived(ctx context.Context, containers *activities.Containers, z *
 }
 
 const shortLivedSweepTimeout = 20 * time.Second
-
-// reconcile removes this node's containers that no current deployment holds — what a
-// deploy had to leave while this node was down — once at start-up.
-func reconcile(ctx context.Context, ctl control.Controller, containers *activities.Containers, z *zap.Logger) {
-	for attempt := 0; attempt < 5; attempt++ {
-		removed, err := activities.Reconcile(ctx, containers, "", ctl.Wanted)
-		if err == nil {
-			z.Info("reconciled this node's containers", zap.Strings("removed", removed))
-			return
-		}
-		z.Warn("reconcile", zap.Error(err))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Duration(attempt+1) * time.Second):
-		}
-	}
-}
 
 // stderr is where the agent's start-up warnings go, whatever the log level (tests swap it).
 var stderr io.Writer = os.Stderr
