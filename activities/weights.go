@@ -39,6 +39,9 @@ type Weights struct {
 	// present to other agents' servers.
 	servers transfer.Servers
 	keys    transfer.Keys
+	// placed records the files this agent's copies verified, for its relays (a copy
+	// chain's node serving the next one what it is still receiving).
+	placed transfer.Placed
 }
 
 func newWeights(base *nodeBase, net *hostNet, mnt *mounts) *Weights {
@@ -193,9 +196,16 @@ func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelSer
 	if err := w.signedOwnAddress(signed, req.Addr); err != nil {
 		return contract.ModelServer{}, err
 	}
+	served := map[string]bool{}
 	for _, f := range req.Files {
 		if !fs.ValidPath(f) || f == "." {
 			return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model file %q is not a path inside the model's directory", f), contract.ErrBadRequest, nil)
+		}
+		served[f] = true
+	}
+	for f, size := range req.Relay {
+		if !served[f] || size <= 0 {
+			return contract.ModelServer{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("relayed model file %q is not one the server serves, or has no size", f), contract.ErrBadRequest, nil)
 		}
 	}
 	if len(req.Keys) > transfer.MaxPeers || len(req.Peers) > transfer.MaxPeers {
@@ -222,6 +232,16 @@ func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelSer
 	if err != nil {
 		return contract.ModelServer{}, err
 	}
+	if len(req.Relay) > 0 {
+		// A relay serves what it is receiving: its directory may not be there yet.
+		if err := dir.MkdirAll(rel); err != nil {
+			dir.Close()
+			if confined.IsRefusal(err) {
+				return contract.ModelServer{}, w.denyPath("model directory "+req.Root, err)
+			}
+			return contract.ModelServer{}, fmt.Errorf("model directory %s: %w", req.Root, err)
+		}
+	}
 	if d, err := dir.OpenFile(rel, unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
 		dir.Close()
 		if confined.IsRefusal(err) {
@@ -247,8 +267,8 @@ func (w *Weights) OpenModelServer(ctx context.Context, req contract.OpenModelSer
 	}
 	ap := l.Addr().(*net.TCPAddr).AddrPort()
 	addr := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	id, err := w.servers.Open(transfer.Serve{Listener: l, Dir: dir, Rel: rel, Files: req.Files, Keys: req.Keys, Peers: req.Peers,
-		TTL: req.TTL, Node: w.name, Log: w.logger()})
+	id, err := w.servers.Open(transfer.Serve{Listener: l, Dir: dir, Rel: rel, Files: req.Files, Relay: req.Relay, Placed: &w.placed,
+		Keys: req.Keys, Peers: req.Peers, TTL: req.TTL, Node: w.name, Log: w.logger()})
 	if errors.Is(err, transfer.ErrFull) {
 		return contract.ModelServer{}, w.deny("%v", err)
 	}
@@ -287,9 +307,9 @@ func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) 
 	if err := w.signedModelRoot(signed, req.Root); err != nil {
 		return res, err
 	}
-	// The server to fetch from must be the head's, and the address to dial from this
-	// node's, as the signed spec pins them.
-	if err := w.signedSource(signed, req.From); err != nil {
+	// The server to fetch from must be the head's or, in a copy chain, a node's before this
+	// one, and the address to dial from this node's, as the signed spec pins them.
+	if err := w.signedSource(signed, req.Source, req.From); err != nil {
 		return res, err
 	}
 	if err := w.signedOwnAddress(signed, req.Addr); err != nil {
@@ -337,7 +357,7 @@ func (w *Weights) SyncModel(ctx context.Context, req contract.SyncModelRequest) 
 			return c, err
 		},
 		Dir: dir, Rel: rel, HFCache: req.Layout == contract.ModelLayoutHF, Ref: req.Ref, Files: req.Files, Parallel: req.Parallel,
-		Copied: prev.Copied, Node: w.name,
+		Copied: prev.Copied, Node: w.name, Source: req.Source, Placed: &w.placed,
 		Progress: func(p transfer.Progress) { activity.RecordHeartbeat(ctx, contract.SyncProgress(p)) },
 	}.Run(ctx)
 	res = contract.SyncResult(copied)

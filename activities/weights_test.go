@@ -723,3 +723,53 @@ func TestSyncModelThroughputOnLoopback(t *testing.T) {
 	}
 	t.Logf("loopback copy of %s, sha256 verified: %.2f s, %.0f MB/s", weights.HumanSize(res.Bytes), res.Seconds, res.MBps)
 }
+
+// A chain through real agents: node-a serves node-b, node-b serves node-c what it is
+// itself receiving (OpenModelServer with Relay, into a snapshot not there yet), both
+// copies run at once, each link carries one copy, and node-c ends with the head's model.
+func TestSyncModelRelaysAlongAChain(t *testing.T) {
+	headCache, bCache, cCache := t.TempDir(), t.TempDir(), t.TempDir()
+	writeHFCache(t, headCache, tinyModelFiles(4, 2_000_000))
+	a, b, c := newAgent(t, "node-a", nil), newAgent(t, "node-b", nil), newAgent(t, "node-c", nil)
+	head := a.manifest(t, contract.ModelManifestRequest{HFCache: headCache, Repo: modelRepo})
+	all := weights.Lacking(head, weights.Manifest{Absent: "no model"})
+	relay := map[string]int64{}
+	for _, f := range all {
+		relay[f.Name] = f.Size
+	}
+	bKey, cKey := b.copyKey(t), c.copyKey(t)
+	srvA := a.open(t, head.Dir, weights.Names(all), time.Minute, bKey)
+	bRoot, cRoot := weights.HFSnapshotDir(bCache, modelRepo, head.Revision), weights.HFSnapshotDir(cCache, modelRepo, head.Revision)
+	srvB, err := run[contract.ModelServer](b, b.node.Weights.OpenModelServer, contract.OpenModelServerRequest{Node: "node-b", Addr: loopback, Root: bRoot,
+		Files: weights.Names(all), Relay: relay, Keys: []string{cKey}, Peers: []netip.Addr{loopback}, TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("node-b's relay: %v", err)
+	}
+	t.Cleanup(func() { b.node.Weights.servers.Close(srvB.ID) })
+	var wg sync.WaitGroup
+	var resB, resC contract.SyncResult
+	var errB, errC error
+	wg.Go(func() {
+		resB, errB = b.sync(contract.SyncModelRequest{From: srvA.Addr, Source: "node-a", Key: bKey, Root: bRoot, Layout: contract.ModelLayoutHF, Ref: "main", Files: all})
+	})
+	wg.Go(func() {
+		resC, errC = c.sync(contract.SyncModelRequest{From: srvB.Addr, Source: "node-b", Key: cKey, Root: cRoot, Layout: contract.ModelLayoutHF, Ref: "main", Files: all})
+	})
+	wg.Wait()
+	if errB != nil || errC != nil {
+		t.Fatalf("node-b: %v; node-c: %v", errB, errC)
+	}
+	total := weights.CopySize(all)
+	if resB.Bytes != total || resC.Bytes != total || a.served(t, srvA) != total || b.served(t, srvB) != total {
+		t.Errorf("received %d and %d, served %d and %d; want one copy (%d) on every link", resB.Bytes, resC.Bytes, a.served(t, srvA), b.served(t, srvB), total)
+	}
+	for _, g := range []struct {
+		a     *agent
+		cache string
+	}{{b, bCache}, {c, cCache}} {
+		after := g.a.manifest(t, contract.ModelManifestRequest{HFCache: g.cache, Repo: modelRepo, Checksums: true})
+		if ps := weights.Compare(head, g.a.node.Probe.name, after); len(ps) != 0 {
+			t.Errorf("%s after the chain: %v", g.a.node.Probe.name, ps)
+		}
+	}
+}

@@ -98,8 +98,12 @@ type Copy struct {
 	// Copied are the files an earlier attempt reported in place (its last progress):
 	// those are not hashed again.
 	Copied []string
-	// Node names this node in progress reports.
-	Node string
+	// Node names this node in progress reports, and Source the node copied from.
+	Node   string
+	Source string
+	// Placed, when set, records every file the copy verified and put in place (or found
+	// in place), for this agent's relay of it to the next node of a chain (Serve.Relay).
+	Placed *Placed
 	// Progress receives the copy's progress every second and whenever a file is placed.
 	Progress func(Progress)
 	// URL, when set, is where each file is fetched instead of From's /<name>: a hub's
@@ -124,8 +128,10 @@ func (c Copy) origin() string {
 // Progress is a copy's progress, reported while it runs. Its fields are
 // contract.SyncProgress's, which the agent heartbeats.
 type Progress struct {
-	// Node is the node receiving the copy.
+	// Node is the node receiving the copy, From the node it receives from (a chain's
+	// predecessor; empty for the head).
 	Node string
+	From string
 	// Done is the bytes in place of Total: copied, resumed from partial files, or found.
 	Done  int64
 	Total int64
@@ -242,6 +248,7 @@ func (c Copy) Run(ctx context.Context) (Result, error) {
 				stop(fmt.Errorf("copy from %s: nothing received for %s", c.origin(), stallAfter))
 			}
 		}
+		c.Placed.Touch()
 		if c.Progress != nil {
 			c.Progress(s.progress(start))
 		}
@@ -285,7 +292,7 @@ type syncer struct {
 }
 
 func (s *syncer) progress(start time.Time) Progress {
-	p := Progress{Node: s.c.Node, Total: s.total, Received: s.received.Load()}
+	p := Progress{Node: s.c.Node, From: s.c.Source, Total: s.total, Received: s.received.Load()}
 	p.Done = p.Received + s.reused.Load() + s.found.Load()
 	if secs := time.Since(start).Seconds(); secs > 0 {
 		p.MBps = float64(p.Received) / secs / 1e6
@@ -329,6 +336,7 @@ func (s *syncer) setCurrent(name string, on bool) {
 }
 
 func (s *syncer) placed(name string) {
+	s.c.Placed.Mark(s.c.Dir.Path(filepath.Join(s.c.Rel, filepath.FromSlash(name))))
 	s.mu.Lock()
 	s.copied = append(s.copied, name)
 	s.mu.Unlock()

@@ -65,6 +65,15 @@ type Serve struct {
 	Rel string
 	// Files are the names, relative to Rel, the server serves; nothing else is.
 	Files []string
+	// Relay are the files of Files this node is itself receiving while it serves them (a
+	// copy chain's relay, weights.Chain), with their sizes: one not in place yet is
+	// served from its partial copy as it grows, and its last byte only once the copy has
+	// verified the file and placed it (relay.go). A corrupt file never leaves the node
+	// whole.
+	Relay map[string]int64
+	// Placed is where this agent's copies record the files they verified (required with
+	// Relay).
+	Placed *Placed
 	// Keys are the hex SHA-256s of the secrets the server accepts as a bearer token (the
 	// copies' keys, KeyHash); Peers the addresses it accepts requests from (the nodes
 	// being served). A request needs both.
@@ -87,6 +96,8 @@ type server struct {
 	dir      *confined.Dir
 	rel      string
 	files    map[string]bool
+	relay    map[string]int64
+	placed   *Placed
 	ttl      time.Duration
 	deadline time.Time
 	srv      *http.Server
@@ -137,7 +148,14 @@ func (ss *Servers) Open(s Serve) (string, error) {
 	for i, p := range s.Peers {
 		peers[i] = p.Unmap()
 	}
-	srv := &server{owner: ss, node: s.Node, id: id, keys: keys, peers: peers, dir: s.Dir, rel: s.Rel, files: files, ttl: ttl, last: now,
+	for name := range s.Relay {
+		if !files[name] || s.Placed == nil {
+			_ = s.Listener.Close()
+			_ = s.Dir.Close()
+			return "", fmt.Errorf("relayed file %s is not one the server serves, or no copy records what it placed", name)
+		}
+	}
+	srv := &server{owner: ss, node: s.Node, id: id, keys: keys, peers: peers, dir: s.Dir, rel: s.Rel, files: files, relay: s.Relay, placed: s.Placed, ttl: ttl, last: now,
 		deadline: now.Add(MaxLifetime), ln: s.Listener, log: log}
 	lim := &limitListener{Listener: s.Listener, peers: peers, conns: map[netip.Addr]int{}, open: map[net.Conn]netip.Addr{}}
 	srv.srv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout, ConnState: lim.state}
@@ -302,7 +320,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Links are followed only while they stay beneath the allowed mount (a snapshot's
 	// ../../blobs/<hash>); a planted config.json -> /etc/passwd is refused.
-	f, err := s.dir.OpenBeneath(filepath.Join(s.rel, filepath.FromSlash(name)))
+	path := filepath.Join(s.rel, filepath.FromSlash(name))
+	if size, ok := s.relay[name]; ok && !s.placed.Has(s.dir.Path(path)) {
+		// What is at the path now is not verified yet (absent, or the content this copy
+		// replaces): forward the partial copy as it arrives.
+		if r.Method != http.MethodGet || !s.serveRelay(w, r, name, size) {
+			if r.Method != http.MethodGet {
+				http.Error(w, name+" is still arriving on "+s.node, http.StatusConflict)
+			}
+			return
+		}
+	}
+	f, err := s.dir.OpenBeneath(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		http.Error(w, "no "+name+" on "+s.node, http.StatusNotFound)
 		return
