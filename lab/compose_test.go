@@ -61,7 +61,7 @@ func TestComposeLabUpDown(t *testing.T) {
 	if err := waitTCP(ctx, "10.231.0.254:7233", 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"tpd-lab-temporal", "tpd-lab-node-a", "tpd-lab-node-b"} {
+	for _, name := range []string{"tpd-lab-temporal", "tpd-lab-controller", "tpd-lab-node-a", "tpd-lab-node-b"} {
 		info, err := eng.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 		if err != nil || !info.Container.State.Running {
 			t.Fatalf("%s: %v (running %v)", name, err, err == nil && info.Container.State.Running)

@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +46,11 @@ const LabelLab = "tpdeploy.lab"
 // the lab's images FROM scratch, each only when its inputs changed. temporalBin is the
 // pinned Temporal CLI (bin/temporal); empty skips the Temporal image.
 func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) error {
+	unlock, err := lockBuilds(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	dir, err := os.MkdirTemp("", "tpd-lab-build-")
 	if err != nil {
 		return err
@@ -67,12 +71,12 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 	// The release images are FROM the torch base: Debian's python3-torch runs each rank's
 	// rendezvous and Gloo for real (lab/torch.go). Debian's root also has the POSIX shell and
 	// coreutils that vLLM's (Ubuntu) images have and tpdeploy's wrapper uses.
-	base, err := EnsureTorch(ctx, eng)
+	base, err := ensureTorch(ctx, eng)
 	if err != nil {
 		return err
 	}
 	var all []images.Image
-	for _, r := range append(slices.Clone(Releases), RayTokenRelease, NICSelectionRelease) {
+	for _, r := range ImageReleases() {
 		img, err := simImage(r, base.ImageID, bins["sim"], dir)
 		if err != nil {
 			return err
@@ -159,7 +163,12 @@ type Lab struct {
 	// Temporal is the dev server's frontend address, reachable from this host and the
 	// nodes; UI is its Web UI.
 	Temporal, UI string
-	Nodes        []Node
+	// Controller is the controller's container (startController): the workflows run
+	// there, the nodes' agents serve only their node queues.
+	Controller string
+	// ControllerMgmt is its management address, where it serves /metrics at MetricsPort.
+	ControllerMgmt netip.Addr
+	Nodes          []Node
 	// APIKey is the value every node's agent holds as VLLM_API_KEY (random per lab): a
 	// spec with secrets.api_key {env: VLLM_API_KEY} has vLLM require it.
 	APIKey string
@@ -387,6 +396,9 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 	if err := l.startHub(ctx); err != nil {
 		return err
 	}
+	if err := l.startController(ctx); err != nil {
+		return err
+	}
 	for i := 0; i < cfg.Nodes; i++ {
 		n := Node{Name: NodeName(i), Container: l.Prefix + "-" + NodeName(i), Addrs: map[string]netip.Addr{}, HCAs: l.hcasOf(i)}
 		for _, net := range l.Nets {
@@ -398,6 +410,9 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		nets := n.Addrs
 		env := []string{
 			"TPDEPLOY_NODE=" + n.Name, "TEMPORAL_ADDRESS=" + l.Temporal,
+			// Node agents only: the workflows run on the lab's controller (startController),
+			// so no node holds credentials that run workflow tasks (docs/security.md).
+			"TPDEPLOY_ROLE=agent",
 			"TPDEPLOY_CONTAINER_NETWORK=container:" + n.Container, "TPDEPLOY_GPUS=none",
 			// This engine, like some real ones, refuses memlock for containers.
 			"TPDEPLOY_ULIMITS=",
@@ -486,6 +501,33 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		return nil
 	}
 	return waitTCP(ctx, l.Temporal, 60*time.Second)
+}
+
+// ControllerHost is the last byte of the controller's address on each network it joins.
+const ControllerHost = 252
+
+// startController starts the lab's controller (the worker binary with --role controller,
+// in the node image, under the same init): the workflows and the operations activities,
+// on the operator's side of the fleet. It joins the management network and every network
+// all nodes share (fast, fast2), as an operator's host on the cluster's network would:
+// its checks of a cluster without vLLM's API key dial the head's planned address, which
+// lies on one of those (on a triangle or ring, the management network). No Docker socket,
+// no node.
+func (l *Lab) startController(ctx context.Context) error {
+	l.Controller = l.Prefix + "-controller"
+	nets := map[string]netip.Addr{}
+	for _, n := range l.Nets {
+		if n.Members == nil {
+			nets[n.Name] = host(n.Subnet, ControllerHost)
+		}
+	}
+	l.ControllerMgmt = nets["mgmt"]
+	env := []string{"TPDEPLOY_ROLE=controller", "TEMPORAL_ADDRESS=" + l.Temporal,
+		// The workflows' metrics (deploys, steps, time to serving) are the controller's now.
+		"TPDEPLOY_METRICS_ADDR=" + netip.AddrPortFrom(l.ControllerMgmt, MetricsPort).String()}
+	return l.run(ctx, l.Controller, &container.Config{
+		Image: NodeImage, Hostname: "controller", Env: env, Labels: map[string]string{LabelLab: l.Prefix, "tpdeploy.lab.controller": "true"},
+	}, nets, nil)
 }
 
 // labEngineRankMemory is the lab's engine_rank_memory: what one of its engine ranks

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,6 +21,11 @@ type Release struct {
 	// VLLM, Torch and Ray are the installed versions (Ray empty: not installed); NCCLDist is
 	// NCCL's pip distribution (nvidia_nccl_cu12, nvidia_nccl_cu13) and NCCL its version.
 	VLLM, Torch, Ray, NCCLDist, NCCL string
+	// NCCLLib is the version of the libnccl.so.2 in the wheel's directory when it is not
+	// the wheel's own (a newer NCCL built from source and copied over it); empty: NCCL.
+	// Every image holds a small stand-in for that file carrying NCCL's version string
+	// (ncclStandIn), which tpdeploy's image read and the simulator both read.
+	NCCLLib string
 	// AuthToken, when set, is in the image at /root/.ray/auth_token (Ray's default token
 	// path), as in an image whose build ran a bare ray.init(): Ray ≥ 2.59 writes a token
 	// there then, and `ray start --head` turns token authentication on whenever one
@@ -30,6 +36,14 @@ type Release struct {
 	RustFrontend bool
 	// Env are ENV lines of the image's own ("NAME=value"), as a site's image may carry.
 	Env []string
+}
+
+// LoadedNCCL is the version of the NCCL library the image's engine loads.
+func (r Release) LoadedNCCL() string {
+	if r.NCCLLib != "" {
+		return r.NCCLLib
+	}
+	return r.NCCL
 }
 
 // Image is the release's simulator image.
@@ -54,6 +68,22 @@ func init() {
 		Release{Name: "vllm-0.32.0", VLLM: "0.32.0", Torch: "2.13.0+cu130", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7", RustFrontend: true},
 		Release{Name: "vllm-0.32.0-ray", VLLM: "0.32.0", Torch: "2.13.0+cu130", Ray: "2.59.0", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7", RustFrontend: true})
 }
+
+// NCCL230Release is the newest release's stock image with NCCL 2.30.7 over the wheel's
+// library (the wheel's record still says 2.29.7), as the switchless-fabric recipes build
+// it: 2.30.7 is the first NCCL with NCCL_IB_SUBNET_AWARE_ROUTING (src/transport/net_ib/
+// connect.cc at v2.30.7-1), with which each peer connects over the HCA on its subnet, so
+// a triangle and a ring of Sparks run IB (lab/README.md, "NCCL per link"). Not in
+// Releases, so the release matrix stays as long as it was.
+var NCCL230Release = Release{Name: "vllm-0.32.0-nccl2.30", VLLM: "0.32.0", Torch: "2.13.0+cu130", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7",
+	NCCLLib: "2.30.7", RustFrontend: true}
+
+// NCCL230RayRelease is NCCL230Release with `pip install ray` as of today (2.59.0, as
+// vllm-0.32.0-ray has it), so a switchless fabric on NCCL 2.30.7 is deployed under Ray as
+// well as under mp: executor auto picks RayExecutorV2 on it. Not in Releases, as its
+// stock twin.
+var NCCL230RayRelease = Release{Name: "vllm-0.32.0-nccl2.30-ray", VLLM: "0.32.0", Torch: "2.13.0+cu130", Ray: "2.59.0", NCCLDist: "nvidia_nccl_cu13", NCCL: "2.29.7",
+	NCCLLib: "2.30.7", RustFrontend: true}
 
 // RayTokenRelease is the Ray 2.59 release with a token already in the image
 // (Release.AuthToken): a cluster started on it runs Ray's token authentication whether
@@ -86,14 +116,20 @@ func ReleaseNamed(name string) (Release, bool) {
 	return Release{}, false
 }
 
-// SimImages are every release's image, in Releases' order, then RayTokenRelease's and
-// NICSelectionRelease's.
+// ImageReleases are the releases the lab builds an image of: Releases, then the images
+// that are no modelled release of their own (RayTokenRelease, NICSelectionRelease,
+// NCCL230Release, NCCL230RayRelease).
+func ImageReleases() []Release {
+	return append(slices.Clone(Releases), RayTokenRelease, NICSelectionRelease, NCCL230Release, NCCL230RayRelease)
+}
+
+// SimImages are every image release's image, in ImageReleases' order.
 func SimImages() []string {
-	out := make([]string, 0, len(Releases)+2)
-	for _, r := range Releases {
+	var out []string
+	for _, r := range ImageReleases() {
 		out = append(out, r.Image())
 	}
-	return append(out, RayTokenRelease.Image(), NICSelectionRelease.Image())
+	return out
 }
 
 // SitePackages is where vLLM's images install Python packages (pip into Ubuntu's Python
@@ -133,6 +169,11 @@ func simImage(r Release, base, sim, dir string) (images.Image, error) {
 		}
 		files[rel] = filepath.Join(ctx, rel)
 	}
+	lib := filepath.Join("dist", "nvidia", "nccl", "lib", "libnccl.so.2")
+	if err := writeFile(filepath.Join(ctx, lib), ncclStandIn(r)); err != nil {
+		return images.Image{}, err
+	}
+	files[lib] = filepath.Join(ctx, lib)
 	if err := writeFile(filepath.Join(ctx, "rank.py"), string(rankProgram)); err != nil {
 		return images.Image{}, err
 	}
@@ -169,6 +210,18 @@ func simImage(r Release, base, sim, dir string) (images.Image, error) {
 		// image on it (and no image keeps an old base's layers).
 		Dockerfile: "FROM " + TorchImage + "\n# base " + base + "\nCOPY " + bins + " /usr/local/bin/\nCOPY dist " + SitePackages + "\n" +
 			"COPY python3.12 /usr/lib/python3.12\nCOPY rank.py " + RankProgram + "\nCOPY nsswitch.conf /etc/\n" + rust + env + token}, nil
+}
+
+// ncclStandIn is the lab's libnccl.so.2: no library, only what a reader of the file finds,
+// an ELF header and NCCL's version string as src/init.cc compiles it in (VERSION_STRING:
+// "NCCL version " major.minor.patch suffix "+cuda" CUDA major.minor), the CUDA version from
+// the torch wheel's local version (cu130: 13.0).
+func ncclStandIn(r Release) string {
+	cuda := ""
+	if _, local, ok := strings.Cut(r.Torch, "+cu"); ok && len(local) >= 3 {
+		cuda = "+cuda" + local[:len(local)-1] + "." + local[len(local)-1:]
+	}
+	return "\x7fELF\x02\x01\x01\x00" + strings.Repeat("\x00", 56) + "NCCL version %s\x00NCCL version " + r.LoadedNCCL() + cuda + "\x00"
 }
 
 // nsswitch is Debian's /etc/nsswitch.conf without dns for hosts (simImage says why).

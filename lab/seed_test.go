@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -526,12 +527,17 @@ func TestPlannedEnvServesUnderEveryRayRelease(t *testing.T) {
 				"] torch 2.6.0+debian: rank 0/2 joined tcp://" + a.Fast.String() + ":",
 				"] torch 2.6.0+debian: rank 1/2 joined tcp://" + a.Fast.String() + ":",
 				"over Gloo (GLOO_SOCKET_IFNAME=" + ifA + "); all_reduce sum 3",
-				", ip=" + b.Fast.String() + ")\x1b[0m [tpdeploy-lab] torch 2.6.0+debian: rank 1/2",
 				"over Gloo (GLOO_SOCKET_IFNAME=" + ifB + "); all_reduce sum 3",
 			} {
 				if !strings.Contains(out, w) {
 					t.Errorf("no %q: torch did not run the rendezvous:\n%s", w, out)
 				}
+			}
+			// Rank 1 on node-b, under Ray's prefix; RayExecutorV2's workers nest vLLM's
+			// WorkerProc prefix inside it (lab/README.md).
+			rank1 := regexp.MustCompile(`, ip=` + regexp.QuoteMeta(b.Fast.String()) + `\)\x1b\[0m (\(Worker\S* pid=\d+\) )?\[tpdeploy-lab\] torch 2\.6\.0\+debian: rank 1/2`)
+			if !rank1.MatchString(out) {
+				t.Errorf("no line of rank 1 on node-b (%s): torch did not run the rendezvous there:\n%s", rank1, out)
 			}
 			if strings.Contains(out, "Overwriting environment variable NCCL_SOCKET_IFNAME") {
 				t.Errorf("a worker's NCCL_SOCKET_IFNAME was overwritten:\n%s", out)

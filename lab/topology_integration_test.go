@@ -11,39 +11,23 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/vishvananda/netns"
 )
 
 // dialFrom dials addr from the network namespace of process pid (the test runs as root).
 func dialFrom(pid int, addr string) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
+	return inNetns(pid, func() error {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
 		return err
-	}
-	defer orig.Close()
-	ns, err := netns.GetFromPid(pid)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		return err
-	}
-	defer func() { _ = netns.Set(orig) }()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err == nil {
-		c.Close()
-	}
-	return err
+	})
 }
 
 // reached says whether a dial got an answer from the peer's host (a connection or a refusal).

@@ -98,3 +98,23 @@ func TestUpRefusesUnknownTopologyAndNodeCount(t *testing.T) {
 		t.Errorf("wrong node count: %v", err)
 	}
 }
+
+// Each image's libnccl.so.2 stand-in carries the version string NCCL compiles in, of the
+// library the image's engine loads: the wheel's, or the 2.30.7 build copied over it.
+func TestNCCLStandInCarriesTheLoadedVersion(t *testing.T) {
+	stock, ok := ReleaseNamed("vllm-0.22.1")
+	if !ok {
+		t.Fatal("no vllm-0.22.1")
+	}
+	for r, want := range map[*Release]string{&stock: "NCCL version 2.28.9+cuda13.0\x00", &NCCL230Release: "NCCL version 2.30.7+cuda13.0\x00"} {
+		if got := ncclStandIn(*r); !strings.Contains(got, want) || !strings.HasPrefix(got, "\x7fELF") {
+			t.Errorf("%s: stand-in %q lacks %q", r.Name, got, want)
+		}
+	}
+	if NCCL230Release.NCCL != "2.29.7" || NCCL230Release.LoadedNCCL() != "2.30.7" {
+		t.Errorf("the 2.30 image keeps the wheel's record (2.29.7) under a 2.30.7 library: %+v", NCCL230Release)
+	}
+	if _, in := ReleaseNamed(NCCL230Release.Name); in {
+		t.Errorf("%s is in Releases: every release-matrix test would run it", NCCL230Release.Name)
+	}
+}

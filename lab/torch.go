@@ -81,6 +81,16 @@ type importer interface {
 // debootstrap is installed by `make deps`), then `docker import`. When the packages cannot
 // be fetched it fails naming the step; nothing falls back to the Go imitation.
 func EnsureTorch(ctx context.Context, eng images.Engine) (TorchBuild, error) {
+	unlock, err := lockBuilds(ctx)
+	if err != nil {
+		return TorchBuild{}, err
+	}
+	defer unlock()
+	return ensureTorch(ctx, eng)
+}
+
+// ensureTorch is EnsureTorch under a build lock its caller holds.
+func ensureTorch(ctx context.Context, eng images.Engine) (TorchBuild, error) {
 	var b TorchBuild
 	sum := torchHash()
 	got, err := eng.ImageInspect(ctx, TorchImage)

@@ -4,6 +4,7 @@ package lab
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestTorchBaseIsRealTorchSharedByEveryReleaseImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range Releases {
+	for _, r := range append(slices.Clone(Releases), NCCL230Release, NCCL230RayRelease) {
 		img, err := eng.ImageInspect(ctx, r.Image())
 		if err != nil {
 			t.Fatal(err)
@@ -69,8 +70,9 @@ func TestTorchBaseIsRealTorchSharedByEveryReleaseImage(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", r.Name, err, out)
 		}
-		if got.VLLM != r.VLLM || got.Torch != r.Torch || got.NCCL != r.NCCL || got.Ray != r.Ray || got.Python != "3.12" {
-			t.Errorf("%s: the image read reports %+v, want the modelled vllm %s torch %s nccl %s ray %q python 3.12\n%s", r.Name, got, r.VLLM, r.Torch, r.NCCL, r.Ray, out)
+		if got.VLLM != r.VLLM || got.Torch != r.Torch || got.NCCL != r.LoadedNCCL() || got.Ray != r.Ray || got.Python != "3.12" ||
+			got.NCCLLib != SitePackages+"/nvidia/nccl/lib/libnccl.so.2" {
+			t.Errorf("%s: the image read reports %+v, want the modelled vllm %s torch %s nccl %s (its library's) ray %q python 3.12\n%s", r.Name, got, r.VLLM, r.Torch, r.LoadedNCCL(), r.Ray, out)
 		}
 	}
 }
@@ -126,7 +128,10 @@ func TestGlooListFailsWithTorchsOwnText(t *testing.T) {
 	head := seedFixRay(t, l, eng, envA, envB)
 	vllm := dockerExec(t, eng, head, []string{"TPDEPLOY_SIM_STORE_TIMEOUT=10"}, serveArgs...)
 	out := waitOut(t, vllm, 60*time.Second,
-		"ip="+b.Fast.String()+")\x1b[0m RuntimeError: [enforce fail at ",
+		// Under RayExecutorV2 the rank's line carries vLLM's WorkerProc prefix inside Ray's
+		// (lab/README.md: the (Worker pid=N) prefix).
+		"ip="+b.Fast.String()+")\x1b[0m (Worker",
+		"RuntimeError: [enforce fail at ",
 		"ifa != nullptr. Unable to find address for: "+only)
 	if code := vllm.exitCode(t, 30*time.Second); code == 0 {
 		t.Error("vllm exited 0 with a Gloo list naming an interface node-b lacks")

@@ -63,6 +63,7 @@ func run(args []string) error {
 		fmt.Printf("TEMPORAL_ADDRESS=%s\nTEMPORAL_UI=%s\nTPDEPLOY_SIGN_KEY_FILE=%s\n", l.Temporal, l.UI, l.SignKeyFile)
 		fmt.Printf("# topology %s, up in %s\n", *topology, time.Since(start).Round(100*time.Millisecond))
 		fmt.Printf("# hub %s (HF_ENDPOINT): %s, and gated %s (secrets.hf_token {env: LAB_HF_TOKEN})\n", l.Hub, lab.HubRepo, lab.HubGatedRepo)
+		fmt.Printf("# controller: container %s (worker --role controller: the workflows; the nodes' agents run --role agent)\n", l.Controller)
 		for _, n := range l.Nodes {
 			var addrs []string
 			for _, net := range l.Nets {

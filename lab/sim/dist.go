@@ -42,6 +42,10 @@ type rankSpec struct {
 	Shards       int           `json:"shards,omitempty"`
 	ShardTime    time.Duration `json:"shard_time,omitempty"`
 	StoreTimeout time.Duration `json:"store_timeout,omitempty"`
+	// GPUMemoryUtilization is the engine's --gpu-memory-utilization: every worker gets the
+	// whole VllmConfig and sizes its own KV cache from its cache_config (vLLM's
+	// gpu_worker.py determine_available_memory); 0 is vLLM's default.
+	GPUMemoryUtilization float64 `json:"gpu_memory_utilization,omitempty"`
 }
 
 // errReported is a rank failure already logged in the rank's own words.
@@ -292,7 +296,7 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 
 // joinAndLoad is a worker rank after its environment is set: init_device (the group at the
 // driver's init method), then load_model from this node's disk, then collectives.
-func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, env map[string]string, o rankOut) error {
+func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, env map[string]string, o rankOut, initialized ...func()) error {
 	var in initSpec
 	if err := result(ctx, gc, rs.Job, "init", &in); err != nil {
 		return err
@@ -302,6 +306,9 @@ func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, env
 		return err
 	}
 	defer g.Close()
+	for _, f := range initialized {
+		f()
+	}
 	// load_model reads this node's copy of the weights: a shard missing here fails this
 	// rank, and the driver raises the rank's exception (Ray's ray.get of execute_method).
 	if err := checkWeights(rs.Model, o.log); err != nil {
@@ -309,13 +316,18 @@ func joinAndLoad(ctx context.Context, gc *gcsClient, rs rankSpec, ip string, env
 		_ = gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": err.Error()}, nil)
 		return errReported
 	}
-	// The weights' share only (memory.go): the driver hands a Ray worker no
-	// --gpu-memory-utilization, so its KV cache is not modelled.
-	newWeightLoad(rs.Model, rs.World, 1).all()
+	// The weights' share, then the KV cache its own cache_config asks for (memory.go).
+	w := newWeightLoad(rs.Model, rs.World, 1)
+	w.all()
 	select {
 	case <-ctx.Done():
 		return nil
 	case <-time.After(rs.LoadFor):
+	}
+	if err := w.kvCache(rs.GPUMemoryUtilization, o.log); err != nil {
+		o.log("ERROR", "worker_base.py:621", err.Error())
+		_ = gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": err.Error()}, nil)
+		return errReported
 	}
 	o.log("INFO", "default_loader.py:267", fmt.Sprintf("Loading weights took %.2f seconds", rs.LoadFor.Seconds()))
 	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "loaded", "value": rs.Rank}, nil); err != nil {

@@ -96,6 +96,11 @@ type apiServer struct {
 	// the requests in the engine (vllm:num_requests_running).
 	gen     atomic.Int64
 	running atomic.Int64
+	// rust: vllm-rs serves the HTTP socket and hands requests on to this server, which
+	// then answers errors as vllm-rs does (rustfrontend.go).
+	rust bool
+	// coreExited closes once the EngineCore process has ended.
+	coreExited chan struct{}
 }
 
 func runAPIServer(ctx context.Context, f serveFlags, args []string) error {
@@ -113,7 +118,7 @@ func runAPIServer(ctx context.Context, f serveFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := &apiServer{flags: f, p: p, wait: map[uint64]chan engineMsg{}}
+	a := &apiServer{flags: f, p: p, wait: map[uint64]chan engineMsg{}, coreExited: make(chan struct{})}
 	msgs := p.messages()
 	// The Rust front end starts while the engine starts (rustfrontend.go).
 	var rf *rustFrontend
@@ -126,12 +131,15 @@ func runAPIServer(ctx context.Context, f serveFlags, args []string) error {
 			if rf, err = startRustFrontend(f); err != nil {
 				return err
 			}
+			a.rust = true
 		}
 	}
 	stop := func() {
 		core.signal(syscall.SIGTERM)
+		// route takes the engine's exit off core.done once serving; coreExited says so then.
 		select {
 		case <-core.done:
+		case <-a.coreExited:
 		case <-time.After(5 * time.Second):
 			core.signal(syscall.SIGKILL)
 		}
@@ -191,6 +199,7 @@ func (a *apiServer) route(ctx context.Context, msgs <-chan engineMsg, core *chil
 		}
 	}
 	<-core.done
+	close(a.coreExited)
 	// The client's monitor of the engine processes returns early when the engine already
 	// reported its death (core_client.py monitor_engine_cores: `if not _self or
 	// _self.resources.engine_dead: return`), so the line is the mark of an engine that died
@@ -223,7 +232,7 @@ func (a *apiServer) engineDead() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, ch := range a.wait {
-		ch <- engineMsg{T: "out", ID: id, Err: "dead"}
+		ch <- engineMsg{T: "out", ID: id, Err: errDeadInFlight}
 		delete(a.wait, id)
 	}
 }
@@ -264,6 +273,16 @@ func (a *apiServer) watchdog(ctx context.Context, shutdown func()) {
 	}
 }
 
+// What generate answers for a request the dead engine did not serve: errDeadAtSubmit when
+// the engine was already dead as the request came (vLLM raises the client's dead_error
+// before anything is streamed; vllm-rs's registry refuses the request), errDeadInFlight when
+// it died while the request waited (AsyncLLM's output handler propagates EngineDeadError;
+// vllm-rs's registry closes every open stream with its health error).
+const (
+	errDeadAtSubmit = "dead at submit"
+	errDeadInFlight = "dead"
+)
+
 // generate sends one request to the engine and waits for its output, for as long as the
 // client waits (a client that goes away aborts it).
 func (a *apiServer) generate(ctx context.Context, prompt string, tokens int) (engineMsg, error) {
@@ -271,7 +290,7 @@ func (a *apiServer) generate(ctx context.Context, prompt string, tokens int) (en
 	a.mu.Lock()
 	if a.dead.Load() {
 		a.mu.Unlock()
-		return engineMsg{Err: "dead"}, nil
+		return engineMsg{Err: errDeadAtSubmit}, nil
 	}
 	a.next++
 	id := a.next
@@ -281,7 +300,7 @@ func (a *apiServer) generate(ctx context.Context, prompt string, tokens int) (en
 	defer a.running.Add(-1)
 	if err := a.p.send(engineMsg{T: "req", ID: id, Prompt: prompt, Tokens: tokens}); err != nil {
 		a.engineDead()
-		return engineMsg{Err: "dead"}, nil
+		return engineMsg{Err: errDeadAtSubmit}, nil
 	}
 	select {
 	case m := <-ch:

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -86,34 +89,107 @@ func TestEngineCoreIsNamedAsItsRelease(t *testing.T) {
 	}
 }
 
-// A request while the engine is dead: 500 InternalServerError with EngineDeadError's text
-// (engine_error_handler, create_error_response); /health 503 (instrumentator/health.py);
-// /v1/models is the API server's own and still answers.
+// A request while the engine is dead, as each front end answers it, byte for byte:
+//   - Python: 500 InternalServerError with EngineDeadError's text (engine_error_handler,
+//     create_error_response; Starlette's JSONResponse: compact, ErrorInfo's field order);
+//   - Rust: 500 server_error, the route's context before the engine client's "engine core
+//     reported fatal failure" (vllm-rs error.rs; axum's Json).
+//
+// /health answers 503 with an empty body under both (instrumentator/health.py
+// Response(status_code=503); vllm-rs routes/health.rs StatusCode::SERVICE_UNAVAILABLE);
+// /v1/models is the server's own and still answers.
 func TestADeadEngineAnswers500AndHealth503(t *testing.T) {
-	a := &apiServer{flags: serveFlags{served: "tiny", model: "/models/tiny"}, wait: map[uint64]chan engineMsg{}}
-	a.dead.Store(true)
-	srv := httptest.NewServer(a.api())
-	defer srv.Close()
-	resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"tiny","prompt":"hi","max_tokens":1}`))
-	if err != nil {
-		t.Fatal(err)
+	const py = `{"error":{"message":"EngineCore encountered an issue. See stack trace (above) for the root cause.","type":"InternalServerError","param":null,"code":500}}`
+	for _, c := range []struct {
+		name, path, body string
+		rust             bool
+		want             string
+	}{
+		{"python completion", "/v1/completions", `{"model":"tiny","prompt":"hi","max_tokens":1}`, false, py},
+		{"python chat", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`, false, py},
+		{"python streamed completion", "/v1/completions", `{"model":"tiny","prompt":"hi","stream":true}`, false, py},
+		{"rust completion", "/v1/completions", `{"model":"tiny","prompt":"hi","max_tokens":1}`, true,
+			`{"error":{"message":"failed to submit completion request: engine core reported fatal failure","type":"server_error","param":null,"code":"server_error"}}`},
+		{"rust chat", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"stream":true}`, true,
+			`{"error":{"message":"failed to submit chat request: engine core reported fatal failure","type":"server_error","param":null,"code":"server_error"}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := &apiServer{flags: serveFlags{served: "tiny", model: "/models/tiny"}, wait: map[uint64]chan engineMsg{}, rust: c.rust}
+			a.dead.Store(true)
+			srv := httptest.NewServer(a.api())
+			defer srv.Close()
+			resp, err := http.Post(srv.URL+c.path, "application/json", strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusInternalServerError || string(raw) != c.want || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%d %s %q\nwant 500 application/json %s", resp.StatusCode, resp.Header.Get("Content-Type"), raw, c.want)
+			}
+			for path, code := range map[string]int{"/health": http.StatusServiceUnavailable, "/v1/models": http.StatusOK} {
+				r, err := http.Get(srv.URL + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				if r.StatusCode != code || (path == "/health" && len(b) != 0) {
+					t.Errorf("%s: %d %q, want %d", path, r.StatusCode, b, code)
+				}
+			}
+		})
 	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	body := string(raw)
-	want := `{"error":{"code":500,"message":"EngineCore encountered an issue. See stack trace (above) for the root cause.","param":null,"type":"InternalServerError"}}`
-	if resp.StatusCode != http.StatusInternalServerError || strings.TrimSpace(body) != want {
-		t.Errorf("completion: %d %s, want 500 %s", resp.StatusCode, body, want)
-	}
-	for path, code := range map[string]int{"/health": http.StatusServiceUnavailable, "/v1/models": http.StatusOK} {
-		r, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-		if r.StatusCode != code {
-			t.Errorf("%s: %d, want %d", path, r.StatusCode, code)
-		}
+}
+
+// A request that waits through the engine's death: the Python front end answers it as
+// one that came after (the output handler's EngineDeadError reaches the same handler);
+// vllm-rs names the collector's context instead of the submit's; a stream already begun
+// ends in an error event and [DONE], Python's through json.dumps (spaces), vllm-rs's as
+// compact JSON.
+func TestARequestWaitingThroughTheDeath(t *testing.T) {
+	for _, c := range []struct {
+		name, path, body string
+		rust             bool
+		code             int
+		want             string
+	}{
+		{"python completion", "/v1/completions", `{"model":"tiny","prompt":"hi"}`, false, 500,
+			`{"error":{"message":"EngineCore encountered an issue. See stack trace (above) for the root cause.","type":"InternalServerError","param":null,"code":500}}`},
+		{"rust completion", "/v1/completions", `{"model":"tiny","prompt":"hi"}`, true, 500,
+			`{"error":{"message":"completion stream failed: engine core reported fatal failure","type":"server_error","param":null,"code":"server_error"}}`},
+		{"rust chat", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`, true, 500,
+			`{"error":{"message":"failed to collect chat completion response: engine core reported fatal failure","type":"server_error","param":null,"code":"server_error"}}`},
+		{"python stream", "/v1/completions", `{"model":"tiny","prompt":"hi","stream":true}`, false, 200,
+			"data: {\"error\": {\"message\": \"EngineCore encountered an issue. See stack trace (above) for the root cause.\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\ndata: [DONE]\n\n"},
+		{"rust stream", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"stream":true}`, true, 200,
+			"data: {\"error\":{\"message\":\"engine core reported fatal failure\",\"type\":\"server_error\",\"param\":null,\"code\":\"server_error\"}}\n\ndata: [DONE]\n\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			api := &apiServer{flags: serveFlags{served: "tiny", model: "/models/tiny"}, wait: map[uint64]chan engineMsg{}, rust: c.rust,
+				p: &ipc{enc: json.NewEncoder(a), dec: json.NewDecoder(a)}}
+			// The engine takes the request, then dies before it answers.
+			go func() {
+				var m engineMsg
+				if json.NewDecoder(b).Decode(&m) == nil {
+					api.engineDead()
+				}
+			}()
+			srv := httptest.NewServer(api.api())
+			defer srv.Close()
+			resp, err := http.Post(srv.URL+c.path, "application/json", strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.code || string(raw) != c.want {
+				t.Errorf("%d %q\nwant %d %q", resp.StatusCode, raw, c.code, c.want)
+			}
+		})
 	}
 }
 
@@ -188,5 +264,29 @@ func TestTheLegacyCopyCoversRegisteredNames(t *testing.T) {
 		if slices.Contains(registeredNonVLLM, n) {
 			t.Errorf("%s is worker-specific: never copied", n)
 		}
+	}
+}
+
+// Under the Rust front end there is no Python API server and no watchdog: `vllm serve`
+// ends as soon as the EngineCore process has, with wait_for_completion_or_failure's
+// RuntimeError, status 1 (vllm/v1/utils.py; vllm/entrypoints/cli/serve.py).
+func TestTheRustPathEndsWhenTheEngineProcessEnds(t *testing.T) {
+	l, err := net.Listen("unix", t.TempDir()+"/in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &apiServer{flags: serveFlags{rel: release{vllm: "0.32.0"}}, wait: map[uint64]chan engineMsg{}, rust: true, coreExited: make(chan struct{})}
+	rf := &rustFrontend{engine: l, child: &child{cmd: &exec.Cmd{}, done: make(chan error, 1)}}
+	go func() { time.Sleep(50 * time.Millisecond); rf.done <- nil }() // vllm-rs ends once told to
+	a.dead.Store(true)
+	close(a.coreExited)
+	t0 := time.Now()
+	err = a.serveRust(context.Background(), rf)
+	var ex *exitError
+	if !errors.As(err, &ex) || ex.code != 1 || ex.msg != "RuntimeError: Engine core process EngineCore died unexpectedly." {
+		t.Errorf("%v, want status 1 with the RuntimeError", err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("ended after %s: the engine's exit ends it at once, not at a watchdog tick", d)
 	}
 }

@@ -21,6 +21,17 @@ package main
 //     times, sleeping NCCL_IB_MQP_RETRY_SLEEP_MSEC (100) × attempt ms, logging each at INFO,
 //     then WARNs (src/misc/ibvwrap.cc wrap_ibv_modify_qp, ibvModifyQpLog); NCCLCHECK traces
 //     the return up (`file:line -> 2`, src/include/checks.h).
+// NCCL 2.30.7 adds subnet-aware routing (src/transport/net_ib/connect.cc at v2.30.7-1;
+// absent from v2.30.4-1 and earlier), off unless NCCL_IB_SUBNET_AWARE_ROUTING is set: the
+// listener puts the GIDs of its device's first two RoCE ports in its handle
+// (ncclIbListen), the connector moves to the first of its devices whose every RoCE port
+// shares a subnet with one of them (ncclIbConnect → ncclIbFindDevBySubnet), and the
+// acceptor does the same against the connector's ports (ncclIbAccept). The device NCCL
+// first gave the channel stays when all its ports match; the search runs over the
+// physical ports first (devices 0..n-1, init.cc ncclIbInitDevices) and then the fused
+// NICs, so on a switchless fabric each connection lands on the port facing the peer
+// (subnetRoute). Subnets are compared on the GID's IPv4 address under
+// NCCL_IB_SUBNET_PREFIX_LEN bits (default 24; outside [1,32] a WARN and invalid usage).
 // The local GID is the netdev's IPv4 address, RoCE v2 (ncclIbGetGidIndex's choice with
 // NCCL_IB_ADDR_FAMILY and NCCL_IB_ROCE_VERSION_NUM at their defaults), index 3 as mlx5 lays
 // out its table.
@@ -32,9 +43,95 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
+
+// loadedNCCL is the version of the NCCL library the image's engine loads (imageNCCL).
+var loadedNCCL = imageNCCL
+
+// subnetRoute is NCCL's subnet-aware routing as the rank's NCCL and env have it: the
+// prefix length its subnets are compared under, 0 when off (NCCL before 2.30.7, or
+// NCCL_IB_SUBNET_AWARE_ROUTING unset or 0: NCCL_PARAM reads an integer, default 0).
+func subnetRoute(nccl string, getenv func(string) string) (int, error) {
+	if nccl == "" || versionBefore(nccl, "2.30.7") {
+		return 0, nil
+	}
+	if on, err := strconv.ParseInt(strings.TrimSpace(getenv("NCCL_IB_SUBNET_AWARE_ROUTING")), 0, 64); err != nil || on == 0 {
+		return 0, nil
+	}
+	prefix := int64(24)
+	if v := strings.TrimSpace(getenv("NCCL_IB_SUBNET_PREFIX_LEN")); v != "" {
+		if n, err := strconv.ParseInt(v, 0, 64); err == nil {
+			prefix = n
+		}
+	}
+	if prefix < 1 || prefix > 32 {
+		return 0, fmt.Errorf("NET/IB: NCCL_IB_SUBNET_PREFIX_LEN=%d is out of range [1,32]", prefix)
+	}
+	return int(prefix), nil
+}
+
+// sameSubnet is connect.cc gidSameSubnet for IPv4 GIDs: the addresses under prefix bits.
+func sameSubnet(a, b ibPort, prefix int) bool {
+	x, err1 := netip.ParseAddr(a.Addr)
+	y, err2 := netip.ParseAddr(b.Addr)
+	if err1 != nil || err2 != nil || !x.Is4() || !y.Is4() {
+		return false
+	}
+	px, _ := x.Prefix(prefix)
+	py, _ := y.Prefix(prefix)
+	return px == py
+}
+
+// findDevBySubnet is connect.cc ncclIbFindDevBySubnet: def when every one of its ports
+// shares a subnet with one of remote's, else the first of devs (physical ports, then
+// fused NICs) whose every port does, else def.
+func findDevBySubnet(devs []ncclNet, def ncclNet, remote []ibPort, prefix int) ncclNet {
+	all := func(d ncclNet) bool {
+		for _, p := range d.Ports {
+			if !slices.ContainsFunc(remote, func(r ibPort) bool { return sameSubnet(p, r, prefix) }) {
+				return false
+			}
+		}
+		return len(d.Ports) > 0
+	}
+	if all(def) {
+		return def
+	}
+	for _, d := range devs {
+		if d.Dev != def.Dev && all(d) {
+			return d
+		}
+	}
+	return def
+}
+
+// ibDevices are NCCL's IB devices in index order, as ncclIbFindDevBySubnet searches them:
+// each port alone (0..n-1), then the fused NICs ncclNets made.
+func ibDevices(ports []ibPort, merge bool) []ncclNet {
+	var out []ncclNet
+	for i, p := range ports {
+		out = append(out, ncclNet{Dev: i, Ports: []ibPort{p}})
+	}
+	for _, n := range ncclNets(ports, merge) {
+		if n.Dev >= len(ports) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// routed is a connection from local NIC l to the peer's NIC r under subnet-aware routing:
+// the connector's device chosen against the listener's first two ports, the acceptor's
+// against the connector's chosen ports.
+func routed(mine, theirs []ibPort, l, r ncclNet, merge bool, prefix int) (ncclNet, ncclNet) {
+	listen := r.Ports[:min(2, len(r.Ports))]
+	lc := findDevBySubnet(ibDevices(mine, merge), l, listen, prefix)
+	rc := findDevBySubnet(ibDevices(theirs, merge), r, lc.Ports, prefix)
+	return lc, rc
+}
 
 // ibPort is an HCA port NCCL's IB plugin uses, with its netdev's IPv4 address and subnet.
 type ibPort struct {
@@ -287,8 +384,10 @@ type ibLink struct {
 	Algo          string
 	Channel, Dev  int
 	Local, Remote ibPort
-	Ports         []ibPort // the local NIC's ports
-	OK            bool
+	Ports         []ibPort // the local NIC's ports (after subnet-aware routing's move)
+	// Routed is the device subnet-aware routing moved the connection to (-1: none).
+	Routed int
+	OK     bool
 }
 
 // ibLinks are the connections node me (an index of nodes) opens for a communicator over
@@ -309,7 +408,10 @@ type ibLink struct {
 //     gives the same graph), and the queue pairs pair device q with device q (ibQPs).
 //
 // There are as many channels as NICs (at least one each).
-func ibLinks(nodes []ibNode, me int, algos map[string]bool, runtime, onePerNode, merge bool) []ibLink {
+//
+// route > 0 is subnet-aware routing's prefix length (subnetRoute): each connection then
+// moves, at both ends, to the device on the peer's subnet (routed), in both directions.
+func ibLinks(nodes []ibNode, me int, algos map[string]bool, runtime, onePerNode, merge bool, route int) []ibLink {
 	var out []ibLink
 	mine := ncclNets(nodes[me].Ports, merge)
 	for _, p := range commPairs(len(nodes), algos, runtime, onePerNode) {
@@ -329,8 +431,26 @@ func ibLinks(nodes []ibNode, me int, algos map[string]bool, runtime, onePerNode,
 		}
 		for c := range max(len(mine), len(theirs)) {
 			l, r := mine[c%len(mine)], theirs[c%len(theirs)]
-			link := ibLink{Peer: peer, Algo: p.Algo, Channel: c, Dev: l.Dev, Ports: l.Ports}
-			link.Local, link.Remote, link.OK = ibQPs(l, r)
+			link := ibLink{Peer: peer, Algo: p.Algo, Channel: c, Dev: l.Dev, Ports: l.Ports, Routed: -1}
+			if route == 0 {
+				link.Local, link.Remote, link.OK = ibQPs(l, r)
+				out = append(out, link)
+				continue
+			}
+			// This node sends (connects) and receives (accepts) on the channel.
+			lc, rc := routed(nodes[me].Ports, nodes[peer].Ports, l, r, merge, route)
+			rs, ls := routed(nodes[peer].Ports, nodes[me].Ports, r, l, merge, route)
+			if lc.Dev != l.Dev {
+				link.Routed = lc.Dev
+			}
+			link.Ports = lc.Ports
+			link.Local, link.Remote, link.OK = ibQPs(lc, rc)
+			if link.OK {
+				var back bool
+				if _, _, back = ibQPs(ls, rs); !back {
+					link.Local, link.Remote, link.OK = ls.Ports[0], rs.Ports[0], false
+				}
+			}
 			out = append(out, link)
 		}
 	}
@@ -469,6 +589,11 @@ func ibConnect(ctx context.Context, rank, world, tp int, getenv func(string) str
 	}
 	runtime := strings.TrimSpace(getenv("NCCL_RUNTIME_CONNECT")) != "0"
 	merge := ncclMergeNICs(getenv)
+	route, err := subnetRoute(loadedNCCL(), getenv)
+	if err != nil {
+		log("WARNING", "connect.cc:529", "NCCL WARN "+err.Error())
+		return fmt.Errorf("RuntimeError: NCCL error: invalid argument (run with NCCL_DEBUG=WARN for details)")
+	}
 	for _, g := range commGroupsOf(world, tp) {
 		if !slices.Contains(g, rank) {
 			continue
@@ -481,9 +606,12 @@ func ibConnect(ctx context.Context, rank, world, tp int, getenv func(string) str
 		if !allIB {
 			continue // one node or a node on sockets: no IB queue pair here
 		}
-		for _, l := range ibLinks(nodes, me, algos, runtime, len(nodes) == len(g), merge) {
+		for _, l := range ibLinks(nodes, me, algos, runtime, len(nodes) == len(g), merge, route) {
 			if l.OK {
 				log("INFO", "net.cc:0", fmt.Sprintf("NCCL INFO Channel %02d/0 : %d[0] -> %d[0] [send] via NET/IB/%d", l.Channel, rank, nodes[l.Peer].First, l.Dev))
+				if l.Routed >= 0 {
+					log("INFO", "connect.cc:587", fmt.Sprintf("NCCL INFO NET/IB: Subnet-aware routing: overriding dev %d with dev %d", l.Dev, l.Routed))
+				}
 				continue
 			}
 			info, sleeps, warn, trace := ibFailLines(l, runtime)
@@ -518,6 +646,10 @@ func ibHopGBs(world, tp int, peers []hello, mine []verbsPort) (float64, bool) {
 	algos, _ := ncclAlgos(os.Getenv("NCCL_ALGO"))
 	runtime := strings.TrimSpace(os.Getenv("NCCL_RUNTIME_CONNECT")) != "0"
 	merge := ncclMergeNICs(os.Getenv)
+	route, err := subnetRoute(loadedNCCL(), os.Getenv)
+	if err != nil {
+		return 0, true
+	}
 	slow, failed := 0.0, false
 	for _, g := range commGroupsOf(world, tp) {
 		for _, r := range g {
@@ -530,7 +662,7 @@ func ibHopGBs(world, tp int, peers []hello, mine []verbsPort) (float64, bool) {
 				continue
 			}
 			used := map[int]map[string]bool{}
-			for _, l := range ibLinks(nodes, me, algos, runtime, len(nodes) == len(g), merge) {
+			for _, l := range ibLinks(nodes, me, algos, runtime, len(nodes) == len(g), merge, route) {
 				if !l.OK {
 					failed = true
 					continue

@@ -29,7 +29,7 @@ func links(t *testing.T, peers []hello, group []int, rank int, algo string, runt
 		t.Fatal(err)
 	}
 	nodes, me := ibGroupNodes(group, rank, peers)
-	return ibLinks(nodes, me, algos, runtime, len(nodes) == len(group), merge)
+	return ibLinks(nodes, me, algos, runtime, len(nodes) == len(group), merge, 0)
 }
 
 // sparkPair is the seed's two Sparks on two rails, each rail one PCIe half of the port.
@@ -231,5 +231,76 @@ func TestNCCLAlgoParsing(t *testing.T) {
 	}
 	if _, err := ncclAlgos("Rings"); err == nil || !strings.Contains(err.Error(), `Unrecognized element token "Rings"`) {
 		t.Errorf("a bad token: %v", err)
+	}
+}
+
+// NCCL 2.30.7 with NCCL_IB_SUBNET_AWARE_ROUTING=1 moves each connection to the port on the
+// peer's subnet, at both ends: a triangle connects every pair under any algorithm, a ring
+// of four under NCCL_ALGO=Ring (its tree still crosses the diagonal, which has no cable).
+// NCCL 2.30.4 has no such variable, and 2.30.7 without it behaves as 2.28.9.
+func TestSubnetAwareRoutingConnectsEachPeerOverItsPort(t *testing.T) {
+	t.Setenv(envTimeScale, "0")
+	defer func(f func() string) { loadedNCCL = f }(loadedNCCL)
+	connect := func(nccl string, n int, env map[string]string) ([]string, error) {
+		loadedNCCL = func() string { return nccl }
+		hs := switchless(n)
+		var lines []string
+		var err error
+		for r := range n {
+			log := func(level, where, msg string) { lines = append(lines, fmt.Sprintf("rank %d %s", r, msg)) }
+			if err = ibConnect(context.Background(), r, n, n, func(k string) string { return env[k] }, hs[r].IB, hs, log); err != nil {
+				return lines, err
+			}
+		}
+		return lines, nil
+	}
+	on := map[string]string{"NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_IB_SUBNET_PREFIX_LEN": "24"}
+	ring := map[string]string{"NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_IB_SUBNET_PREFIX_LEN": "24", "NCCL_ALGO": "Ring"}
+	for _, tc := range []struct {
+		name string
+		nccl string
+		n    int
+		env  map[string]string
+		ok   bool
+	}{
+		{"triangle, 2.30.7, routing on", "2.30.7", 3, on, true},
+		{"ring4, 2.30.7, routing on, ring only", "2.30.7", 4, ring, true},
+		{"ring4, 2.30.7, routing on, tree across the diagonal", "2.30.7", 4, on, false},
+		{"triangle, 2.30.4, variable set", "2.30.4", 3, on, false},
+		{"triangle, 2.30.7, variable unset", "2.30.7", 3, map[string]string{}, false},
+		{"triangle, 2.28.9, variable set", "2.28.9", 3, on, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lines, err := connect(tc.nccl, tc.n, tc.env)
+			text := strings.Join(lines, "\n")
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok %v\n%s", err, tc.ok, text)
+			}
+			if tc.ok && !strings.Contains(text, "NCCL INFO NET/IB: Subnet-aware routing: overriding dev 2 with dev ") {
+				t.Errorf("no override line:\n%s", text)
+			}
+			if !tc.ok && !strings.Contains(text, "NCCL WARN Call to ibv_modify_qp failed with 110") {
+				t.Errorf("no NCCL failure lines:\n%s", text)
+			}
+		})
+	}
+	// Every connection's first queue pair joins two ports of one cable, fused or not.
+	loadedNCCL = func() string { return "2.30.7" }
+	for _, merge := range []bool{true, false} {
+		hs := switchless(4)
+		algos, _ := ncclAlgos("Ring")
+		for r := range 4 {
+			nodes, me := ibGroupNodes(seq(4), r, hs)
+			for _, l := range ibLinks(nodes, me, algos, true, true, merge, 24) {
+				if _, _, joined := ibRoute([]ibPort{l.Local}, []ibPort{l.Remote}); !l.OK || !joined || len(l.Ports) != 1 {
+					t.Errorf("merge %v: rank %d to %d: %+v", merge, r, l.Peer, l)
+				}
+			}
+		}
+	}
+	// A prefix length out of range is NCCL's WARN and invalid argument.
+	lines, err := connect("2.30.7", 3, map[string]string{"NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_IB_SUBNET_PREFIX_LEN": "40"})
+	if err == nil || !strings.Contains(strings.Join(lines, "\n"), "NCCL WARN NET/IB: NCCL_IB_SUBNET_PREFIX_LEN=40 is out of range [1,32]") {
+		t.Errorf("prefix 40: %v %q", err, lines)
 	}
 }

@@ -69,8 +69,8 @@ func unifiedMemory() bool {
 	return v
 }
 
-// utilization is --gpu-memory-utilization from vllm serve's arguments (vLLM's default 0.9,
-// vllm/config/cache.py).
+// utilization is --gpu-memory-utilization from vllm serve's arguments, 0 when they do not
+// set it (kvCache then takes vLLM's default 0.9, vllm/config/cache.py).
 func utilization(args []string) float64 {
 	for i, a := range args {
 		name, val, ok := strings.Cut(a, "=")
@@ -84,7 +84,7 @@ func utilization(args []string) float64 {
 			return u
 		}
 	}
-	return 0.9
+	return 0
 }
 
 // weightFiles are the model directory's checkpoint files (none for a Hugging Face name,
@@ -144,12 +144,16 @@ func (w weightLoad) all() {
 }
 
 // kvCache allocates the rank's KV cache after the profile on unified memory: requested
-// memory less the weights. It returns upstream's error when nothing is left for it.
-func (w weightLoad) kvCache(args []string, log rankLog) error {
+// memory (util of the node's, vLLM's default 0.9 for 0) less the weights. It returns
+// upstream's error when nothing is left for it.
+func (w weightLoad) kvCache(util float64, log rankLog) error {
 	if !w.unified {
 		return nil
 	}
-	requested := int64(utilization(args) * float64(nodeMemory()))
+	if util <= 0 {
+		util = 0.9
+	}
+	requested := int64(util * float64(nodeMemory()))
 	kv := requested - w.share
 	if kv <= 0 {
 		return fmt.Errorf("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")

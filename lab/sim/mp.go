@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -126,8 +127,9 @@ func mpWorkerMain(in procInput) error {
 	}
 	defer stop()
 	name := workerName(in.Rank, f.tp, f.pp)
-	log := func(level, where, msg string) { vllmLog(name, level, where, msg) }
-	err = mpRank(ctx, in.Rank, in.World, f, vllmHostIP(), mpOut(name))
+	prefix := newWorkerPrefix(f.rel, name)
+	log := func(level, where, msg string) { vllmLog(prefix.get(), level, where, msg) }
+	err = mpRank(ctx, in.Rank, in.World, f, vllmHostIP(), mpOut(prefix), func() { prefix.initialized(name) })
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -148,13 +150,56 @@ type mpResult struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// mpOut is a worker's output: vLLM's lines and its torch process's, under its name.
-func mpOut(name string) rankOut {
+// mpOut is a worker's output: vLLM's lines and its torch process's, under its log prefix
+// (workerPrefix).
+func mpOut(p *workerPrefix) rankOut {
 	return rankOut{
-		log: func(level, where, msg string) { vllmLog(name, level, where, msg) },
-		raw: func(line string) { emit(fmt.Sprintf("(%s pid=%d) %s", name, os.Getpid(), line)) },
+		log: func(level, where, msg string) { vllmLog(p.get(), level, where, msg) },
+		raw: func(line string) { emit(fmt.Sprintf("(%s pid=%d) %s", p.get(), os.Getpid(), line)) },
 	}
 }
+
+// workerPrefix is a WorkerProc's log prefix. WorkerProc.__init__ calls
+// setup_proc_title_and_log_prefix twice: before init_device, when the parallel groups do
+// not exist yet (model_parallel_is_initialized() false: set_process_title(name="Worker"),
+// decorate_logs("Worker")), and after it (Worker[_DP d][_PP p][_PCP c][_TP t]…, each part
+// only when that size is over 1). init_device is where torch.distributed, Gloo and NCCL
+// start, so their lines read (Worker pid=N) and the rest (Worker_TP1 pid=N)
+// (vllm/v1/executor/multiproc_executor.py; vLLM's main as ROCm/vllm carries it at
+// dd36ccb5d754a02fe09e6a4c6f2f3cff4bd07b33; lab/README.md). RayExecutorV2's RayWorkerProc
+// is a WorkerProc and does the same under its Ray prefix; the legacy RayWorkerWrapper is not.
+type workerPrefix struct {
+	mu   sync.Mutex
+	name string
+}
+
+// newWorkerPrefix is the prefix a worker starts with: "Worker" where the release calls
+// setup_proc_title_and_log_prefix before init_device, else already its final name.
+func newWorkerPrefix(r release, final string) *workerPrefix {
+	if r.earlyWorkerPrefix() {
+		return &workerPrefix{name: "Worker"}
+	}
+	return &workerPrefix{name: final}
+}
+
+func (p *workerPrefix) get() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.name
+}
+
+// initialized is the second setup_proc_title_and_log_prefix, once init_device is done.
+func (p *workerPrefix) initialized(final string) {
+	p.mu.Lock()
+	p.name = final
+	p.mu.Unlock()
+}
+
+// earlyWorkerPrefix: the releases modelled from vLLM's main (after 0.22.1) name a worker
+// before init_device. When the early call came in is not known here (the PR was not
+// found; vllm#24476 asked for it in 2025-09), so 0.22.1 and older keep the one call after
+// init_device.
+func (r release) earlyWorkerPrefix() bool { return atLeast(r.vllm, "0.23") }
 
 func osEnv() map[string]string {
 	env := map[string]string{}
@@ -167,12 +212,13 @@ func osEnv() map[string]string {
 
 // mpRank is one worker of a headless node: it joins the group at the master address, loads
 // its node's copy of the weights, reports to rank 0 and answers collectives.
-func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, o rankOut) error {
+func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, o rankOut, initialized func()) error {
 	init := "tcp://" + net.JoinHostPort(f.masterAddr, strconv.Itoa(f.masterPort))
 	g, err := joinGroup(ctx, rank, world, f.tp, init, mpStoreTimeout(), ip, osEnv(), o, nil)
 	if err != nil {
 		return err
 	}
+	initialized()
 	defer g.Close()
 	enc := json.NewEncoder(g.nccl)
 	if err := checkWeights(f.model, o.log); err != nil {
@@ -191,7 +237,7 @@ func mpRank(ctx context.Context, rank, world int, f serveFlags, ip string, o ran
 	}
 	// The KV cache is allocated when the load ends, not after the profiling collective as
 	// upstream does: the lab's worker answers collectives in a loop from here on.
-	if err := w.kvCache(f.args, o.log); err != nil {
+	if err := w.kvCache(utilization(f.args), o.log); err != nil {
 		_ = enc.Encode(mpResult{Error: err.Error()})
 		return errReported
 	}
@@ -213,8 +259,9 @@ func (e *engine) startMP(ctx context.Context, local int) error {
 	for lr := 1; lr < local; lr++ {
 		name := workerName(lr, f.tp, f.pp)
 		go func() {
-			o := mpOut(name)
-			if err := mpRank(ctx, lr, e.world, f, ip, o); err != nil && ctx.Err() == nil {
+			prefix := newWorkerPrefix(f.rel, name)
+			o := mpOut(prefix)
+			if err := mpRank(ctx, lr, e.world, f, ip, o, func() { prefix.initialized(name) }); err != nil && ctx.Err() == nil {
 				if text, printed := exceptionText(err); !printed {
 					o.log("ERROR", "multiproc_executor.py:671", text)
 				}

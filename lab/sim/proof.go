@@ -28,6 +28,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,8 +88,16 @@ func ncclWarn(where, msg string) {
 	emit(fmt.Sprintf("%s:%d:%d [0] %s NCCL WARN %s", proofHost, os.Getpid(), os.Getpid(), where, msg))
 }
 
-// imageNCCL is the version of the NCCL wheel in the image ("" when none).
+// imageNCCL is the version of the NCCL library the engine loads: the version string NCCL
+// compiles in (src/init.cc VERSION_STRING, "NCCL version 2.28.9+cuda13.0") in the wheel's
+// nvidia/nccl/lib/libnccl.so.2 (the lab's stand-in, lab/releases.go), else the NCCL
+// wheel's record ("" when neither).
 func imageNCCL() string {
+	if b, err := os.ReadFile(filepath.Join(distPackages, "nvidia", "nccl", "lib", "libnccl.so.2")); err == nil {
+		if m := ncclVersionString.FindSubmatch(b); m != nil {
+			return string(m[1])
+		}
+	}
 	for _, n := range []string{"nvidia_nccl_cu13", "nvidia_nccl_cu12"} {
 		if v, err := distVersion(n); err == nil {
 			return v
@@ -96,6 +105,8 @@ func imageNCCL() string {
 	}
 	return ""
 }
+
+var ncclVersionString = regexp.MustCompile(`NCCL version ([0-9]+\.[0-9]+\.[0-9]+)`)
 
 // bootstrapLine is NCCL's bootstrap line: `Bootstrap: Using` since 2.24 (src/bootstrap.cc
 // at v2.24.3-1: INFO(NCCL_BOOTSTRAP, "Bootstrap: Using%s", line); measured on 2.28.9),

@@ -105,7 +105,8 @@ func (e *engine) startV2(ctx context.Context, d *driver) error {
 		node := e.pg.Nodes[b]
 		e.rankNodes = append(e.rankNodes, node)
 		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, TP: e.flags.tp, LoadFor: e.loadFor(), Model: e.flags.model,
-			V2: true, DriverNode: d.node.ID, Shards: e.shards(), ShardTime: e.shardTime(), StoreTimeout: e.storeWait()})
+			V2: true, DriverNode: d.node.ID, Shards: e.shards(), ShardTime: e.shardTime(), StoreTimeout: e.storeWait(),
+			GPUMemoryUtilization: e.flags.gpuMemoryUtilization()})
 		if err := e.gc.call(ctx, "POST", "/v1/tasks", task{Job: e.job, Node: node, Spec: spec}, nil); err != nil {
 			return fmt.Errorf("RuntimeError: start RayWorkerProc rank %d: %v", rank, err)
 		}
@@ -165,13 +166,19 @@ func (e *engine) deadRanks(node string) []int {
 // runV2Rank is one RayWorkerProc, run by its node's raylet (in that node's Ray container,
 // with that container's environment and network namespace).
 func runV2Rank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeID, nodeIP string) {
-	prefix := fmt.Sprintf("(RayWorkerProc pid=%d, ip=%s)", os.Getpid()+rs.Rank+1, nodeIP)
+	pid := os.Getpid() + rs.Rank + 1
+	prefix := fmt.Sprintf("(RayWorkerProc pid=%d, ip=%s)", pid, nodeIP)
 	if nodeID == rs.DriverNode {
-		prefix = fmt.Sprintf("(RayWorkerProc pid=%d)", os.Getpid()+rs.Rank+1)
+		prefix = fmt.Sprintf("(RayWorkerProc pid=%d)", pid)
 	}
+	// RayWorkerProc is a WorkerProc: its own decorate_logs prefix follows Ray's (mp.go
+	// workerPrefix), "Worker" until init_device is done.
+	final := workerName(rs.Rank, max(rs.TP, 1), max(rs.World/max(rs.TP, 1), 1))
+	rel, _ := imageRelease()
+	wp := newWorkerPrefix(rel, final)
 	var mu sync.Mutex
 	out := func(line string) {
-		line = prefix + " " + line
+		line = fmt.Sprintf("%s (%s pid=%d) %s", prefix, wp.get(), pid, line)
 		mu.Lock()
 		defer mu.Unlock()
 		emit(line)
@@ -206,13 +213,14 @@ func runV2Rank(ctx context.Context, gc *gcsClient, rs rankSpec, nodeID, nodeIP s
 	}
 	if rs.Rank > 0 {
 		// A load_model failure was posted for rank 0's wait, which raises it.
-		if err := joinAndLoad(ctx, gc, rs, nodeIP, env, rankOut{log, out}); err != nil && !errors.Is(err, errReported) {
+		if err := joinAndLoad(ctx, gc, rs, nodeIP, env, rankOut{log, out}, func() { wp.initialized(final) }); err != nil && !errors.Is(err, errReported) {
 			fail(err)
 		}
 		return
 	}
-	r0 := &engine{flags: serveFlags{model: rs.Model}, world: rs.World, log: log, gc: gc, job: rs.Job, v2: true,
-		shardN: max(rs.Shards, 1), shardT: rs.ShardTime, storeTimeout: rs.StoreTimeout, actorEnv: env, out: out}
+	r0 := &engine{flags: serveFlags{model: rs.Model, util: rs.GPUMemoryUtilization}, world: rs.World, log: log, gc: gc, job: rs.Job, v2: true,
+		shardN: max(rs.Shards, 1), shardT: rs.ShardTime, storeTimeout: rs.StoreTimeout, actorEnv: env, out: out,
+		onGroup: func() { wp.initialized(final) }}
 	// create_dist_init_method: the TCPStore on ray.util.get_node_ip_address(), port 0.
 	if err := r0.initDistributed(ctx, nodeIP); err != nil {
 		fail(err)

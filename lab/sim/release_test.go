@@ -78,3 +78,31 @@ func TestRayV2SwitchIsReadWithInt(t *testing.T) {
 		}
 	}
 }
+
+// The simulated NCCL is the library's: its compiled-in version string wins over the
+// wheel's record, which stands when the library is absent.
+func TestImageNCCLIsTheLibrarysVersion(t *testing.T) {
+	dir := t.TempDir()
+	old := distPackages
+	distPackages = dir
+	defer func() { distPackages = old }()
+	if err := os.MkdirAll(filepath.Join(dir, "nvidia_nccl_cu13-2.29.7.dist-info"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nvidia_nccl_cu13-2.29.7.dist-info", "METADATA"), []byte("Name: nvidia-nccl-cu13\nVersion: 2.29.7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v := imageNCCL(); v != "2.29.7" {
+		t.Errorf("no library: %q, want the wheel's 2.29.7", v)
+	}
+	lib := filepath.Join(dir, "nvidia", "nccl", "lib")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lib, "libnccl.so.2"), []byte("\x7fELF\x00NCCL version %s\x00NCCL version 2.30.7+cuda13.0\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v := imageNCCL(); v != "2.30.7" {
+		t.Errorf("library 2.30.7 over the 2.29.7 wheel: %q", v)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -38,9 +39,10 @@ import (
 // The lab's vllm-rs is this binary again, installed at the same path: it takes the HTTP
 // socket from --listen-fd and hands every request to the Python side's engine client at
 // --input-address (a unix socket here; upstream's are ZMQ ipc sockets carrying engine
-// requests, not HTTP), which answers as the Python front end would. The engine's death is
-// modelled as under the Python front end (500s, then the process ends); that path is not
-// checked in source for the Rust front end.
+// requests, not HTTP); that side answers errors as vllm-rs does (engineDeadResponse,
+// streamError: vllm-rs's bodies, not the Python front end's). A dead engine: 500s with
+// vllm-rs's server_error bodies, /health 503 (routes/health.rs: the client unhealthy), and
+// `vllm serve` ends as soon as the engine process has (serveRust).
 
 // hasRustFrontend: VLLM_USE_RUST_FRONTEND exists in the releases after 0.22.1 (a 0.22.1
 // nightly logged it; among the modelled releases, 0.32.0 has it).
@@ -149,14 +151,22 @@ func uuid() string {
 	return h[:8] + "-" + h[8:12] + "-4" + h[13:16] + "-a" + h[17:20] + "-" + h[20:]
 }
 
-// serveRust serves the engine client to vllm-rs until a signal, the engine's death (the
-// watchdog's timing, as under the Python front end) or vllm-rs's exit.
+// serveRust serves the engine client to vllm-rs until a signal, vllm-rs's exit or the
+// EngineCore process's end. There is no Python API server on this path, so no watchdog:
+// run_multi_api_server waits in wait_for_completion_or_failure, whose engine monitor
+// (CoreEngineProcManager.monitor_engine_liveness) wakes when the engine process exits
+// non-zero (run_engine_core re-raises after _send_engine_dead); it raises
+// RuntimeError("Engine core process EngineCore died unexpectedly."), logs it with
+// logger.exception("Exception occurred while running API servers: %s", ...), and the
+// finally shuts vllm-rs down: `vllm serve` ends with the exception, status 1
+// (vllm/entrypoints/cli/serve.py, vllm/v1/utils.py; lab/README.md).
 func (a *apiServer) serveRust(ctx context.Context, rf *rustFrontend) error {
 	srv := &http.Server{Handler: authenticate(a.api(), apiTokens(a.flags))}
 	stop := func() {
 		rf.signal(syscall.SIGTERM)
 		_ = srv.Close()
 	}
+	var engineExited atomic.Bool
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -164,19 +174,27 @@ func (a *apiServer) serveRust(ctx context.Context, rf *rustFrontend) error {
 		case err := <-rf.done:
 			rf.done <- err
 			_ = srv.Close()
+		case <-a.coreExited:
+			engineExited.Store(true)
+			stop()
 		}
 	}()
-	go a.watchdog(ctx, stop)
 	if err := srv.Serve(rf.engine); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	select {
 	case err := <-rf.done:
-		if ctx.Err() == nil && !a.dead.Load() {
+		if ctx.Err() == nil && !engineExited.Load() {
 			return fmt.Errorf("RuntimeError: Rust frontend process exited: %v", err)
 		}
 	case <-time.After(5 * time.Second):
 		rf.signal(os.Kill)
+	}
+	if engineExited.Load() && ctx.Err() == nil {
+		msg := "Engine core process " + engineCoreName(a.flags.rel) + " died unexpectedly."
+		plainLog("ERROR", "utils.py:1004", "Exception occurred while running API servers: "+msg)
+		emit("Traceback (most recent call last):")
+		return &exitError{code: 1, msg: "RuntimeError: " + msg}
 	}
 	return nil
 }

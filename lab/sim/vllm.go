@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -43,6 +44,17 @@ type serveFlags struct {
 	// rel is the release the image holds; args the command line it was parsed from.
 	rel  release
 	args []string
+	// util is the --gpu-memory-utilization a Ray worker rank was handed (rankSpec), whose
+	// flags hold no command line.
+	util float64
+}
+
+// gpuMemoryUtilization is --gpu-memory-utilization, 0 for vLLM's default.
+func (f serveFlags) gpuMemoryUtilization() float64 {
+	if f.util > 0 {
+		return f.util
+	}
+	return utilization(f.args)
 }
 
 // exitError ends the process with a status of its own (argparse exits 2).
@@ -235,6 +247,9 @@ type engine struct {
 	actorEnv     map[string]string
 	// out prints a line of the process's own output (tqdm's bar); nil is stdout.
 	out func(string)
+	// onGroup runs once the rank's process group is up (V2's rank 0: the second
+	// setup_proc_title_and_log_prefix, after init_device).
+	onGroup func()
 	// mq is the engine's connection to rank 0's actor under RayExecutorV2 (vLLM's message
 	// queue to the actors); onDead tells the API server the engine died.
 	mq     net.Conn
@@ -374,7 +389,8 @@ func (e *engine) lostErr() error {
 func (e *engine) startWorkers(ctx context.Context) ([]string, error) {
 	go e.relayWorkerLogs(ctx)
 	for rank := 1; rank < e.world; rank++ {
-		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, TP: e.flags.tp, LoadFor: e.loadFor(), Model: e.flags.model})
+		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, TP: e.flags.tp, LoadFor: e.loadFor(), Model: e.flags.model,
+			GPUMemoryUtilization: e.flags.gpuMemoryUtilization()})
 		if err := e.gc.call(ctx, "POST", "/v1/tasks", task{Job: e.job, Node: e.pg.Nodes[rank], Spec: spec}, nil); err != nil {
 			return nil, fmt.Errorf("RuntimeError: start RayWorkerWrapper rank %d: %v", rank, err)
 		}
@@ -601,6 +617,9 @@ func (e *engine) initDistributed(ctx context.Context, ip string) error {
 	if err != nil {
 		return err
 	}
+	if e.onGroup != nil {
+		e.onGroup()
+	}
 	e.group = g
 	if e.peers, err = g.acceptPeers(e.world); err != nil {
 		return err
@@ -679,10 +698,15 @@ func (e *engine) load(ctx context.Context) error {
 		return err
 	}
 	e.log("INFO", "gpu_model_runner.py:2392", fmt.Sprintf("Model loading took 0.0625 GiB and %.6f seconds", time.Since(start).Seconds()))
+	// The profiling run: torch.compile (cold or from the cache, compile.go), then its
+	// collective over every rank.
+	if err := e.torchCompile(ctx); err != nil {
+		return err
+	}
 	if err := e.collective(ctx); err != nil {
 		return err
 	}
-	if err := w.kvCache(e.flags.args, e.log); err != nil {
+	if err := w.kvCache(e.flags.gpuMemoryUtilization(), e.log); err != nil {
 		return err
 	}
 	go func() {
@@ -795,7 +819,7 @@ func (a *apiServer) serve(ctx context.Context) error {
 	log := func(msg string) { vllmLog("APIServer", "INFO", "api_server.py:1927", msg) }
 	log(fmt.Sprintf("Starting vLLM server on http://%s", net.JoinHostPort(f.host, strconv.Itoa(f.port))))
 	log("Available routes are:")
-	for _, r := range []string{"/health, Methods: GET", "/metrics, Methods: GET", "/v1/models, Methods: GET", "/v1/completions, Methods: POST"} {
+	for _, r := range []string{"/health, Methods: GET", "/metrics, Methods: GET", "/v1/models, Methods: GET", "/v1/chat/completions, Methods: POST", "/v1/completions, Methods: POST"} {
 		vllmLog("APIServer", "INFO", "launcher.py:37", "Route: "+r)
 	}
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Started server process [%d]", os.Getpid(), os.Getpid()))
@@ -853,39 +877,169 @@ func (a *apiServer) api() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Model     string `json:"model"`
-			Prompt    string `json:"prompt"`
-			MaxTokens int    `json:"max_tokens"`
+			Model         string         `json:"model"`
+			Prompt        string         `json:"prompt"`
+			MaxTokens     int            `json:"max_tokens"`
+			Stream        bool           `json:"stream"`
+			StreamOptions *streamOptions `json:"stream_options"`
 		}
-		if err := json.NewDecoder(bufio.NewReader(r.Body)).Decode(&req); err != nil {
-			apiError(w, http.StatusBadRequest, "BadRequestError", err.Error())
+		if !a.readRequest(w, r, &req, &req.Model) {
 			return
 		}
-		// The body read to its end: from here a client that goes away cancels the request
-		// (net/http watches the connection only then), as vLLM aborts it.
-		_, _ = io.Copy(io.Discard, r.Body)
-		if req.Model != f.served {
-			apiError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
-			return
-		}
+		dead := a.dead.Load()
 		out, err := a.generate(r.Context(), req.Prompt, max(req.MaxTokens, 1))
 		if err != nil {
 			return // the client went away: the request is aborted
 		}
+		prompt := len(strings.Fields(req.Prompt))
+		if req.Stream && !dead && out.Err != errDeadAtSubmit {
+			a.streamCompletion(w, req.Model, out.Text, prompt, req.StreamOptions, out.Err != "")
+			return
+		}
 		if out.Err != "" {
-			// EngineDeadError reaches the app's engine error handler: 500, type
-			// InternalServerError, the exception's text (vllm/entrypoints/serve/
-			// exception_handling/handlers/vllm_error.py engine_error_handler and
-			// error_response.py create_error_response; older launchers answered a bare
-			// Response(status_code=500), launcher.py runtime_exception_handler).
-			apiError(w, http.StatusInternalServerError, "InternalServerError", engineDeadMessage)
+			a.engineDeadResponse(w, "completion", out.Err == errDeadAtSubmit)
 			return
 		}
 		writeJSON(w, map[string]any{"id": "cmpl-" + randomHex(32), "object": "text_completion", "created": time.Now().Unix(), "model": req.Model,
 			"choices": []any{map[string]any{"index": 0, "text": out.Text, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}},
-			"usage":   map[string]int{"prompt_tokens": len(strings.Fields(req.Prompt)), "completion_tokens": out.Tokens, "total_tokens": len(strings.Fields(req.Prompt)) + out.Tokens}})
+			"usage":   map[string]int{"prompt_tokens": prompt, "completion_tokens": out.Tokens, "total_tokens": prompt + out.Tokens}})
+	})
+	// Chat: the messages' contents are the prompt (the lab has no chat template).
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Model    string `json:"model"`
+			Messages []struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			} `json:"messages"`
+			MaxTokens           int            `json:"max_tokens"`
+			MaxCompletionTokens int            `json:"max_completion_tokens"`
+			Stream              bool           `json:"stream"`
+			StreamOptions       *streamOptions `json:"stream_options"`
+		}
+		if !a.readRequest(w, r, &req, &req.Model) {
+			return
+		}
+		var parts []string
+		for _, m := range req.Messages {
+			parts = append(parts, m.Content)
+		}
+		prompt := strings.Join(parts, "\n")
+		dead := a.dead.Load()
+		out, err := a.generate(r.Context(), prompt, max(req.MaxCompletionTokens, req.MaxTokens, 1))
+		if err != nil {
+			return
+		}
+		n := len(strings.Fields(prompt))
+		if req.Stream && !dead && out.Err != errDeadAtSubmit {
+			a.streamChat(w, req.Model, out.Text, n, req.StreamOptions, out.Err != "")
+			return
+		}
+		if out.Err != "" {
+			a.engineDeadResponse(w, "chat", out.Err == errDeadAtSubmit)
+			return
+		}
+		writeJSON(w, map[string]any{"id": "chatcmpl-" + randomHex(32), "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
+			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": out.Text}, "logprobs": nil, "finish_reason": "length", "stop_reason": nil}},
+			"usage":   map[string]int{"prompt_tokens": n, "completion_tokens": out.Tokens, "total_tokens": n + out.Tokens}})
 	})
 	return mux
+}
+
+// readRequest decodes a request's JSON body into req and checks its model; false when it
+// answered the error.
+func (a *apiServer) readRequest(w http.ResponseWriter, r *http.Request, req any, model *string) bool {
+	if err := json.NewDecoder(bufio.NewReader(r.Body)).Decode(req); err != nil {
+		apiError(w, http.StatusBadRequest, "BadRequestError", err.Error())
+		return false
+	}
+	// The body read to its end: from here a client that goes away cancels the request
+	// (net/http watches the connection only then), as vLLM aborts it.
+	_, _ = io.Copy(io.Discard, r.Body)
+	if *model != a.flags.served {
+		apiError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", *model))
+		return false
+	}
+	return true
+}
+
+// engineDeadResponse answers a request the dead engine cannot serve, as the front end that
+// serves it does (lab/README.md, "What a dead engine answers"):
+//   - Python: EngineDeadError reaches the app's engine error handler: 500, type
+//     InternalServerError, the exception's text, code 500, one body whether the request
+//     arrived after the death (render_completion_request raises engine_client.dead_error) or
+//     waited through it (vllm/entrypoints/serve/exception_handling/handlers/vllm_error.py
+//     engine_error_handler, error_response.py create_error_response).
+//   - Rust: vllm-rs's ApiError::ServerError, type and code "server_error", its message the
+//     route's context and the engine-core client's sticky error, "engine core reported fatal
+//     failure" (rust/src/server/src/error.rs text_submit_error/chat_submit_error;
+//     routes/openai/completions.rs collect_completion; chat_completions.rs
+//     collect_chat_completion).
+//
+// A streamed request whose engine dies once its stream began gets the error as an event
+// instead (stream.go).
+func (a *apiServer) engineDeadResponse(w http.ResponseWriter, route string, atSubmit bool) {
+	if !a.rust {
+		apiError(w, http.StatusInternalServerError, "InternalServerError", engineDeadMessage)
+		return
+	}
+	writeError(w, http.StatusInternalServerError, rustServerError(rustDeadContext(route, atSubmit)+": "+rustEngineDeadMessage))
+}
+
+// rustDeadContext is the text vllm-rs puts before the engine client's error: the submit's
+// context when the request arrived after the death, the collector's when it waited.
+func rustDeadContext(route string, atSubmit bool) string {
+	switch {
+	case route == "chat" && atSubmit:
+		return "failed to submit chat request"
+	case route == "chat":
+		return "failed to collect chat completion response"
+	case atSubmit:
+		return "failed to submit completion request"
+	}
+	return "completion stream failed"
+}
+
+// rustEngineDeadMessage is vllm-rs's Error::EngineCoreDead (rust/src/engine-core-client/src/
+// error.rs: #[error("engine core reported fatal failure")]); the wrappers between it and
+// the route (vllm_llm, vllm_text, vllm_chat, Error::Shared) are #[error(transparent)], so
+// to_report_string() is this text alone.
+const rustEngineDeadMessage = "engine core reported fatal failure"
+
+// errorBody is the OpenAI error envelope in its fields' order: vLLM's ErrorInfo (message,
+// type, param, code: the HTTP status as an int; vllm/entrypoints/serve/engine/protocol.py)
+// and vllm-rs's ErrorDetail (the same names, code a string;
+// rust/src/server/src/routes/openai/utils/types.rs).
+type errorBody struct {
+	Error errorInfo `json:"error"`
+}
+
+type errorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    any     `json:"code"`
+}
+
+func rustServerError(msg string) errorBody {
+	return errorBody{errorInfo{Message: msg, Type: "server_error", Code: "server_error"}}
+}
+
+// compactJSON is the JSON both front ends send as a response body: Starlette's
+// JSONResponse (json.dumps(..., ensure_ascii=False, separators=(",", ":"))) and axum's Json
+// (serde_json::to_vec): no spaces, no escaping of <, > and &, no trailing newline.
+func compactJSON(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+func writeError(w http.ResponseWriter, code int, body errorBody) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(compactJSON(body))
 }
 
 // apiTokens are the keys vLLM's API server wants: --api-key's, else VLLM_API_KEY
@@ -945,9 +1099,7 @@ func completion(prompt string, tokens int) (string, int) {
 const engineDeadMessage = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 func apiError(w http.ResponseWriter, code int, typ, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+	writeError(w, code, errorBody{errorInfo{Message: msg, Type: typ, Code: code}})
 }
 
 // registeredNonVLLM are the names vllm/envs.py registers (environment_variables) that do not
