@@ -144,7 +144,7 @@ func sparkLab(tb testing.TB, prefix string) *lab.Lab {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	prefix += hex.EncodeToString(b)
-	l, err := lab.Up(context.Background(), eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: lab.TopologySpark})
+	l, err := labUp(context.Background(), filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: lab.TopologySpark})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func fabricLab(t *testing.T, prefix, topology string) (*lab.Lab, func(args ...st
 	_, _ = rand.Read(b)
 	prefix += hex.EncodeToString(b)
 	start := time.Now()
-	l, err := lab.Up(context.Background(), eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: topology})
+	l, err := labUp(context.Background(), filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, Topology: topology})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,38 +119,60 @@ func refusedNamingNCCL(t *testing.T, starterAt func(...string) (string, int), s 
 	}
 }
 
-// TestTriangleIsRefusedForNCCLsChannelNICAndServesOnSocketsWhenWarned: three simulated
-// Sparks without a switch, every pair cabled. NCCL 2.28.9 connects each channel of a
-// one-GPU node to both its neighbours over one NIC (the CX-7's two ports fused), so IB
-// cannot carry tensor 3 (netplan channelNICs; lab/sim/fabric.go ibLinks): the deploy is
-// refused naming each node's ports, with nothing started; with data_plane: warn it serves
-// with NCCL on sockets over the management LAN, and status says so.
-func TestTriangleIsRefusedForNCCLsChannelNICAndServesOnSocketsWhenWarned(t *testing.T) {
+// TestTriangleServesOverIBWithNCCL230AndRefusesTheStockNCCL: three simulated Sparks
+// without a switch, every pair cabled. The stock image's NCCL 2.28.9 connects each channel
+// of a one-GPU node to both its neighbours over one NIC (netplan channelNICs; lab/sim
+// fabric.go ibLinks), so the deploy is refused naming the version, the nodes' ports and
+// the way out, with nothing started. The images with NCCL 2.30.7 (read from their
+// libnccl.so.2) serve over IB on the three cables under both executors, in the same lab:
+// mp on the stock image, and RayExecutorV2 (executor auto) on the one with Ray added,
+// whose random rank order a triangle carries whatever it is. The plan turns on NCCL's
+// subnet-aware routing, and each peer connects over the port facing it.
+func TestTriangleServesOverIBWithNCCL230AndRefusesTheStockNCCL(t *testing.T) {
 	_, starterAt := fabricLab(t, "tpd-e2e-tri-", lab.TopologyTriangle)
 	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
-	ib := fabricSpec(t, "lab-triangle.yaml", "e2e-tri-ib", stock.Image())
-	ib.DataPlane = "" // the default: require, as the plan has RDMA
-	refusedNamingNCCL(t, starterAt, ib, "ncclTopoGetNetDev", "node-a reaches node-b only over rocep1s0f1:1 and node-c only over rocep1s0f0:1")
-	s := fabricSpec(t, "lab-triangle.yaml", "e2e-tri-mp", stock.Image()) // data_plane: warn
-	deployServes(t, starterAt, s, "executor mp", "data plane: Socket (no RDMA planned)")
+	old := fabricSpec(t, "lab-triangle.yaml", "e2e-tri-stock", stock.Image())
+	old.DataPlane = "" // the default: require, as the plan has RDMA
+	refusedNamingNCCL(t, starterAt, old, "the image's NCCL 2.28.9 connects", "ncclTopoGetNetDev",
+		"node-a reaches node-b only over rocep1s0f1:1 and node-c only over rocep1s0f0:1", "an image whose NCCL is 2.30.7 or later")
+	t.Run("mp", func(t *testing.T) {
+		s := fabricSpec(t, "lab-triangle.yaml", "e2e-tri-ib", lab.NCCL230Release.Image())
+		s.DataPlane = ""
+		s.Executor = spec.ExecutorMP
+		deployServes(t, starterAt, s, "executor mp", "data plane: IB on 3 links (triangle node-a-node-b-node-c)", "nccl 2.30.7")
+	})
+	t.Run("ray", func(t *testing.T) {
+		s := fabricSpec(t, "lab-triangle.yaml", "e2e-tri-ray", lab.NCCL230RayRelease.Image())
+		s.DataPlane = ""
+		s.Executor = spec.ExecutorAuto
+		deployServes(t, starterAt, s, "executor ray", "data plane: IB on 3 links (triangle node-a-node-b-node-c)", "nccl 2.30.7", "ray 2.59.0")
+	})
 }
 
-// TestRing4RefusesWhatNCCLOrTheCablesCannotCarry: four simulated Sparks in a ring. Tensor
-// 4 fits the cables in the cables' order, but NCCL cannot use them (as on the triangle) and
-// is refused naming NCCL's channel NIC; tensor 3 (over Ray) needs three nodes all cabled
-// to each other, which a ring of four has nowhere, and is refused naming the pairs. Nothing
-// is started on any node.
-func TestRing4RefusesWhatNCCLOrTheCablesCannotCarry(t *testing.T) {
+// TestRing4ServesOverIBWithNCCL230AndRefusesWhatTheCablesCannotCarry: four simulated
+// Sparks in a ring. On the image with NCCL 2.30.7, tensor 4 serves under mp over IB on the
+// four cables, NCCL kept to its ring (its tree would cross the uncabled diagonal). With Ray
+// added, RayExecutorV2, auto's pick, ranks by a random Ray node ID, which the ring cannot
+// carry: refused naming that and the ways out, nothing started. (vLLM's legacy Ray
+// executor, which the plan accepts here because it ranks by IP, is not deployed: the
+// simulator's legacy executor ranks its workers in placement-group order, not by vLLM's
+// sort_by_driver_then_worker_ip.) Tensor 3 (over Ray: vLLM's own mode needs the GPUs to
+// divide over the nodes) needs three nodes all cabled to each other, which a ring of four
+// has nowhere, whatever the NCCL: refused naming the pairs, nothing started on any node.
+func TestRing4ServesOverIBWithNCCL230AndRefusesWhatTheCablesCannotCarry(t *testing.T) {
 	_, starterAt := fabricLab(t, "tpd-e2e-ring-", lab.TopologyRing4)
-	stock, _ := lab.ReleaseNamed("vllm-0.22.1")
-	ib := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-mp", stock.Image())
-	ib.DataPlane = "" // the default: require, as the plan has RDMA
-	refusedNamingNCCL(t, starterAt, ib, "ncclTopoGetNetDev", "node-a reaches node-b only over rocep1s0f1:1 and node-d only over rocep1s0f0:1")
-
-	// With Ray (vLLM's own mode needs the GPUs to divide over the nodes, which 3 over 4 does not).
-	withRay, _ := lab.ReleaseNamed("vllm-0.22.1-ray")
-	s := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-tp3", withRay.Image())
-	s.Parallel.Tensor = 3
+	s := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-ib", lab.NCCL230Release.Image())
 	s.DataPlane = ""
-	refusedNamingNCCL(t, starterAt, s, "node-a and node-c share no link")
+	s.Executor = spec.ExecutorMP
+	deployServes(t, starterAt, s, "executor mp", "data plane: IB on 4 links (ring node-a-node-b-node-c-node-d)")
+
+	v2 := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-v2", lab.NCCL230RayRelease.Image())
+	v2.DataPlane = ""
+	refusedNamingNCCL(t, starterAt, v2, "RayExecutorV2 ranks the nodes after the driver's by Ray node ID", "VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0")
+
+	withRay, _ := lab.ReleaseNamed("vllm-0.22.1-ray")
+	tp3 := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-tp3", withRay.Image())
+	tp3.Parallel.Tensor = 3
+	tp3.DataPlane = ""
+	refusedNamingNCCL(t, starterAt, tp3, "node-a and node-c share no link")
 }

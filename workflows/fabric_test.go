@@ -59,6 +59,7 @@ func ring4Agents() (*fakeagents.Agents, spec.Cluster) {
 // under either executor the deploy is refused DataPlaneUnreachable naming the nodes' ports
 // and the ways out, before any container.
 func TestSwitchlessRingIsRefusedBeforeAnyContainer(t *testing.T) {
+	// (The fake nodes' image is the seed's, NCCL 2.27.5.)
 	for _, ex := range []string{spec.ExecutorMP, spec.ExecutorRay} {
 		f, s := ring4Agents()
 		s.Executor = ex
@@ -67,11 +68,46 @@ func TestSwitchlessRingIsRefusedBeforeAnyContainer(t *testing.T) {
 		var app *temporal.ApplicationError
 		err := env.GetWorkflowError()
 		if !errors.As(err, &app) || app.Type() != contract.ErrDataPlaneUnreachable || !strings.Contains(app.Message(), "ncclTopoGetNetDev") ||
-			!strings.Contains(app.Message(), "node-a reaches node-b only over rocep1s0f0:1 and node-d only over rocep1s0f1:1") || !strings.Contains(app.Message(), "ways out: a switch") {
+			!strings.Contains(app.Message(), "node-a reaches node-b only over rocep1s0f0:1 and node-d only over rocep1s0f1:1") || !strings.Contains(app.Message(), "the image's NCCL 2.27.5") ||
+			!strings.Contains(app.Message(), "ways out: an image whose NCCL is 2.30.7 or later") {
 			t.Fatalf("%s: err = %v, want DataPlaneUnreachable naming NCCL's channel NIC", ex, err)
 		}
 		if starts := fakeagents.Calls(f, "StartRayHead", "StartRayWorker", "StartVLLMRank"); len(starts) != 0 {
 			t.Errorf("%s: started %q", ex, starts)
 		}
+	}
+}
+
+// TestSwitchlessRingServesOnNCCL230: the same ring with an image whose libnccl.so.2 is
+// NCCL 2.30.7 deploys under mp: the plan that reaches every rank turns on NCCL's
+// subnet-aware routing with the cables' /30 and keeps NCCL to its ring, and the ranks are
+// placed by the cables (node-b holds rank 1 although the spec lists node-c second).
+func TestSwitchlessRingServesOnNCCL230(t *testing.T) {
+	f, s := ring4Agents()
+	s.Executor = spec.ExecutorMP
+	for _, n := range s.Nodes {
+		img := fakeagents.SeedImage(n.Name)
+		img.VLLM, img.Ray, img.RayBin, img.NCCL, img.NCCLLib = "0.32.0", "", false, "2.30.7", "/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2"
+		f.Images[n.Name] = img
+	}
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var res DeployResult
+	if err := env.GetWorkflowError(); err != nil || env.GetWorkflowResult(&res) != nil {
+		t.Fatalf("deploy failed: %v", err)
+	}
+	if res.Engine == nil || res.Engine.NCCL != "2.30.7" || res.Plan.Fabric == nil || !res.Plan.Fabric.Used || res.Plan.Fabric.SubnetPrefixLen != 30 {
+		t.Fatalf("engine %+v fabric %+v", res.Engine, res.Plan.Fabric)
+	}
+	for _, n := range res.Plan.Nodes {
+		if n.Env[netplan.EnvSubnetRouting] != "1" || n.Env[netplan.EnvSubnetPrefixLen] != "30" || n.Env["NCCL_ALGO"] != "Ring" || n.Env["NCCL_IB_HCA"] != "=rocep1s0f0:1,rocep1s0f1:1" {
+			t.Errorf("%s: env %v", n.Name, n.Env)
+		}
+	}
+	if got := res.Plan.NodeRank(s, "node-b"); got != 1 {
+		t.Errorf("node-b ranks %d, want 1 (the cables' order)", got)
+	}
+	if starts := fakeagents.Calls(f, "StartVLLMRank"); len(starts) != 4 {
+		t.Errorf("started %q, want four ranks", starts)
 	}
 }

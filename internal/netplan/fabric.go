@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tpdeploy/tpdeploy/internal/failure"
+	"github.com/tpdeploy/tpdeploy/internal/release"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
@@ -88,6 +90,50 @@ type Fabric struct {
 	// NCCLCannot says why NCCL cannot use the links although they carry the layout (a node
 	// whose peers sit on different ports, channelNICs); empty when it can.
 	NCCLCannot string `json:"nccl_cannot,omitempty"`
+	// NCCL is the image's NCCL version the data plane was planned for ("" unknown).
+	NCCL string `json:"nccl,omitempty"`
+	// SubnetPrefixLen, when set, plans NCCL's subnet-aware routing (NCCL ≥ 2.30.7) with
+	// this prefix length: each connection moves to the local HCA whose port shares the
+	// peer's subnet, so a node's peers may sit on different ports (subnetRouting).
+	SubnetPrefixLen int `json:"subnet_prefix_len,omitempty"`
+}
+
+// EnvSubnetRouting and EnvSubnetPrefixLen are NCCL's switches for subnet-aware routing
+// (src/transport/net_ib/connect.cc at v2.30.7-1: NCCL_PARAM IbSubnetAwareRouting, default
+// 0; IbSubnetPrefixLen, default 24, out of [1,32] a WARN and ncclInvalidArgument).
+const (
+	EnvSubnetRouting   = "NCCL_IB_SUBNET_AWARE_ROUTING"
+	EnvSubnetPrefixLen = "NCCL_IB_SUBNET_PREFIX_LEN"
+)
+
+// subnetRouting plans NCCL ≥ 2.30.7's subnet-aware routing on the graph: NCCL compares
+// the IPv4 address in the local port's GID with the peer's under one prefix length for
+// every link (connect.cc gidSameSubnet: the mask of NCCL_IB_SUBNET_PREFIX_LEN bits), so the
+// length must keep both ends of every link together (no longer than any link's prefix)
+// and every link apart from every other (else a port on one cable would pass for one on
+// another, and its queue pair would time out). It returns the length, or why there is
+// none.
+func subnetRouting(g Graph) (int, string) {
+	bits := 32
+	for _, l := range g.Links {
+		bits = min(bits, l.Subnet.Bits())
+	}
+	seen := map[netip.Prefix]string{}
+	for _, l := range g.Links {
+		p := netip.PrefixFrom(l.Subnet.Addr(), bits).Masked()
+		name := l.A + "-" + l.B + " on " + l.Subnet.String()
+		if other, dup := seen[p]; dup && other != name {
+			return 0, fmt.Sprintf("NCCL_IB_SUBNET_PREFIX_LEN applies one length to every link, and at /%d (the shortest link prefix) %s and %s fall in one subnet %s, so NCCL could pick a port whose cable does not reach the peer", bits, other, name, p)
+		}
+		seen[p] = name
+	}
+	return bits, ""
+}
+
+// subnetRoutingIn says whether the image's NCCL has subnet-aware routing.
+func subnetRoutingIn(nccl string) bool {
+	v, ok := release.ParseVersion(nccl)
+	return ok && v.AtLeast(release.NCCLSubnetRoutingSince)
 }
 
 // BuildGraph is the data plane from the probes and the reachability matrix: for every
@@ -654,6 +700,10 @@ func (f Fabric) Lines() []string {
 	if f.AlgoReason != "" {
 		lines = append(lines, "  "+f.AlgoReason)
 	}
+	if f.SubnetPrefixLen > 0 {
+		lines = append(lines, fmt.Sprintf("  NCCL %s: %s=1 %s=%d: a node's peers sit on different ports, and NCCL %s+ connects each peer over the local HCA on its subnet (src/transport/net_ib/connect.cc ncclIbFindDevBySubnet); NCCL_IB_HCA lists every HCA on the node's links",
+			f.NCCL, EnvSubnetRouting, EnvSubnetPrefixLen, f.SubnetPrefixLen, release.NCCLSubnetRoutingSince))
+	}
 	for _, cn := range f.Cannot {
 		lines = append(lines, "  cannot: "+cn)
 	}
@@ -682,15 +732,15 @@ func fabricHCAs(g Graph) map[string][]RDMADevice {
 	return out
 }
 
-// channelNICs checks that NCCL can use the links for the pairs that talk: NCCL 2.28.9 (the
-// modelled images') connects a node of one GPU to every peer of a channel over that
+// channelNICs checks that NCCL can use the links for the pairs that talk without
+// subnet-aware routing (NCCL before 2.30.7): NCCL 2.28.9 (the modelled images') connects a node of one GPU to every peer of a channel over that
 // channel's one NIC, not over the port that faces the peer (docs/network.md, "Which HCA a
 // channel uses"; src/graph/search.cc ncclTopoGetNetDev takes graph->inter[channel*2] for
 // send and receive alike, src/transport/net.cc), and a CX-7's two ports are one fused NIC
 // by default (src/graph/topo.cc ncclTopoAutoMerge). So every HCA NCCL_IB_HCA names on a
 // node must reach every peer of that node: on a switchless fabric, a node may talk to one
 // cabled peer only. The message names each node whose peers sit on different HCAs.
-func channelNICs(f Fabric, gpus map[string]int) string {
+func channelNICs(f Fabric, gpus map[string]int, nccl string) string {
 	peers := map[string][]string{}
 	for _, p := range f.Pairs {
 		peers[p[0]] = appendNew(peers[p[0]], p[1])
@@ -722,8 +772,13 @@ func channelNICs(f Fabric, gpus map[string]int) string {
 	if len(bad) == 0 {
 		return ""
 	}
-	return "NCCL 2.28.9 connects a one-GPU node to all its peers over each channel's one NIC (src/graph/search.cc ncclTopoGetNetDev; " +
-		"a CX-7's two ports fused into one by default), not over the port facing the peer, so a queue pair would cross a port whose cable does not reach the peer (ibv_modify_qp error 110): " +
+	version := "the image's NCCL " + nccl
+	if nccl == "" {
+		version = "the image's NCCL (version unknown)"
+	}
+	return version + " connects a one-GPU node to all its peers over each channel's one NIC (src/graph/search.cc ncclTopoGetNetDev at v2.28.9-1; " +
+		"a CX-7's two ports fused into one by default) and has no subnet-aware routing (NCCL_IB_SUBNET_AWARE_ROUTING, first in NCCL " + release.NCCLSubnetRoutingSince.String() +
+		"), so it does not move to the port facing the peer, and a queue pair would cross a port whose cable does not reach the peer (ibv_modify_qp error 110): " +
 		strings.Join(bad, "; ")
 }
 
@@ -732,7 +787,7 @@ func channelNICs(f Fabric, gpus map[string]int) string {
 // rail does but nodes share cables, the layout is mapped onto the cables, and a layout no
 // order carries is refused (DataPlaneUnreachable) unless data_plane is skip or warn, which
 // plan NCCL on sockets over the bootstrap subnet and say so. Nil: no HCA-backed links.
-func dataPlaneFabric(c spec.Cluster, byNode map[string]NodeProbe, matrix []PairResult, probes []NodeProbe, railHCAs map[string][]RDMADevice) (*Fabric, error) {
+func dataPlaneFabric(c spec.Cluster, byNode map[string]NodeProbe, matrix []PairResult, probes []NodeProbe, railHCAs map[string][]RDMADevice, nccl string) (*Fabric, error) {
 	if len(c.Nodes) < 2 {
 		return nil, nil
 	}
@@ -750,10 +805,22 @@ func dataPlaneFabric(c spec.Cluster, byNode map[string]NodeProbe, matrix []PairR
 		total += gpus[n.Name]
 	}
 	f, err := planFabric(c, g, gpus)
+	f.NCCL = nccl
 	if err == nil && len(railHCAs) == 0 {
-		if f.NCCLCannot = channelNICs(f, gpus); f.NCCLCannot != "" {
+		why := channelNICs(f, gpus, nccl)
+		switch {
+		case why == "":
+		case subnetRoutingIn(nccl):
+			// NCCL ≥ 2.30.7 moves each connection to the HCA on the peer's subnet.
+			if f.SubnetPrefixLen, f.NCCLCannot = subnetRouting(g); f.NCCLCannot != "" {
+				err = &Error{Type: failure.DataPlaneUnreachable, Msg: "NCCL " + nccl + "'s subnet-aware routing cannot tell the links apart: " + f.NCCLCannot +
+					"\nways out: give every cable a subnet of one prefix length, distinct in its first bits; or data_plane: warn (or skip) to run NCCL over sockets on the bootstrap subnet (slow)"}
+			}
+		default:
+			f.NCCLCannot = why
 			err = &Error{Type: failure.DataPlaneUnreachable, Msg: f.NCCLCannot +
-				"\nways out: a switch, so that each rail is one subnet every node's HCA reaches (then each channel's NIC reaches every peer); " +
+				"\nways out: an image whose NCCL is " + release.NCCLSubnetRoutingSince.String() + " or later (its NCCL_IB_SUBNET_AWARE_ROUTING connects each peer over the HCA on its subnet, src/transport/net_ib/connect.cc; tpdeploy then plans it); " +
+				"a switch, so that each rail is one subnet every node's HCA reaches (then each channel's NIC reaches every peer); " +
 				"or data_plane: warn (or skip) to run NCCL over sockets on the bootstrap subnet (slow)"}
 		}
 	}
@@ -791,6 +858,17 @@ func fabricWarnings(c spec.Cluster, f Fabric) []string {
 		}
 		out = append(out, fmt.Sprintf("the data plane's %d link(s) are not used: %s; NCCL runs over sockets on the bootstrap subnet", len(f.Graph.Links), why))
 		return out
+	}
+	for _, n := range c.Nodes {
+		if f.SubnetPrefixLen == 0 {
+			break
+		}
+		for _, kv := range [][2]string{{EnvSubnetRouting, "1"}, {EnvSubnetPrefixLen, strconv.Itoa(f.SubnetPrefixLen)}} {
+			k, want := kv[0], kv[1]
+			if v, ok := n.Env[k]; ok && strings.TrimSpace(v) != want {
+				out = append(out, fmt.Sprintf("%s's env sets %s=%s, but on this %s NCCL connects each peer over the port facing it only with %s=%s", n.Name, k, v, f.Shape, k, want))
+			}
+		}
 	}
 	if f.Algo == "" {
 		return out

@@ -92,8 +92,8 @@ func TestTriangleOfOneGPUSparksIsRefusedForNCCLsChannelNIC(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Type != failure.DataPlaneUnreachable {
 		t.Fatalf("err %v, want %s", err, failure.DataPlaneUnreachable)
 	}
-	for _, w := range []string{"NCCL 2.28.9 connects a one-GPU node to all its peers over each channel's one NIC", "ncclTopoGetNetDev",
-		"node-a reaches node-b only over rocep1s0f0:1 and node-c only over rocep1s0f1:1", "ways out: a switch", "data_plane: warn"} {
+	for _, w := range []string{"the image's NCCL (version unknown) connects a one-GPU node to all its peers over each channel's one NIC", "ncclTopoGetNetDev",
+		"node-a reaches node-b only over rocep1s0f0:1 and node-c only over rocep1s0f1:1", "ways out: an image whose NCCL is 2.30.7 or later", "a switch, so that", "data_plane: warn"} {
 		if !strings.Contains(pe.Msg, w) {
 			t.Errorf("message lacks %q:\n%s", w, pe.Msg)
 		}
@@ -114,7 +114,7 @@ func TestTriangleOfOneGPUSparksIsRefusedForNCCLsChannelNIC(t *testing.T) {
 			t.Errorf("%s: bootstrap %q %q, want the LAN", n.Name, n.Env["NCCL_SOCKET_IFNAME"], n.Env["VLLM_HOST_IP"])
 		}
 	}
-	if w := strings.Join(plan.Warnings, "\n"); !strings.Contains(w, "the data plane's 3 link(s) are not used: NCCL 2.28.9 connects") || !strings.Contains(w, "(data_plane: warn)") {
+	if w := strings.Join(plan.Warnings, "\n"); !strings.Contains(w, "the data plane's 3 link(s) are not used: the image's NCCL (version unknown) connects") || !strings.Contains(w, "(data_plane: warn)") {
 		t.Errorf("warnings %q", plan.Warnings)
 	}
 	// The operator's own NCCL_IB_DISABLE stands.
@@ -165,7 +165,7 @@ func TestRing4PlacesRanksByTheCables(t *testing.T) {
 				t.Errorf("algo %q (%s), want %q", f.Algo, f.AlgoReason, tc.algo)
 			}
 			// Every node talks to both its neighbours, on two ports: NCCL cannot (channelNICs).
-			if why := channelNICs(f, map[string]int{}); !strings.Contains(why, "node-a reaches node-b only over") {
+			if why := channelNICs(f, map[string]int{}, "2.28.9"); !strings.Contains(why, "node-a reaches node-b only over") {
 				t.Errorf("channelNICs %q", why)
 			}
 			if !strings.Contains(strings.Join(f.Cannot, "\n"), "node-a-node-c") {
@@ -387,7 +387,7 @@ func TestRanksPlacedByTheExecutor(t *testing.T) {
 	cw := c
 	cw.DataPlane = spec.DataPlaneWarn
 	plan, err = ChooseFor(cw, probes, m, Options{Engine: legacy})
-	if err != nil || plan.Fabric.Used || !strings.Contains(strings.Join(plan.Warnings, "\n"), "are not used: NCCL 2.28.9 connects") {
+	if err != nil || plan.Fabric.Used || !strings.Contains(strings.Join(plan.Warnings, "\n"), "are not used: the image's NCCL (version unknown) connects") {
 		t.Errorf("warn: %v, used %v, warnings %q", err, plan.Fabric.Used, plan.Warnings)
 	}
 	if _, ok := plan.Node("node-a"); ok && plan.NodeRank(cw, "node-c") != 1 {
@@ -613,13 +613,14 @@ func benchmarkRing(b *testing.B, n int) {
 		cables = append(cables, [2]int{i, (i + 1) % n})
 	}
 	c, probes := switchless(names, cables)
-	// warn: the placement runs in full, then NCCL over sockets (channelNICs refuses IB).
-	c.DataPlane = spec.DataPlaneWarn
+	// The IB plan in full on NCCL 2.30.7: placement, channelNICs, subnet-aware routing, env.
+	c.Executor = spec.ExecutorMP
+	o := Options{Engine: &release.Model{VLLM: "0.32.0", NCCL: "2.30.7", Executor: spec.ExecutorMP, EnvCopy: release.EnvCopyNone}}
 	matrix := measured(c, probes, nil)
 	b.ResetTimer()
 	for b.Loop() {
-		plan, err := Choose(c, probes, matrix)
-		if err != nil || plan.Fabric == nil || plan.Fabric.Algo != "Ring" {
+		plan, err := ChooseFor(c, probes, matrix, o)
+		if err != nil || plan.Fabric == nil || plan.Fabric.Algo != "Ring" || !plan.Fabric.Used || plan.Fabric.SubnetPrefixLen != 30 {
 			b.Fatalf("%v %+v", err, plan.Fabric)
 		}
 	}
@@ -676,7 +677,98 @@ func TestTriangleOfSparksUsesEveryRail(t *testing.T) {
 		t.Errorf("node-c lists %v", nc)
 	}
 	// Four halves per node do not help NCCL: each node's peers still sit on different ports.
-	if _, err := Choose(c, probes, measured(c, probes, nil)); err == nil || !strings.Contains(err.Error(), "NCCL 2.28.9") {
+	if _, err := Choose(c, probes, measured(c, probes, nil)); err == nil || !strings.Contains(err.Error(), "has no subnet-aware routing") {
 		t.Errorf("a triangle of four halves per node: %v", err)
+	}
+}
+
+// With NCCL 2.30.7 or later in the image (read from its libnccl.so.2), a triangle and a
+// ring of one-GPU Sparks run IB: the plan turns on NCCL's subnet-aware routing with the
+// links' prefix length, lists every HCA on the node's links, and on the ring keeps NCCL to
+// its ring (no tree across the diagonal). NCCL 2.30.4 has no such routing: refused as
+// before, naming the version and the way out.
+func TestSwitchlessFabricsRunIBWithNCCLsSubnetRouting(t *testing.T) {
+	mp := func(nccl string) Options {
+		return Options{Engine: &release.Model{VLLM: "0.32.0", NCCL: nccl, Executor: spec.ExecutorMP, EnvCopy: release.EnvCopyNone}}
+	}
+	for _, tc := range []struct {
+		name   string
+		nodes  []string
+		cables [][2]int
+		algo   string
+	}{
+		{"triangle", []string{"node-a", "node-b", "node-c"}, [][2]int{{0, 1}, {1, 2}, {2, 0}}, ""},
+		{"ring4", []string{"node-a", "node-b", "node-c", "node-d"}, ring4Cables, "Ring"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, probes := switchless(tc.nodes, tc.cables)
+			c.Executor = spec.ExecutorMP
+			m := measured(c, probes, nil)
+			plan, err := ChooseFor(c, probes, m, mp("2.30.7"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.Fabric == nil || !plan.Fabric.Used || plan.Fabric.SubnetPrefixLen != 30 || plan.Fabric.NCCLCannot != "" {
+				t.Fatalf("fabric %+v", plan.Fabric)
+			}
+			for _, n := range plan.Nodes {
+				want := map[string]string{"NCCL_IB_HCA": "=rocep1s0f0:1,rocep1s0f1:1", EnvSubnetRouting: "1", EnvSubnetPrefixLen: "30", "NCCL_SOCKET_IFNAME": "=enP7s7"}
+				for k, v := range want {
+					if n.Env[k] != v {
+						t.Errorf("%s: %s=%q, want %q", n.Name, k, n.Env[k], v)
+					}
+				}
+				if n.Env["NCCL_ALGO"] != tc.algo {
+					t.Errorf("%s: NCCL_ALGO=%q, want %q", n.Name, n.Env["NCCL_ALGO"], tc.algo)
+				}
+				if _, off := n.Env["NCCL_IB_DISABLE"]; off {
+					t.Errorf("%s: IB disabled: %v", n.Name, n.Env)
+				}
+			}
+			if l := strings.Join(plan.Fabric.Lines(), "\n"); !strings.Contains(l, "NCCL 2.30.7: NCCL_IB_SUBNET_AWARE_ROUTING=1 NCCL_IB_SUBNET_PREFIX_LEN=30") || !strings.Contains(l, "ncclIbFindDevBySubnet") {
+				t.Errorf("plan lines:\n%s", l)
+			}
+			// 2.30.4 lacks the variable: today's refusal, naming the version and the way out.
+			_, err = ChooseFor(c, probes, m, mp("2.30.4"))
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Type != failure.DataPlaneUnreachable {
+				t.Fatalf("2.30.4: %v, want %s", err, failure.DataPlaneUnreachable)
+			}
+			for _, w := range []string{"the image's NCCL 2.30.4 connects a one-GPU node", "has no subnet-aware routing (NCCL_IB_SUBNET_AWARE_ROUTING, first in NCCL 2.30.7)", "ways out: an image whose NCCL is 2.30.7 or later"} {
+				if !strings.Contains(pe.Msg, w) {
+					t.Errorf("2.30.4: message lacks %q:\n%s", w, pe.Msg)
+				}
+			}
+			// An operator's other value stands (the signed spec's must), and is warned about.
+			c.Nodes[1].Env = map[string]string{EnvSubnetRouting: "0"}
+			plan, err = ChooseFor(c, probes, m, mp("2.30.7"))
+			if err != nil || plan.Nodes[1].Env[EnvSubnetRouting] != "0" || !strings.Contains(strings.Join(plan.Warnings, "\n"), "node-b's env sets NCCL_IB_SUBNET_AWARE_ROUTING=0, but on this") {
+				t.Errorf("operator's 0: %v %v %q", err, plan.Nodes[1].Env, plan.Warnings)
+			}
+		})
+	}
+}
+
+// NCCL applies one prefix length to every link: cables whose subnets fall together under
+// the shortest one cannot be told apart, and the plan refuses naming them.
+func TestSubnetRoutingRefusesLinksOnePrefixCannotTellApart(t *testing.T) {
+	c, probes := switchless([]string{"node-a", "node-b", "node-c"}, [][2]int{{0, 1}, {1, 2}, {2, 0}})
+	c.Executor = spec.ExecutorMP
+	// b-c is renumbered into a-b's /24 (192.168.10.4/30) and c-a as a /24 of its own: every
+	// link is its own subnet, but under the shortest prefix (/24) a-b and b-c are one.
+	renumber := map[string]string{"192.168.11.1/30": "192.168.10.5/30", "192.168.11.2/30": "192.168.10.6/30", "192.168.12.1/30": "172.16.0.1/24", "192.168.12.2/30": "172.16.0.2/24"}
+	for i := range probes {
+		for j, l := range probes[i].Links {
+			for k, a := range l.Addrs {
+				if to, ok := renumber[a.String()]; ok {
+					probes[i].Links[j].Addrs[k] = netip.MustParsePrefix(to)
+				}
+			}
+		}
+	}
+	_, err := ChooseFor(c, probes, measured(c, probes, nil), Options{Engine: &release.Model{VLLM: "0.32.0", NCCL: "2.30.7", Executor: spec.ExecutorMP, EnvCopy: release.EnvCopyNone}})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Type != failure.DataPlaneUnreachable || !strings.Contains(pe.Msg, "at /24 (the shortest link prefix)") || !strings.Contains(pe.Msg, "fall in one subnet 192.168.10.0/24") {
+		t.Fatalf("err %v", err)
 	}
 }

@@ -496,7 +496,11 @@ func ChooseFor(c spec.Cluster, probes []NodeProbe, matrix []PairResult, o Option
 			railHCAs[m.Node] = append(railHCAs[m.Node], m.Device)
 		}
 	}
-	fabric, err := dataPlaneFabric(c, byNode, matrix, probes, railHCAs)
+	nccl := ""
+	if o.Engine != nil {
+		nccl = o.Engine.NCCL
+	}
+	fabric, err := dataPlaneFabric(c, byNode, matrix, probes, railHCAs, nccl)
 	if err != nil {
 		return plan, err
 	}
@@ -630,6 +634,17 @@ func nodeEnv(n spec.Node, m member, rayAddress string, form NCCLEnv, members []m
 	// The operator's own NCCL_ALGO stands (fabricWarnings says when it is not the ring).
 	if _, own := n.Env["NCCL_ALGO"]; fabric != nil && fabric.Used && fabric.Algo != "" && !own {
 		env["NCCL_ALGO"] = fabric.Algo
+	}
+	// NCCL ≥ 2.30.7 on a fabric whose node talks to peers on different ports: each
+	// connection moves to the HCA on the peer's subnet. The operator's own values stand, as
+	// the signed spec's must (fabricWarnings names a different one).
+	if fabric != nil && fabric.Used && fabric.SubnetPrefixLen > 0 && len(hcas) > 0 {
+		if _, own := n.Env[EnvSubnetRouting]; !own {
+			env[EnvSubnetRouting] = "1"
+		}
+		if _, own := n.Env[EnvSubnetPrefixLen]; !own {
+			env[EnvSubnetPrefixLen] = strconv.Itoa(fabric.SubnetPrefixLen)
+		}
 	}
 	return env
 }
