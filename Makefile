@@ -37,11 +37,6 @@ $(STATICCHECK):
 $(WORKFLOWCHECK):
 	GOBIN=$(dir $@) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 
-# Tests that need the Docker engine, network namespaces (root) or the Temporal dev server
-# carry build tag integration; these are the packages that have such tests. Every other
-# test runs in `make check`, so a new test is in the fast loop unless it says otherwise.
-INTEGRATION_PKGS = $(sort $(patsubst %/,%,$(dir $(shell grep -rl --include='*_test.go' -e '^//go:build integration' .))))
-
 lint: $(STATICCHECK) $(WORKFLOWCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -57,8 +52,11 @@ check: lint
 	$(GO) test -count=1 -race -timeout 10m ./...
 
 # Everything: check, then the integration-tagged tests (Docker, namespaces, the dev server).
+# Tests that need those carry build tag integration; every other test runs in `make
+# check`, so a new test is in the fast loop unless it says otherwise. scripts/integration
+# runs the e2e tests in two shards at once, beside the other integration packages.
 test: deps check $(BIN)/temporal
-	$(GO) test -count=1 -tags integration -timeout 80m $(INTEGRATION_PKGS)
+	GO=$(GO) ./scripts/integration
 
 # The whole fault matrix (every step × every fault, about an hour here); it rewrites the
 # table in docs/faults.md. `make test` runs one cell per fault.
@@ -88,6 +86,7 @@ lab-down: build
 bench: deps $(BIN)/temporal
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 5x ./activities ./internal/dataplane
 	$(GO) test -run '^$$' -bench PlanRing ./internal/netplan
+	$(GO) test -run '^$$' -bench FanOut -benchtime 1x ./internal/weights/transfer
 	$(GO) test -run '^$$' -bench Router -benchtime 20000x ./internal/router
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 1x ./e2e
 

@@ -66,6 +66,9 @@ type ContainerOptions struct {
 	// reads. The lab's nodes share one host, and each has its own directory; real nodes
 	// leave it empty.
 	HostRoot string `json:"host_root,omitempty"`
+	// CompileCache is the node's directory of vLLM's compilation caches (compilecache.go),
+	// CompileCacheDir by default; empty: none kept, the engines compile at every start.
+	CompileCache string `json:"compile_cache,omitempty"`
 	// Sysfs, when set, is a directory standing for the node's /sys that its containers
 	// see at ContainerSysfs (the lab: its nodes share one host whose /sys has none of
 	// their HCAs). A real node's containers see the kernel's /sys; empty there.
@@ -101,6 +104,7 @@ func DefaultContainerOptions() ContainerOptions {
 	return ContainerOptions{
 		Network: "host", IPC: IPCPrivate, GPUs: "all", ShmSize: 10 << 30,
 		Ulimits: []string{"memlock=-1:-1", "stack=67108864:67108864"}, StopTimeout: 30 * time.Second,
+		CompileCache: CompileCacheDir,
 	}
 }
 
@@ -232,7 +236,7 @@ func rayHeadSpec(req contract.StartRayRequest, o ContainerOptions) containerSpec
 	cmd = append(append(cmd, rayGPUArgs(req.Plan, n)...), "--block")
 	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleRayHead, o)
 	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, rayAuthEnv(req.Spec))
-	return s
+	return withCompileCache(s, req.Spec, o)
 }
 
 // rayWorkerSpec: `ray start --address=HEAD:P --node-ip-address=IP --block`.
@@ -242,7 +246,7 @@ func rayWorkerSpec(req contract.StartRayRequest, o ContainerOptions) containerSp
 	cmd = append(append(cmd, rayGPUArgs(req.Plan, n)...), "--block")
 	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleRayWorker, o)
 	s.Entrypoint, s.Cmd, s.Env = []string{"ray"}, cmd, containerEnv(req.Plan, n, rayAuthEnv(req.Spec))
-	return s
+	return withCompileCache(s, req.Spec, o)
 }
 
 // vllmArgs is vLLM's argument vector: `vllm serve MODEL --tensor-parallel-size T
@@ -345,9 +349,10 @@ func imageMissing(image string) error {
 		fmt.Sprintf("image %s not present (tpdeploy never pulls: load or pull it on the node first)", image), contract.ErrImageMissing, nil)
 }
 
-// agentEnv are the variables the agent itself sets from its own secrets, never from a
+// agentEnv are the variables the agent itself sets (from its own secrets, or its own
+// directories: VLLM_CACHE_ROOT, compilecache.go, replacing any a spec gives), never from a
 // request; the env check does not apply to them.
-var agentEnv = map[string]bool{"HF_TOKEN": true, "VLLM_API_KEY": true, "RAY_AUTH_MODE": true, "RAY_AUTH_TOKEN_PATH": true}
+var agentEnv = map[string]bool{"HF_TOKEN": true, "VLLM_API_KEY": true, "RAY_AUTH_MODE": true, "RAY_AUTH_TOKEN_PATH": true, "VLLM_CACHE_ROOT": true}
 
 // rayTokenFile is where a Ray container finds secrets.ray_token (RAY_AUTH_TOKEN_PATH).
 const rayTokenFile = "/run/tpdeploy/ray_token"

@@ -50,7 +50,9 @@ func TestFleetRefusesAColliderNamingTheCluster(t *testing.T) {
 	// Another lab's node-a on the same Docker engine: its containers live in that node's
 	// network namespace, not this one's.
 	elsewhere := container.Summary{Names: []string{"/tpd_c_node-a_ray-head"}, Labels: fleetLabels(other, "node-a", "container:tpd-lab2-node-a", map[string]string{LabelCluster: "c", LabelNode: "node-a"})}
-	router := container.Summary{Names: []string{"/" + contract.RouterContainer("node-a")}, Labels: map[string]string{LabelRole: contract.RoleRouter, LabelNode: "node-a"}}
+	// The fleet's router, labelled like everything the agent starts (its node, its network
+	// mode), holds no GPU and no cluster's port: never a holder.
+	router := container.Summary{Names: []string{"/" + contract.RouterContainer("node-a", "host")}, Labels: map[string]string{LabelRole: contract.RoleRouter, LabelNode: "node-a", LabelNetwork: "host"}}
 	own := container.Summary{Names: []string{"/tpd_b_node-a_ray-head"}, Labels: fleetLabels(mine(2, 8000), "node-a", "host", map[string]string{LabelCluster: "b", LabelNode: "node-a"})}
 	for _, tt := range []struct {
 		name  string

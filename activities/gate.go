@@ -132,9 +132,10 @@ func (b *nodeBase) verify(s contract.Signature) (*spec.Cluster, error) {
 
 // VerifyRemoval checks in as the gate checks a removal of cluster's containers: signed by
 // a key this node trusts, of a spec of that cluster (an expired or revoked signature still
-// removes). Nil without trusted_keys. The start-up reconcile (control.Controller.Wanted)
-// holds the teardown or deploy run it removes containers on to it: anyone who can start a
-// workflow can start one under those IDs.
+// removes). Nil without trusted_keys. It is what control.Controller.VerifyRemoval takes,
+// for a process that reads the runs and removes in one place; the agent's own start-up
+// reconcile gets the run's signature from the controller and the gate checks it, as
+// ReconcileCluster's request (contract.ReconcileRequest).
 func (a *Agent) VerifyRemoval(in *contract.Intent, cluster string) error {
 	if !a.base.enforced() {
 		return nil

@@ -193,7 +193,7 @@ func (w *Weights) DownloadHubModel(ctx context.Context, req contract.DownloadHub
 		},
 		Refused: func(resp *http.Response, name string) error { return c.Classify(resp, req.Repo, name) },
 		Dir:     dir, Rel: rel, HFCache: true, Ref: req.Ref, Files: req.Files,
-		Copied: prev.Copied, Node: w.name,
+		Copied: prev.Copied, Node: w.name, Source: "hub",
 		Progress: func(p transfer.Progress) { activity.RecordHeartbeat(ctx, contract.SyncProgress(p)) },
 	}.Run(ctx)
 	res = contract.SyncResult(copied)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -135,15 +136,40 @@ func (b *nodeBase) signedJoin(d spec.Cluster, join string, port int, what string
 	return b.pinnedAt(d, ap.Addr(), fmt.Sprintf("nodes[%d].address", hi), head.PinnedAddress(), what+" "+ap.String()+" (the head "+head.Name+"'s)")
 }
 
-// signedSource checks the address of the head's model server a copy is told to fetch from
-// against the verified spec c's pins (the head's nodes[].address, network.subnet).
-func (b *nodeBase) signedSource(c *spec.Cluster, from netip.AddrPort) error {
+// signedSource checks the model server a copy is told to fetch from against the verified
+// spec c: source is the node serving it ("" for the head), which must be a node of the
+// signed spec that comes before this one in the copy chain's order (the head, then the
+// spec's nodes in order: weights.Chain), and from its address as the spec pins it (its
+// nodes[].address, network.subnet). A plan cannot point a copy at an address the
+// operator did not sign, at this node itself, or round a loop.
+func (b *nodeBase) signedSource(c *spec.Cluster, source string, from netip.AddrPort) error {
 	if c == nil {
 		return nil
 	}
 	d := c.WithDefaults()
-	hi, head, _ := nodeIndex(d, d.Head().Name)
-	return b.pinnedAt(d, from.Addr(), fmt.Sprintf("nodes[%d].address", hi), head.PinnedAddress(), "the model server "+from.String()+" (the head "+head.Name+"'s)")
+	head := d.Head().Name
+	if source == "" {
+		source = head
+	}
+	order := []string{head}
+	for _, n := range d.Nodes {
+		if n.Name != head {
+			order = append(order, n.Name)
+		}
+	}
+	si, self := slices.Index(order, source), slices.Index(order, b.name)
+	switch {
+	case si < 0:
+		return b.deny("signed intent: the model server's node %s is not a node of the signed spec of cluster %s", source, c.Name)
+	case self >= 0 && si >= self:
+		return b.deny("signed intent: %s is to copy the model from %s, which comes after it in the copy chain (the head, then the signed spec's nodes in order)", b.name, source)
+	}
+	i, n, _ := nodeIndex(d, source)
+	what := "the model server " + from.String() + " (the head " + n.Name + "'s)"
+	if source != head {
+		what = "the model server " + from.String() + " (" + n.Name + "'s, the node before " + b.name + " in the copy chain)"
+	}
+	return b.pinnedAt(d, from.Addr(), fmt.Sprintf("nodes[%d].address", i), n.PinnedAddress(), what)
 }
 
 // signedOwnAddress checks an address of this node a request gives (the model server's)

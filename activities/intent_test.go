@@ -118,6 +118,14 @@ func TestForeignWorkflowGetsPolicyDeniedWithoutTheSignedSpec(t *testing.T) {
 				t.Skip("would start the cluster's containers; the lab's signed deploy (e2e) covers it")
 			}
 			got := runForeign(t, a, act.activity, act.req(signed, c))
+			if act.activity == contract.ActivitySyncModel {
+				// The signature passes; the copy's source is then checked against the signed
+				// spec, and node-a, the one-node spec's head, has no node before it to copy from.
+				if !strings.Contains(got, "node-a is to copy the model from node-a, which comes after it in the copy chain") {
+					t.Fatalf("the signed copy to the head answered %q, not the chain's source check", got)
+				}
+				return
+			}
 			if strings.Contains(got, "signed intent") || strings.Contains(got, "unsigned") || strings.Contains(got, "not trust") {
 				t.Fatalf("the signed request was refused for its signature: %q", got)
 			}

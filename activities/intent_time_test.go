@@ -73,6 +73,7 @@ func timedRequests(c spec.Cluster, in *contract.Intent, own netip.Prefix) map[st
 		"route removal":        {contract.ActivitySetRoute, contract.RouteRequest{Node: "node-a", Spec: c, Remove: true, Intent: in}},
 		"container removal":    {contract.ActivityRemoveContainers, contract.RemoveRequest{Node: "node-a", DockerHost: spec.DefaultDockerHost, Cluster: c.Name, Intent: in}},
 		"partial file removal": {contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: "node-a", Root: snapshot, Intent: in}},
+		"start-up reconcile":   {contract.ActivityReconcileCluster, contract.ReconcileRequest{Node: "node-a", Cluster: c.Name, Intent: in}},
 	}
 }
 

@@ -66,7 +66,7 @@ func rankSpec(req contract.RankRequest, o ContainerOptions) (containerSpec, []st
 	s := roleSpec(req.Spec, req.Deployment, req.Node, contract.RoleVLLM, o)
 	s.Entrypoint = []string{"/bin/sh", "-c", vllmRankEntrypoint, "sh"}
 	s.Cmd, s.Env = argv, containerEnv(np, n, nil)
-	return s, argv, nil
+	return withCompileCache(s, req.Spec, o), argv, nil
 }
 
 // StartVLLMRank creates (or adopts) the node's vLLM container for its rank and starts vLLM

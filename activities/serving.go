@@ -80,13 +80,13 @@ func (v *VLLM) WatchServing(ctx context.Context, req contract.WatchRequest) (con
 	hb := time.NewTicker(2 * time.Second)
 	defer hb.Stop()
 	for {
-		progressed, err := w.step(ctx)
+		err := w.step(ctx)
 		if err != nil || w.p.Serving {
 			w.p.Elapsed = time.Since(started)
 			return w.p, err
 		}
-		wait := 250 * time.Millisecond
-		if progressed {
+		wait := stepEvery
+		if w.more {
 			wait = 0
 		}
 		select {
@@ -114,9 +114,11 @@ type watch struct {
 	p    contract.ServingProgress
 	scan logscan.Scanner
 	tail []string
-	// lastNew is when the last output arrived; lastRayCheck when Ray was last asked.
-	lastNew, lastRayCheck, lastReady time.Time
-	pending                          *logscan.Finding
+	// lastNew is when the last output arrived; lastRayCheck when Ray was last asked;
+	// lastRead when the output was last read; more: that read filled its buffer.
+	lastNew, lastRayCheck, lastReady, lastRead time.Time
+	more                                       bool
+	pending                                    *logscan.Finding
 	// apiKey is vLLM's API key (secrets.api_key), resolved on this node; "" without one.
 	apiKey string
 }
@@ -126,23 +128,61 @@ type watch struct {
 // so silence plus a dead node is the signal.
 const stallAfter = 5 * time.Second
 
-// step reads what vLLM wrote since the last step and acts on it. It reports whether there
-// was new output.
-func (w *watch) step(ctx context.Context) (bool, error) {
+// How often the watch looks. Reading vLLM's output is a docker exec: the runtime starts a
+// process in the container, which on a small node costs more CPU than anything else the
+// agent does, taken from vLLM's own start-up on the same cores (measured on the lab's two
+// shared cores: 0.4 s of wall time an exec under load; polling at 4 Hz, and at once again
+// after any new line, made the mp executor's deploy 1.37x its hand script, docs/benchmarks.md).
+// So the output is read once a second (at once again only after a read that filled its
+// buffer), and readiness, an HTTP request from the agent, is asked twice a second: a
+// server that comes up is seen as soon as before, a line or an exit at most a second
+// later.
+const (
+	stepEvery   = 250 * time.Millisecond
+	readEvery   = time.Second
+	readyEvery  = 500 * time.Millisecond
+	fullReadMin = maxRead / 2
+)
+
+// step reads what vLLM wrote since the last read, when a read is due, and acts on it; it
+// asks for readiness when that is due.
+func (w *watch) step(ctx context.Context) error {
+	now := time.Now()
+	if w.more || w.lastRead.IsZero() || now.Sub(w.lastRead) >= readEvery {
+		w.lastRead = now
+		if err := w.readOutput(ctx, now); err != nil {
+			return err
+		}
+	}
+	// Readiness: at once when vLLM says its server is up, else twice a second. A headless
+	// node serves nothing itself: its vLLM only has to stay up.
+	if !w.req.Headless && (w.p.Phase == "ready" || now.Sub(w.lastReady) >= readyEvery) {
+		w.lastReady = now
+		if w.v.serving(ctx, w.req, w.apiKey) {
+			w.p.Serving, w.p.Phase = true, "serving"
+			return nil
+		}
+	}
+	return w.askRay(ctx, now)
+}
+
+// readOutput reads what vLLM wrote since the last read and acts on it: its lines, and its
+// end when it has ended.
+func (w *watch) readOutput(ctx context.Context, now time.Time) error {
 	lines, next, st, err := w.out.read(ctx, w.p.Offset)
 	if err != nil {
 		if cerr := w.containerRunning(ctx); cerr != nil {
-			return false, cerr
+			return cerr
 		}
-		return false, engineError(w.addr, "read vllm output in "+w.req.Container.Name, err)
+		return engineError(w.addr, "read vllm output in "+w.req.Container.Name, err)
 	}
 	for _, text := range lines {
 		if err := w.line(text); err != nil {
-			return true, err
+			return err
 		}
 	}
+	w.more = next-w.p.Offset >= fullReadMin
 	w.p.Offset = next
-	now := time.Now()
 	if len(lines) > 0 {
 		w.lastNew = now
 	}
@@ -150,13 +190,14 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 	case "exited", "gone", "none":
 		// Whatever vLLM wrote before it ended is read before its end is reported.
 		if len(lines) > 0 {
-			return true, nil
+			w.more = true
+			return nil
 		}
 		if err := w.guardStopped(); err != nil {
-			return false, err
+			return err
 		}
 		if f := w.scan.Flush(); f != nil && f.Fatal {
-			return false, findingError(f)
+			return findingError(f)
 		}
 		what := fmt.Sprintf("exited with code %d", st.ExitCode)
 		switch st.State {
@@ -165,22 +206,10 @@ func (w *watch) step(ctx context.Context) (bool, error) {
 		case "none":
 			what = "was never started in this container (it was recreated?)"
 		}
-		return false, temporal.NewNonRetryableApplicationError(
+		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("vllm in %s %s; last lines: %s", w.req.Container.Name, what, strings.Join(w.tail, " | ")), contract.ErrVLLMExited, nil)
 	}
-	// Readiness: at once when vLLM says its server is up, else every second. A headless
-	// node serves nothing itself: its vLLM only has to stay up.
-	if !w.req.Headless && (w.p.Phase == "ready" || now.Sub(w.lastReady) >= time.Second) {
-		w.lastReady = now
-		if w.v.serving(ctx, w.req, w.apiKey) {
-			w.p.Serving, w.p.Phase = true, "serving"
-			return len(lines) > 0, nil
-		}
-	}
-	if err := w.askRay(ctx, now); err != nil {
-		return len(lines) > 0, err
-	}
-	return len(lines) > 0, nil
+	return nil
 }
 
 // line classifies one line of vLLM's output and updates the progress.

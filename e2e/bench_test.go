@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,18 @@ func deployOnce(b *testing.B, s spec.Cluster) (time.Duration, string) {
 // deployTimed is deployOnce that also returns how long the first step, reading the image
 // on every node, took.
 func deployTimed(b *testing.B, s spec.Cluster) (time.Duration, string, time.Duration) {
+	took, runID, steps := deploySteps(b, s)
+	var images time.Duration
+	for _, st := range steps {
+		if st.Step == workflows.PhaseImages {
+			images = st.Duration
+		}
+	}
+	return took, runID, images
+}
+
+// deploySteps is deployOnce that also returns the workflow's step timings.
+func deploySteps(b *testing.B, s spec.Cluster) (time.Duration, string, []workflows.StepTiming) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -80,23 +93,16 @@ func deployTimed(b *testing.B, s spec.Cluster) (time.Duration, string, time.Dura
 	if err := run.Get(ctx, &res); err != nil {
 		b.Fatalf("deploy: %v", control.Reason(err))
 	}
-	took := time.Since(start)
-	var images time.Duration
-	for _, st := range res.Steps {
-		if st.Step == workflows.PhaseImages {
-			images = st.Duration
-		}
-	}
-	return took, run.GetRunID(), images
+	return time.Since(start), run.GetRunID(), res.Steps
 }
 
 // scriptOnce runs a hand-written launch script of lab/bench (seed-final.sh for Ray,
 // mp-final.sh for vLLM's own multi-node mode), which knows the right addresses already.
-func scriptOnce(b *testing.B, script, name string, ifA, ifB string, roles ...string) time.Duration {
+func scriptOnce(b *testing.B, script, image, name string, ifA, ifB string, roles ...string) time.Duration {
 	root, _ := images.ModuleRoot()
 	a, bn := theLab.Nodes[0], theLab.Nodes[1]
 	cmd := exec.Command("bash", filepath.Join(root, "lab", "bench", script))
-	cmd.Env = append(os.Environ(), "NAME="+name, "IMAGE="+lab.SimImage, "NODE_A="+a.Container, "NODE_B="+bn.Container,
+	cmd.Env = append(os.Environ(), "NAME="+name, "IMAGE="+image, "NODE_A="+a.Container, "NODE_B="+bn.Container,
 		"IP_A="+a.Fast.String(), "IP_B="+bn.Fast.String(), "IF_A="+ifA, "IF_B="+ifB,
 		"EXTRA_A=-e TPDEPLOY_SIM_SHARDS=12 -e TPDEPLOY_SIM_SHARD_SECONDS=0.5")
 	start := time.Now()
@@ -113,8 +119,11 @@ func scriptOnce(b *testing.B, script, name string, ifA, ifB string, roles ...str
 
 // BenchmarkDeployVsScript interleaves the deploy workflow and the matching hand-written
 // script on the same lab (A B A B ...) at the lab's default shard pacing (12 shards x
-// 0.5 s), for each executor (Ray, and vLLM's own multi-node mode), and reports their median
-// time to serving and the ratio. It also reports the history events of a two-node deploy.
+// 0.5 s), for each executor (Ray on the lab's default release; vLLM's own multi-node mode
+// on the newest release's stock image, where it is what a user meets by default), and
+// reports their median time to serving, the ratio and the workflow's median time per step.
+// It also reports the history events of a two-node deploy. TPDEPLOY_BENCH_EXECUTORS (e.g.
+// "mp") runs only the executors it names.
 func BenchmarkDeployVsScript(b *testing.B) {
 	ctx := context.Background()
 	ifA, err := theLab.Iface(ctx, "node-a", "fast")
@@ -125,26 +134,52 @@ func BenchmarkDeployVsScript(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	newest, ok := lab.ReleaseNamed("vllm-0.32.0")
+	if !ok {
+		b.Fatal("no modelled vllm-0.32.0")
+	}
+	only := os.Getenv("TPDEPLOY_BENCH_EXECUTORS")
 	for _, ex := range []struct {
-		executor, script string
-		roles            []string
+		executor, script, image string
+		roles                   []string
 	}{
-		{spec.ExecutorRay, "seed-final.sh", []string{"worker", "head"}},
-		{spec.ExecutorMP, "mp-final.sh", []string{"rank1", "rank0"}},
+		{spec.ExecutorRay, "seed-final.sh", lab.SimImage, []string{"worker", "head"}},
+		{spec.ExecutorMP, "mp-final.sh", newest.Image(), []string{"rank1", "rank0"}},
 	} {
+		if only != "" && !slices.Contains(strings.Split(only, ","), ex.executor) {
+			continue
+		}
 		s := benchSpec(b, "bench-"+ex.executor)
 		s.Executor = ex.executor
+		s.Image = ex.image
 		ctl := control.Controller{Client: tc, SignKey: theLab.SignKey}
 		var wf, script, reads []time.Duration
 		var lastRun string
+		perStep := map[string][]time.Duration{}
+		var order []string
 		for i := 0; i < benchPairs(); i++ {
-			d, runID, read := deployTimed(b, s)
+			d, runID, steps := deploySteps(b, s)
+			var read time.Duration
+			for _, st := range steps {
+				if _, seen := perStep[st.Step]; !seen {
+					order = append(order, st.Step)
+				}
+				perStep[st.Step] = append(perStep[st.Step], st.Duration)
+				if st.Step == workflows.PhaseImages {
+					read = st.Duration
+				}
+			}
 			wf, lastRun, reads = append(wf, d), runID, append(reads, read)
 			if _, err := ctl.Teardown(ctx, s.Name, nil); err != nil {
 				b.Fatal(err)
 			}
-			script = append(script, scriptOnce(b, ex.script, "tpd-bench-"+ex.executor, ifA, ifB, ex.roles...))
+			script = append(script, scriptOnce(b, ex.script, ex.image, "tpd-bench-"+ex.executor, ifA, ifB, ex.roles...))
 		}
+		var parts []string
+		for _, st := range order {
+			parts = append(parts, fmt.Sprintf("%s %.2fs", st, median(perStep[st]).Seconds()))
+		}
+		fmt.Printf("executor %s on %s: the workflow's median step times: %s\n", ex.executor, ex.image, strings.Join(parts, ", "))
 		events := historyEvents(b, contract.DeployWorkflowID(s.Name), lastRun)
 		mw, ms := median(wf), median(script)
 		b.ReportMetric(mw.Seconds(), "s-workflow-"+ex.executor)

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func runMain(m *testing.M) int {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	prefix := "tpd-e2e-" + hex.EncodeToString(b)
-	theLab, err = lab.Up(ctx, eng, temporal, lab.Config{Prefix: prefix, FaultProxies: true})
+	theLab, err = labUp(ctx, temporal, lab.Config{Prefix: prefix, FaultProxies: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: lab up (Docker engine and root required):", err)
 		return 1
@@ -138,7 +139,7 @@ func runStarter(t *testing.T, args ...string) (string, int) {
 	return string(out), 0
 }
 
-func containersOf(t *testing.T, cluster string) []string {
+func containersOf(t testing.TB, cluster string) []string {
 	t.Helper()
 	f := client.Filters{}
 	f.Add("label", activities.LabelCluster+"="+cluster)
@@ -151,6 +152,36 @@ func containersOf(t *testing.T, cluster string) []string {
 		names = append(names, strings.TrimPrefix(c.Names[0], "/"))
 	}
 	return names
+}
+
+// ourLabs are the prefixes of the labs this process brought up. `make test` runs the e2e
+// tests in several processes at once on one engine (scripts/integration), so a check for
+// what a test left behind looks only at containers its own labs' agents made.
+var ourLabs sync.Map
+
+// labUp is lab.Up for a lab of this process's.
+func labUp(ctx context.Context, temporal string, cfg lab.Config) (*lab.Lab, error) {
+	ourLabs.Store(cfg.Prefix, true)
+	return lab.Up(ctx, eng, temporal, cfg)
+}
+
+// ofOurLabs says whether a container's network mode (activities.LabelNetwork) is one a
+// node of this process's labs gave it: "container:PREFIX-node-…". A container without the
+// label is counted as ours, so nothing unlabelled escapes the check.
+func ofOurLabs(network string) bool {
+	peer, ok := strings.CutPrefix(network, "container:")
+	if network == "" {
+		return true
+	}
+	if !ok {
+		return false
+	}
+	mine := false
+	ourLabs.Range(func(prefix, _ any) bool {
+		mine = strings.HasPrefix(peer, prefix.(string)+"-")
+		return !mine
+	})
+	return mine
 }
 
 // strays are the containers tpdeploy labelled (any tpdeploy. label) and no cluster label
@@ -168,7 +199,10 @@ func strays(t *testing.T, since time.Time) []string {
 		}
 		var names []string
 		for _, c := range list.Items {
-			if time.Unix(c.Created, 0).Before(since.Add(-time.Second)) || c.Labels[lab.LabelLab] != "" || c.Labels[activities.LabelCluster] != "" {
+			// Every container an agent starts (the router too) carries its network mode:
+			// another shard's lab's are not this test's.
+			if time.Unix(c.Created, 0).Before(since.Add(-time.Second)) || c.Labels[lab.LabelLab] != "" || c.Labels[activities.LabelCluster] != "" ||
+				!ofOurLabs(c.Labels[activities.LabelNetwork]) {
 				continue
 			}
 			for k := range c.Labels {

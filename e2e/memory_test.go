@@ -41,7 +41,7 @@ func TestSpecTooLargeForANodeIsRefusedAtPreflight(t *testing.T) {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	prefix := "tpd-e2e-mem-" + hex.EncodeToString(b)
-	l, err := lab.Up(ctx, eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, NodeMemory: 512 << 20})
+	l, err := labUp(ctx, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, NodeMemory: 512 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestGuardStopsALoadWhenNodeMemoryRunsLow(t *testing.T) {
 	prefix := "tpd-e2e-guard-" + hex.EncodeToString(b)
 	const nodeMemory, floor = 1 << 30, 128 << 20
 	util := 0.1
-	l, err := lab.Up(ctx, eng, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, NodeMemory: nodeMemory})
+	l, err := labUp(ctx, filepath.Join(root, "bin", "temporal"), lab.Config{Prefix: prefix, NodeMemory: nodeMemory})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,5 +277,128 @@ func TestGuardStopsALoadWhenNodeMemoryRunsLow(t *testing.T) {
 	}
 	if _, err := eng.ContainerRemove(ctx, created.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
 		t.Error(err)
+	}
+	supervisedGuardStop(t, l, mc, s, tenantOf(t, l, nodeID), available, floor, func() string { return cgroupStat(nodeID) })
+}
+
+// cgroupStat is the part of node-a's memory.stat (cgroup v1) that says where its use
+// lies: anonymous memory, and page cache active, inactive and mapped.
+func cgroupStat(nodeID string) string {
+	b, _ := os.ReadFile("/sys/fs/cgroup/memory/docker/" + nodeID + "/memory.stat")
+	var parts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		switch k {
+		case "total_rss", "total_cache", "total_active_file", "total_inactive_file", "total_mapped_file", "total_shmem":
+			var n int64
+			fmt.Sscan(v, &n)
+			parts = append(parts, strings.TrimPrefix(k, "total_")+" "+hostmem.Human(n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tenantOf returns a function that starts a container in node-a's memory cgroup that
+// takes n bytes and keeps them, and a function that removes it.
+func tenantOf(t *testing.T, l *lab.Lab, nodeID string) func(name string, n int64) (remove func()) {
+	return func(name string, n int64) func() {
+		ctx := context.Background()
+		created, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{Name: l.Prefix + "-" + name,
+			Config: &container.Config{Image: l.Image, Labels: map[string]string{lab.LabelLab: l.Prefix},
+				Entrypoint: []string{"python3", "-c", "import sys, time\nb = b'\\x01' * int(sys.argv[1])\ntime.sleep(3600)", fmt.Sprint(n)}},
+			HostConfig: &container.HostConfig{NetworkMode: "none", Resources: container.Resources{CgroupParent: "/docker/" + nodeID}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		remove := func() {
+			_, _ = eng.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+		}
+		t.Cleanup(remove)
+		if _, err := eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return remove
+	}
+}
+
+// supervisedGuardStop is the guard's case with a supervisor: the spec, with the memory
+// back, deploys and serves; a tenant then takes the node's memory while it serves, and the
+// guard stops the engine. The supervisor's incident is HostMemoryPressure (it asks the
+// node's guard, not "unhealthy"), its redeploys are refused at preflight while the memory
+// is held (HostMemoryInsufficient: no load into a full node, no restart loop), and once the
+// tenant leaves its next redeploy serves, within the attempts its breaker allows.
+func supervisedGuardStop(t *testing.T, l *lab.Lab, mc tclient.Client, s spec.Cluster, tenant func(string, int64) func(), available func() int64, floor int64, stat func() string) {
+	ctx := context.Background()
+	ctl := control.Controller{Client: mc, SignKey: l.SignKey}
+	t.Logf("before the supervised deploy: node-a has %s available (%s)", hostmem.Human(available()), stat())
+	start := time.Now()
+	run, err := ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: s, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	if err := run.Get(wctx, nil); err != nil {
+		t.Fatalf("with the memory back, the deploy did not serve: %v (node-a now: %s available; %s)", control.Reason(err), hostmem.Human(available()), stat())
+	}
+	t.Logf("serving after %s; node-a has %s available", time.Since(start).Round(100*time.Millisecond), hostmem.Human(available()))
+	defer func() {
+		if _, err := ctl.Teardown(context.Background(), s.Name, nil); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+	}()
+	query := func() (workflows.Supervision, bool) {
+		v, err := mc.QueryWorkflow(ctx, contract.SuperviseWorkflowID(s.Name), "", contract.QuerySupervision)
+		var sv workflows.Supervision
+		return sv, err == nil && v.Get(&sv) == nil
+	}
+	eventually(t, time.Minute, "a supervisor watching the cluster", func() bool { _, ok := query(); return ok })
+
+	took := available() - floor/2
+	t.Logf("a tenant takes %s while the cluster serves", hostmem.Human(took))
+	remove := tenant("tenant-serving", took)
+	tripped := time.Now()
+
+	// Wait for a redeploy the preflight refused, then give the memory back.
+	var refused *control.Failure
+	for deadline := time.Now().Add(3 * time.Minute); refused == nil; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			sv, _ := query()
+			t.Fatalf("no redeploy refused at preflight within 3 min of the trip; supervision: %+v", sv)
+		}
+		//lint:ignore SA1019 as waitPhase does: a nil-safe read of the run's status
+		d, err := mc.DescribeWorkflowExecution(ctx, contract.DeployWorkflowID(s.Name), "")
+		if err != nil || d.GetWorkflowExecutionInfo().GetExecution().GetRunId() == run.GetRunID() ||
+			d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_FAILED {
+			continue
+		}
+		err = control.Reason(mc.GetWorkflow(ctx, contract.DeployWorkflowID(s.Name), d.GetWorkflowExecutionInfo().GetExecution().GetRunId()).Get(ctx, nil))
+		var f *control.Failure
+		if !errors.As(err, &f) || f.Type != contract.ErrHostMemory {
+			t.Fatalf("a redeploy while the tenant holds the memory ended %v, not HostMemoryInsufficient", err)
+		}
+		refused = f
+	}
+	t.Logf("a redeploy was refused %s after the tenant started: %v", time.Since(tripped).Round(100*time.Millisecond), refused)
+	remove()
+
+	var inc workflows.Incident
+	eventually(t, 4*time.Minute, "the incident recovered once the memory is back", func() bool {
+		sv, _ := query()
+		for _, i := range sv.Incidents {
+			if i.Outcome == workflows.OutcomeServing {
+				inc = i
+				return true
+			}
+		}
+		return false
+	})
+	sv, _ := query()
+	t.Logf("incident: %s; %s after %d attempt(s), %s", inc.Seen, inc.OutcomeText(), inc.Attempts, inc.Took.Round(100*time.Millisecond))
+	if inc.Cause != workflows.CauseHostMemoryPressure || inc.Node != "node-a" {
+		t.Errorf("incident cause %q on %q, want HostMemoryPressure on node-a", inc.Cause, inc.Node)
+	}
+	if inc.Attempts < 2 || len(sv.Incidents) != 1 || sv.Redeploys != inc.Attempts {
+		t.Errorf("%d incidents, %d redeploys, %d attempts: want one incident whose refused redeploy came before the one that served", len(sv.Incidents), sv.Redeploys, inc.Attempts)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,8 +263,9 @@ func TestConcurrentTriggersMakeOneDeploy(t *testing.T) {
 	t.Logf("one deploy; schedule: %+v; supervisor: %+v", recentTriggers(t, s.Name), sv.Incidents)
 }
 
-// Every lab agent serves /healthz and Prometheus metrics; after a deploy, the agents that ran
-// its workflow tasks export tpdeploy's own instruments for it.
+// Every lab agent, and the lab's controller, serves /healthz and Prometheus metrics; after a
+// deploy, the controller, which ran its workflow tasks, and the agents, which ran its steps,
+// export tpdeploy's own instruments for it.
 func TestAgentsExportDeployMetrics(t *testing.T) {
 	s := labSpec(t, "e2e-metrics")
 	deployServing(t, s)
@@ -275,7 +277,8 @@ func TestAgentsExportDeployMetrics(t *testing.T) {
 		return code == 0 && strings.Contains(out, "supervisor: serving at last check")
 	})
 	var all strings.Builder
-	for _, n := range theLab.Nodes {
+	scraped := append(slices.Clone(theLab.Nodes), lab.Node{Name: "controller", Mgmt: theLab.ControllerMgmt})
+	for _, n := range scraped {
 		base := fmt.Sprintf("http://%s:%d", n.Mgmt, lab.MetricsPort)
 		resp, err := http.Get(base + "/healthz")
 		if err != nil {
@@ -299,7 +302,7 @@ func TestAgentsExportDeployMetrics(t *testing.T) {
 		"temporal_", // the SDK's own
 	} {
 		if !strings.Contains(all.String(), want) {
-			t.Errorf("the agents' metrics lack %q", want)
+			t.Errorf("the agents' and the controller's metrics lack %q", want)
 		}
 	}
 }

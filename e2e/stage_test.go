@@ -198,7 +198,9 @@ func TestStagedChangeThatFailsLeavesTheOldServing(t *testing.T) {
 	// node-b's agent restarts: its reconcile must keep the serving deployment's worker.
 	since := time.Now()
 	killWorker(t, theLab.Nodes[1].Container)
-	waitForLog(t, theLab.Nodes[1].Container, since, "reconciled this node's containers", time.Minute)
+	// Its start-up reconcile is the controller's NodeStarted run, which has the agent
+	// reconcile each cluster (ReconcileCluster logs it).
+	waitForLog(t, theLab.Nodes[1].Container, since, "reconciled the cluster's containers", time.Minute)
 	if got := containerIDs(t, s.Name); !maps.Equal(got, before) {
 		t.Errorf("after node-b's agent restarted, containers %v, want %v", got, before)
 	}

@@ -143,13 +143,36 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// copyLine is a model copy in flight, from its heartbeat.
+// copyLine is a model download or copy in flight, from its heartbeat (the agents
+// heartbeat every second; the server keeps one every few seconds): the bytes in place of
+// the total on that node, and what crosses its link now.
 func copyLine(p contract.SyncProgress) string {
 	pct := 0
 	if p.Total > 0 {
 		pct = int(100 * p.Done / p.Total)
 	}
-	return fmt.Sprintf("copying the model to %s: %s of %s (%d%%) at %.0f MB/s", p.Node, weights.HumanSize(p.Done), weights.HumanSize(p.Total), pct, p.MBps)
+	what := "copying the model to " + p.Node
+	switch p.From {
+	case "":
+	case "hub":
+		what = "downloading the model to " + p.Node + " from the hub"
+	default:
+		what += " from " + p.From
+	}
+	return fmt.Sprintf("%s: %s of %s (%d%%) at %.0f MB/s", what, weights.HumanSize(p.Done), weights.HumanSize(p.Total), pct, p.MBps)
+}
+
+// copiedLine is a model download or copy done.
+func copiedLine(mc workflows.ModelCopy) string {
+	what := "model copied to " + mc.Node
+	switch mc.From {
+	case "":
+	case "hub":
+		what = "model downloaded to " + mc.Node + " from the hub"
+	default:
+		what += " from " + mc.From
+	}
+	return fmt.Sprintf("%s: %d files, %s in %.1fs (%.0f MB/s)", what, mc.Files, weights.HumanSize(mc.Bytes), mc.Seconds, mc.MBps)
 }
 
 // progressLine is one line: the phase, and during loading a bar with shards and ETA.
@@ -190,7 +213,7 @@ func printOutcome(w io.Writer, st control.Status) error {
 			fmt.Fprintf(w, "  warning: %s\n", warn)
 		}
 		for _, mc := range r.ModelCopies {
-			fmt.Fprintf(w, "  model copied to %s: %d files, %s in %.1fs (%.0f MB/s)\n", mc.Node, mc.Files, weights.HumanSize(mc.Bytes), mc.Seconds, mc.MBps)
+			fmt.Fprintf(w, "  %s\n", copiedLine(mc))
 		}
 		printSteps(w, r.Steps)
 		return nil
@@ -373,7 +396,7 @@ func printStatus(stdout io.Writer, cluster string, st control.Status) error {
 	}
 	if st.Running {
 		for _, mc := range st.State.ModelCopies {
-			fmt.Fprintf(stdout, "  model copied to %s: %d files, %s in %.1fs (%.0f MB/s)\n", mc.Node, mc.Files, weights.HumanSize(mc.Bytes), mc.Seconds, mc.MBps)
+			fmt.Fprintf(stdout, "  %s\n", copiedLine(mc))
 		}
 	}
 	printSupervision(stdout, st.Supervision)

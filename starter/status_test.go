@@ -102,3 +102,31 @@ func TestStatusShowsTheRouter(t *testing.T) {
 		t.Errorf("no router line:\n%s", out.String())
 	}
 }
+
+// While a model moves, status has one line per receiving node: the bytes in place of the
+// total and the node (or the hub) it comes from; copies done say where they came from.
+func TestStatusShowsModelCopyProgressPerNode(t *testing.T) {
+	st := control.Status{WorkflowID: contract.DeployWorkflowID("lab"), RunID: "r", Running: true,
+		State: workflows.State{Phase: workflows.PhaseModelCopy, ModelCopies: []workflows.ModelCopy{
+			{Node: "node-a", From: "hub", Files: 4, Bytes: 2e9, Seconds: 20, MBps: 100}}},
+		Copies: []contract.SyncProgress{
+			{Node: "node-b", Done: 1_200_000_000, Total: 4_900_000_000, MBps: 1200},
+			{Node: "node-c", From: "node-b", Done: 600_000_000, Total: 4_900_000_000, MBps: 1190},
+		}}
+	var out bytes.Buffer
+	if err := printStatus(&out, "lab", st); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"copying the model to node-b: 1.2 GB of 4.9 GB (24%) at 1200 MB/s",
+		"copying the model to node-c from node-b: 600.0 MB of 4.9 GB (12%) at 1190 MB/s",
+		"model downloaded to node-a from the hub: 4 files, 2.0 GB in 20.0s (100 MB/s)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	if got := copyLine(contract.SyncProgress{Node: "node-a", From: "hub", Done: 1, Total: 4}); !strings.HasPrefix(got, "downloading the model to node-a from the hub: ") {
+		t.Errorf("a download's line: %q", got)
+	}
+}

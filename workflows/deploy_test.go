@@ -1051,3 +1051,110 @@ func TestStalledLoadEndsLoadStalled(t *testing.T) {
 		t.Fatalf("a load whose output moves on: %v", err)
 	}
 }
+
+// With three nodes the copy is a chain: node-a serves node-b, and node-b serves node-c
+// while it receives (what it is itself receiving marked to relay); each copy names the
+// node it copies from, and the result records it.
+func TestModelSyncIsAChain(t *testing.T) {
+	f := fakeagents.New()
+	p := fakeagents.SeedProbe("node-c", false)
+	p.Links = append([]netplan.Link(nil), p.Links...)
+	for i := range p.Links {
+		if p.Links[i].Name == "enp1s0f1np1" {
+			p.Links[i].Addrs = []netip.Prefix{netip.MustParsePrefix("192.168.200.14/24")}
+		}
+	}
+	f.Probes["node-c"] = p
+	m := fakeagents.SeedManifest()
+	m.Files = []weights.File{m.Files[0], m.Files[1], m.Files[4]}
+	m.Missing = []string{"model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}
+	f.Manifests["node-b"] = m
+	c := fakeagents.SeedManifest()
+	c.Files = []weights.File{c.Files[0], c.Files[1], c.Files[3], c.Files[4]}
+	c.Missing = []string{"model-00002-of-00003.safetensors"}
+	f.Manifests["node-c"] = c
+	s := fakeagents.SeedSpec()
+	s.Nodes = append(s.Nodes, spec.Node{Name: "node-c", Role: spec.RoleWorker, GPUs: 1})
+	s.Parallel = spec.Parallel{Tensor: 1, Pipeline: 3}
+	s.Model.Sync = spec.SyncFromHead
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	servers := map[string]contract.OpenModelServerRequest{}
+	for _, r := range f.ServerRequests {
+		servers[r.Node] = r
+	}
+	copies := map[string]contract.SyncModelRequest{}
+	for _, r := range f.SyncRequests {
+		copies[r.Node] = r
+	}
+	a, b := servers["node-a"], servers["node-b"]
+	if len(servers) != 2 || !slices.Equal(a.Files, []string{"model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}) || len(a.Relay) != 0 {
+		t.Fatalf("servers %+v, want node-a serving node-b's two files", f.ServerRequests)
+	}
+	if !slices.Equal(b.Files, []string{"model-00002-of-00003.safetensors"}) || len(b.Relay) != 1 || b.Relay["model-00002-of-00003.safetensors"] != 4_900_000_000 {
+		t.Errorf("node-b serves %v relaying %v, want model-00002 relayed (node-b receives it too)", b.Files, b.Relay)
+	}
+	nodeB, _ := res.Plan.Node("node-b")
+	nodeC, _ := res.Plan.Node("node-c")
+	if !slices.Equal(a.Peers, []netip.Addr{nodeB.Address}) || !slices.Equal(b.Peers, []netip.Addr{nodeC.Address}) ||
+		!slices.Equal(a.Keys, []string{copies["node-b"].Key}) || !slices.Equal(b.Keys, []string{copies["node-c"].Key}) {
+		t.Errorf("node-a serves %v %v, node-b serves %v %v; copies %+v", a.Peers, a.Keys, b.Peers, b.Keys, copies)
+	}
+	if copies["node-b"].Source != "node-a" || copies["node-c"].Source != "node-b" || copies["node-c"].From.Addr() != nodeB.Address {
+		t.Errorf("node-b copies from %q, node-c from %q at %s", copies["node-b"].Source, copies["node-c"].Source, copies["node-c"].From)
+	}
+	from := map[string]string{}
+	for _, mc := range res.ModelCopies {
+		from[mc.Node] = mc.From
+	}
+	if len(from) != 2 || from["node-b"] != "" || from["node-c"] != "node-b" {
+		t.Errorf("model copies %+v", res.ModelCopies)
+	}
+	if closed := fakeagents.Calls(f, "CloseModelServer"); len(closed) != 2 {
+		t.Errorf("closed %q, want both servers", closed)
+	}
+}
+
+// node-b reboots mid-copy (its copy fails as its agent goes): the deploy starts over and
+// the copy resumes — the partial files are kept for it, not removed by the restart's
+// compensation — and the deploy serves.
+func TestModelCopyResumesAfterANodeRebootsMidCopy(t *testing.T) {
+	f := fakeagents.New()
+	m := fakeagents.SeedManifest()
+	m.Files = []weights.File{m.Files[0], m.Files[1], m.Files[4]}
+	m.Missing = []string{"model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}
+	f.Manifests["node-b"] = m
+	f.OnCall = func(key string) {
+		if key != "SyncModel node-b" {
+			return
+		}
+		if fakeagents.Attempts(f, key) == 1 {
+			fakeagents.Reboot(f, "node-b", "boot-2")
+			fakeagents.SetFailure(f, key, nonRetryable1(contract.ErrNodeAgentDown, "node-b's agent went away mid-copy"))
+			return
+		}
+		fakeagents.SetFailure(f, key, nil)
+	}
+	s := fakeagents.SeedSpec()
+	s.Model.Sync = spec.SyncFromHead
+	env := newEnv(t, f)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	if len(res.Restarts) != 1 || !strings.Contains(res.Restarts[0], "node-b rebooted") {
+		t.Errorf("restarts %q", res.Restarts)
+	}
+	calls := fakeagents.Calls(f, "SyncModel", "RemovePartialModel")
+	if want := []string{"SyncModel node-b " + m.Dir, "SyncModel node-b " + m.Dir}; !slices.Equal(calls, want) {
+		t.Errorf("calls %q, want the copy twice and no partial files removed between", calls)
+	}
+	if len(res.ModelCopies) != 1 || res.ModelCopies[0].Node != "node-b" {
+		t.Errorf("model copies %+v", res.ModelCopies)
+	}
+}

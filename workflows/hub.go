@@ -95,7 +95,7 @@ func (d *deployment) downloadHub(ctx workflow.Context, lacking []weights.File) (
 	err := d.step(ctx, PhaseModelDownload, fmt.Sprintf("downloading %d files of %s (%s) at %s from %s to %s", len(lacking), m.Path,
 		weights.HumanSize(weights.CopySize(lacking)), shortCommit(hm.Commit), hm.Endpoint, head), func() error {
 		root := weights.HFSnapshotDir(d.spec.HFCache, m.Path, hm.Commit)
-		d.saga.add("remove partial model files on "+head, func(ctx workflow.Context) error {
+		d.saga.addResumable("remove partial model files on "+head, func(ctx workflow.Context) error {
 			return workflow.ExecuteActivity(d.onNode(ctx, head, "remove partial model files on "+head, cleanupStep(d.spec)),
 				contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: head, Root: root, Intent: d.req.Intent}).Get(ctx, nil)
 		})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
@@ -18,8 +19,8 @@ import (
 // ModelCopy is what one node received from the head.
 type ModelCopy struct {
 	Node string `json:"node"`
-	// From is "hub" for the head's download of model.source: hub; empty for a copy
-	// from the head.
+	// From is "hub" for the head's download of model.source: hub, the node before this
+	// one in a copy chain; empty for a copy from the head.
 	From    string  `json:"from,omitempty"`
 	Files   int     `json:"files"`
 	Bytes   int64   `json:"bytes"`
@@ -161,15 +162,24 @@ func (d *deployment) copyModel(ctx workflow.Context, headManifest weights.Manife
 		}
 		for _, n := range nodes {
 			dir, _, _ := root(n)
-			d.saga.add("remove partial model files on "+n, func(ctx workflow.Context) error {
+			d.saga.addResumable("remove partial model files on "+n, func(ctx workflow.Context) error {
 				return workflow.ExecuteActivity(d.onNode(ctx, n, "remove partial model files on "+n, cleanupStep(d.spec)),
 					contract.ActivityRemovePartialModel, contract.RemovePartialModelRequest{Node: n, Root: dir, Intent: d.req.Intent}).Get(ctx, nil)
 			})
 		}
-		// The head's agent restarting loses its server (ModelServerGone): open another and
-		// go on; what arrived stays (the copy resumes from its partial files).
+		// From this version on the copy is a chain (weights.Chain): head → n1 → n2 …, each
+		// node relaying to the next what it receives, so no link carries more than one copy.
+		chain := workflow.GetVersion(ctx, modelCopyChainVersion, workflow.DefaultVersion, 1) == 1
+		// An agent restarting (the head's, or a relay's: a node rebooted mid-copy) loses
+		// its server and keys (ModelServerGone): open others and go on; what arrived stays
+		// (every copy resumes from its partial files).
 		for attempt := 1; ; attempt++ {
-			err := d.copyOnce(ctx, head, hp.Address, headManifest.Dir, files, nodes, lacking, root)
+			var err error
+			if chain {
+				err = d.copyChain(ctx, head, headManifest.Dir, lacking, root)
+			} else {
+				err = d.copyOnce(ctx, head, hp.Address, headManifest.Dir, files, nodes, lacking, root)
+			}
 			var se *stepError
 			if err == nil || attempt == 3 || !errors.As(err, &se) || se.Type != contract.ErrModelServerGone {
 				return err
@@ -249,6 +259,116 @@ func fileNow(m weights.Manifest, name string) string {
 		return weights.HumanSize(f.Size) + " and not hashed"
 	}
 	return weights.HumanSize(f.Size)
+}
+
+// modelCopyChainVersion: from here on, model.sync copies along a chain (copyChain) rather
+// than from the head to every node at once (copyOnce).
+const modelCopyChainVersion = "model-copy-chain"
+
+// copyChain is one attempt of the chain's copy: every receiving node makes its copy's
+// key; the head and every relay open a model server for the next node only (its key, its
+// planned address), a relay's serving also what it is still receiving (Relay); every node
+// copies from the node before it; and the servers close. Each node's agent checks the
+// node it is told to copy from against the signed spec.
+func (d *deployment) copyChain(ctx workflow.Context, head, headDir string, lacking map[string][]weights.File,
+	root func(string) (string, string, string)) error {
+	links := weights.Chain(head, nodeNames(d.spec.Nodes), lacking)
+	receivers := make([]string, len(links))
+	senders := make([]string, len(links))
+	link := map[string]weights.Link{} // by sender
+	addrs := map[string]netip.Addr{}
+	for i, l := range links {
+		receivers[i], senders[i], link[l.From] = l.To, l.From, l
+		for _, n := range []string{l.From, l.To} {
+			np, ok := d.plannedNode(n)
+			if !ok {
+				return &stepError{Step: "copy model", Node: n, Type: contract.ErrInternal, Msg: "no plan for " + n}
+			}
+			addrs[n] = np.Address
+		}
+	}
+	const ttl = 10 * time.Minute
+	o := deployStep(30*time.Second, stepAttempts)
+	keys := map[string]string{}
+	err := forEachNode(ctx, "prepare the model copy", receivers, func(node string) workflow.Future {
+		dir, _, _ := root(node)
+		return workflow.ExecuteActivity(d.onNode(ctx, node, "make a model copy key on "+node, o), contract.ActivityPrepareModelCopy,
+			contract.PrepareModelCopyRequest{Node: node, Root: dir, TTL: ttl, Intent: d.req.Intent})
+	}, func(node string, k contract.ModelCopyKey) { keys[node] = k.Key })
+	if err != nil {
+		return err
+	}
+	servers := map[string]contract.ModelServer{}
+	defer func() {
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		var closing []workflow.Future
+		for _, n := range senders {
+			if srv, ok := servers[n]; ok {
+				closing = append(closing, workflow.ExecuteActivity(d.onNode(dctx, n, "close model server on "+n, deployStep(10*time.Second, 2)),
+					contract.ActivityCloseModelServer, contract.CloseModelServerRequest{Node: n, ID: srv.ID}))
+			}
+		}
+		for _, f := range closing {
+			_ = f.Get(dctx, nil)
+		}
+	}()
+	err = forEachNode(ctx, "serve model files", senders, func(node string) workflow.Future {
+		l := link[node]
+		dir, _, _ := root(node)
+		if node == head {
+			dir = headDir
+		}
+		return workflow.ExecuteActivity(d.onNode(ctx, node, "serve model files on "+node, o), contract.ActivityOpenModelServer,
+			contract.OpenModelServerRequest{Node: node, Addr: addrs[node], Root: dir, Files: l.Serve, Relay: l.Relay, TTL: ttl,
+				Keys: []string{keys[l.To]}, Peers: []netip.Addr{addrs[l.To]}, Intent: d.req.Intent})
+	}, func(node string, srv contract.ModelServer) { servers[node] = srv })
+	if err != nil {
+		return err
+	}
+	from := map[string]weights.Link{} // by receiver
+	for _, l := range links {
+		from[l.To] = l
+	}
+	copyOpts := stepOptions{startToClose: d.spec.Timeouts.ModelSyncTimeout(), heartbeat: stepHeartbeat, attempts: stepAttempts}
+	// The first copy that fails ends the others: the nodes after it in the chain would
+	// only wait for what will not come.
+	cctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	sel := workflow.NewSelector(ctx)
+	var errs []*stepError
+	failed := false
+	for _, node := range receivers {
+		l := from[node]
+		dir, layout, ref := root(node)
+		f := workflow.ExecuteActivity(d.onNode(cctx, node, fmt.Sprintf("copy %d model files to %s from %s", len(l.Files), node, l.From), copyOpts),
+			contract.ActivitySyncModel, contract.SyncModelRequest{Node: node, From: servers[l.From].Addr, Source: l.From, Key: keys[node], Addr: addrs[node],
+				Root: dir, Layout: layout, Ref: ref, Files: l.Files, Intent: d.req.Intent})
+		sel.AddFuture(f, func(f workflow.Future) {
+			var r contract.SyncResult
+			if err := f.Get(ctx, &r); err != nil {
+				if !failed || !temporal.IsCanceledError(err) {
+					errs = append(errs, classify("copy model", node, err))
+				}
+				failed = true
+				cancel()
+				return
+			}
+			src := l.From
+			if src == head {
+				src = ""
+			}
+			d.state.ModelCopies = append(d.state.ModelCopies, ModelCopy{Node: node, From: src, Files: len(r.Copied), Bytes: r.Bytes,
+				Reused: r.Reused, Seconds: r.Seconds, MBps: r.MBps})
+			workflow.GetLogger(ctx).Info("model copied", "node", node, "from", l.From, "bytes", r.Bytes, "reused", r.Reused, "mbps", r.MBps)
+		})
+	}
+	for range receivers {
+		sel.Select(ctx)
+	}
+	if len(errs) > 0 {
+		return joinStepErrors(errs)
+	}
+	return nil
 }
 
 // copyOnce has every copying node make its copy's key, opens the head's model server for

@@ -119,7 +119,7 @@ func onNode(ctx workflow.Context, c spec.Cluster, node, summary string, o stepOp
 }
 
 // checksQueue is where a cluster's readiness checks run (the supervisor's watch, a
-// redeploy's look at the deploy that serves): on any agent, or, when the spec has vLLM's
+// redeploy's look at the deploy that serves): on the controller, or, when the spec has vLLM's
 // API key, on the head's agent, which resolves the key (contract.HeadChecks). The head's
 // agent being down then leaves the check waiting for it; its reboot is an incident anyway.
 func checksQueue(c spec.Cluster) string {
@@ -130,7 +130,7 @@ func checksQueue(c spec.Cluster) string {
 }
 
 // onChecksQueue returns ctx set to run a readiness check on checksQueue(c): on the
-// workflow queue any agent answers, with no bound on the wait; on the head's queue the
+// workflow queue the controller answers, with no bound on the wait; on the head's queue the
 // kind's agentWait bounds it (zero: none either; the watch waits for the head's agent).
 func onChecksQueue(ctx workflow.Context, c spec.Cluster, summary string, o stepOptions) workflow.Context {
 	queue, wait := checksQueue(c), o.agentWait
@@ -140,7 +140,7 @@ func onChecksQueue(ctx workflow.Context, c spec.Cluster, summary string, o stepO
 	return withStep(ctx, queue, wait, summary, o)
 }
 
-// onWorkflowQueue returns ctx set to run an operations activity (served by any agent).
+// onWorkflowQueue returns ctx set to run an operations activity (served by the controller).
 func onWorkflowQueue(ctx workflow.Context, summary string, o stepOptions) workflow.Context {
 	return withStep(ctx, contract.WorkflowQueue, 0, summary, o)
 }

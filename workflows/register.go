@@ -14,7 +14,7 @@ type Registry interface {
 	RegisterWorkflow(w any)
 }
 
-// RegisterAll registers every tpdeploy workflow: the agents run them all, and the replay
+// RegisterAll registers every tpdeploy workflow: the controller runs them all, and the replay
 // tests replay every type.
 func RegisterAll(r Registry) {
 	r.RegisterWorkflow(DeployCluster)
@@ -22,6 +22,7 @@ func RegisterAll(r Registry) {
 	r.RegisterWorkflow(TeardownCluster)
 	r.RegisterWorkflow(RedeployCluster)
 	r.RegisterWorkflow(SuperviseCluster)
+	r.RegisterWorkflow(NodeStarted) // contract.NodeStartedWorkflow
 }
 
 // ReplayHistoryFile replays a history exported as JSON against the workflows as built,

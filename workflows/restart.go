@@ -160,7 +160,11 @@ func (d *deployment) restart(ctx workflow.Context, why string) {
 	d.restarts++
 	d.state.Restarts = append(d.state.Restarts, why)
 	d.setPhase(ctx, PhaseCompensating, fmt.Sprintf("%s; starting over (restart %d of %d)", why, d.restarts, d.maxRestarts()))
-	if err := d.saga.compensate(ctx); err != nil {
+	compensate := d.saga.compensate
+	if workflow.GetVersion(ctx, restartKeepsPartialModel, workflow.DefaultVersion, 1) == 1 {
+		compensate = d.saga.compensateForRestart
+	}
+	if err := compensate(ctx); err != nil {
 		d.state.Warnings = append(d.state.Warnings, "before restarting: "+err.Error())
 	}
 	d.state.Compensations = d.saga.ran

@@ -18,10 +18,46 @@ type saga struct {
 type compensation struct {
 	what string
 	run  func(ctx workflow.Context) error
+	// resumable work (a model copy's partial files) is what the deploy's next attempt
+	// resumes from: a restart keeps it (keepResumable), a failure removes it.
+	resumable bool
 }
 
 func (s *saga) add(what string, run func(ctx workflow.Context) error) {
 	s.steps = append(s.steps, compensation{what: what, run: run})
+}
+
+// addResumable adds a compensation of resumable work, once: a restart keeps it on the
+// stack (not run), and the next attempt's own is then not added again.
+func (s *saga) addResumable(what string, run func(ctx workflow.Context) error) {
+	for _, c := range s.steps {
+		if c.resumable && c.what == what {
+			return
+		}
+	}
+	s.steps = append(s.steps, compensation{what: what, run: run, resumable: true})
+}
+
+// restartKeepsPartialModel: from here on, a deploy that starts over (a node rebooted
+// mid-copy) keeps the model copy's partial files for its next attempt to resume from,
+// and removes them only if the deploy fails.
+const restartKeepsPartialModel = "restart-keeps-partial-model"
+
+// compensateForRestart is compensate for a deploy that starts over: resumable work stays
+// (its compensations stay on the stack for a failure later).
+func (s *saga) compensateForRestart(ctx workflow.Context) error {
+	var kept, rest []compensation
+	for _, c := range s.steps {
+		if c.resumable {
+			kept = append(kept, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	s.steps = rest
+	err := s.compensate(ctx)
+	s.steps = kept
+	return err
 }
 
 // compensate runs every compensation in reverse order on a disconnected context, so a

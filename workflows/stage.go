@@ -37,16 +37,35 @@ type Staging struct {
 	began     time.Time
 }
 
+// servingCheckOnHeadVersion: from here on a deploy of a spec with vLLM's API key asks
+// which deployment serves on the head's agent (checksQueue), not on any agent. Asked only
+// for such specs, so the histories of specs without a key take no new command.
+const servingCheckOnHeadVersion = "serving-check-on-head"
+
 // findServing asks which deployment serves the cluster now (its supervisor's, if its
 // endpoint answers). One of another spec makes this deploy a staged one. Not knowing is
 // not a failure: the deploy then runs as on a cluster that does not serve.
 func (d *deployment) findServing(ctx workflow.Context) {
 	var srv contract.ServingDeployment
-	err := workflow.ExecuteActivity(onWorkflowQueue(ctx, "what serves "+d.spec.Name, deployStep(30*time.Second, 3)),
-		contract.ActivityServingDeployment, contract.ClusterRequest{Cluster: d.spec.Name}).Get(ctx, &srv)
+	actx := onWorkflowQueue(ctx, "what serves "+d.spec.Name, deployStep(30*time.Second, 3))
+	if d.spec.Secrets.APIKey != nil && workflow.GetVersion(ctx, servingCheckOnHeadVersion, workflow.DefaultVersion, 1) == 1 {
+		// Its readiness check sends vLLM's API key, which only the head's agent resolves
+		// for its own endpoint (checksQueue); any other agent refuses it (PolicyDenied),
+		// and the deploy then replaced the serving engine unstaged: a coin toss with two
+		// agents (#37: the router test's swap failed thousands of requests).
+		o := deployStep(30*time.Second, 3)
+		o.agentWait = d.spec.Timeouts.NodeAgent.D()
+		actx = onChecksQueue(ctx, d.spec, "what serves "+d.spec.Name, o)
+	}
+	err := workflow.ExecuteActivity(actx, contract.ActivityServingDeployment, contract.ClusterRequest{Cluster: d.spec.Name}).Get(ctx, &srv)
 	if err != nil {
 		d.state.Warnings = append(d.state.Warnings, "could not tell which deployment serves (not staged): "+message(err))
 		return
+	}
+	if !srv.Serves() && srv.Supervised {
+		// A supervised cluster that does not serve: the deploy replaces what runs in place,
+		// and the operator should see why it was not staged.
+		d.state.Warnings = append(d.state.Warnings, "not staged: "+srv.Detail)
 	}
 	if !srv.Serves() || srv.SpecHash == d.specHash() {
 		return

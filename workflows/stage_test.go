@@ -54,6 +54,35 @@ func TestStagedDeploySwapsAfterEveryStepThatStopsNothing(t *testing.T) {
 	}
 }
 
+// A spec with vLLM's API key asks which deployment serves on its head's agent, the one
+// that resolves the key for the head's endpoint (checksQueue); any other agent would refuse
+// it, and the deploy would replace the serving engine unstaged. A spec without a key asks
+// any agent.
+func TestServingCheckOfAKeyedSpecRunsOnTheHeadsAgent(t *testing.T) {
+	for _, keyed := range []bool{true, false} {
+		f := fakeagents.New()
+		f.Serving = servingOther
+		s := fakeagents.SeedSpec()
+		want := "ServingDeployment " + s.Name + " on " + contract.WorkflowQueue
+		if keyed {
+			s.Secrets.APIKey = &spec.SecretRef{Env: "VLLM_API_KEY"}
+			want = "ServingDeployment " + s.Name + " on " + contract.NodeQueue(s.Head().Name)
+		}
+		env := newEnv(t, f)
+		executeDeploy(env, DeployRequest{Spec: s})
+		var res DeployResult
+		if err := env.GetWorkflowResult(&res); err != nil {
+			t.Fatalf("keyed %v: %v", keyed, err)
+		}
+		if calls := fakeagents.Calls(f, "ServingDeployment"); len(calls) != 1 || calls[0] != want {
+			t.Errorf("keyed %v: %q, want %q", keyed, calls, want)
+		}
+		if res.Staged == nil {
+			t.Errorf("keyed %v: not staged", keyed)
+		}
+	}
+}
+
 // The same spec as the one serving is no staged deploy (adoption makes it a no-op).
 func TestSameSpecAsTheServingOneIsNotStaged(t *testing.T) {
 	f := fakeagents.New()

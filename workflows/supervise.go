@@ -203,7 +203,7 @@ func (sv *supervisor) continueAsNew(ctx workflow.Context) error {
 }
 
 // watch is the supervisor's loop: health is watched by one long-lived activity
-// (WatchCluster, on any agent) that returns only on an incident or after WatchFor of
+// (WatchCluster, on the controller or the head's agent) that returns only on an incident or after WatchFor of
 // health, so a healthy cluster adds a few history events an hour; node reboots, new specs,
 // failed deploys and operators arrive as signals. Recovery has a budget across incidents:
 // once it gives up, the cluster is degraded and is not redeployed again until something

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/tpdeploy/tpdeploy/internal/codec"
 	"github.com/tpdeploy/tpdeploy/internal/logging"
@@ -42,6 +43,12 @@ type Options struct {
 	CodecKeyFile string
 	// MetricsHandler receives the SDK's metrics; nil for none. Not a flag.
 	MetricsHandler client.MetricsHandler
+	// Identity names this process to the server (its pollers in DescribeTaskQueue, the
+	// identity in history events); empty: the SDK's pid@host. Not a flag.
+	Identity string
+	// DialOptions are added to the gRPC connection's (the worker's tests record the calls
+	// a role makes). Not a flag.
+	DialOptions []grpc.DialOption
 }
 
 // Register adds the connection flags to fs.
@@ -112,6 +119,10 @@ func (o Options) ClientOptions(z *zap.Logger) (client.Options, error) {
 		opts.Logger = logging.Temporal(z)
 	}
 	opts.MetricsHandler = o.MetricsHandler
+	if o.Identity != "" {
+		opts.Identity = o.Identity
+	}
+	opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, o.DialOptions...)
 	return opts, nil
 }
 

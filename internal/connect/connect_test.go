@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -56,7 +57,7 @@ func TestRegisterFlags(t *testing.T) {
 	}
 	want := connect.Options{Address: "a:1", Namespace: "ns", APIKey: "k", TLS: true, TLSCertPath: "c", TLSKeyPath: "k.pem",
 		TLSCAPath: "ca", TLSServerName: "sn", Profile: "p", ConfigFile: "f.toml", CodecKeyFile: "key"}
-	if o != want {
+	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parsed %+v\nwant   %+v", o, want)
 	}
 }

@@ -475,12 +475,21 @@ const (
 	ActivityWatchCluster    = "WatchCluster"
 	// ActivityServingDeployment says which deployment serves the cluster now.
 	ActivityServingDeployment = "ServingDeployment"
+	// ActivityReportNodeBoot tells the running supervisors and deploys of a node's boot,
+	// and ActivityNodeWanted reads what a node should keep of a cluster: the controller's
+	// side of an agent's start (NodeStartedWorkflow), so the agent needs no client call
+	// for them.
+	ActivityReportNodeBoot = "ReportNodeBoot"
+	ActivityNodeWanted     = "NodeWanted"
+	// ActivityReconcileCluster removes a node's containers of a cluster that its
+	// deployment no longer holds (a node activity, signed as a removal).
+	ActivityReconcileCluster = "ReconcileCluster"
 )
 
 // HeadChecks are the operations activities every agent also serves on its own node's
 // queue: a cluster with vLLM's API key (secrets.api_key) has its readiness checks run by
 // the head's agent, which resolves the key, rather than by any agent.
-var HeadChecks = []string{ActivityCheckDeployment, ActivityWatchCluster}
+var HeadChecks = []string{ActivityCheckDeployment, ActivityWatchCluster, ActivityServingDeployment}
 
 // WatchClusterRequest asks for a cluster's health to be watched until something happens:
 // Unhealthy failed checks in a row (every Every), or For of health.
@@ -556,6 +565,9 @@ type ServingDeployment struct {
 	Nodes    []ServingNode `json:"nodes,omitempty"`
 	// Detail says why none serves, when one was known.
 	Detail string `json:"detail,omitempty"`
+	// Supervised: the cluster's supervisor runs (a deploy served, no teardown since), so
+	// none serving is news to the deploy asking (it is not staged, and says why).
+	Supervised bool `json:"supervised,omitempty"`
 }
 
 // ServingNode is one node of a serving deployment.

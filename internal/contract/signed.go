@@ -69,6 +69,12 @@ func (r RemoveRequest) Signature() Signature {
 	return Signature{Intent: r.Intent, Removal: true, Cluster: &r.Cluster}
 }
 
+// Signature of a start-up reconcile: a removal of the cluster's containers, on the
+// signature of the teardown or deploy run the controller read it from.
+func (r ReconcileRequest) Signature() Signature {
+	return Signature{Intent: r.Intent, Removal: true, Cluster: &r.Cluster}
+}
+
 func (r PrepareModelCopyRequest) Signature() Signature { return Signature{Intent: r.Intent} }
 
 func (r OpenModelServerRequest) Signature() Signature { return Signature{Intent: r.Intent} }
@@ -98,4 +104,5 @@ var Unsigned = map[string]string{
 	ActivityCloseModelServer:    "closes what OpenModelServer opened, by its ID",
 	ActivityCheckDeployment:     "reads the cluster's latest deploy and its endpoint (the API key only for a signed spec, EndpointKey)",
 	ActivityWatchCluster:        "reads the cluster's health",
+	ActivityServingDeployment:   "reads which deploy serves the cluster and its endpoint (the API key only for a signed spec, EndpointKey)",
 }

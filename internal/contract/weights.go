@@ -85,6 +85,10 @@ type OpenModelServerRequest struct {
 	Root string `json:"root"`
 	// Files are the names, relative to Root, the server serves; nothing else is.
 	Files []string `json:"files"`
+	// Relay are the files of Files this node is itself receiving meanwhile (a copy
+	// chain's relay: weights.Link.Relay), with their sizes: served as they arrive, each
+	// one's last byte only once this node has verified it.
+	Relay map[string]int64 `json:"relay,omitempty"`
 	// Keys are the copying nodes' keys (ModelCopyKey): a request is served only with the
 	// secret of one of them.
 	Keys []string `json:"keys"`
@@ -113,6 +117,10 @@ type CloseModelServerRequest struct {
 type SyncModelRequest struct {
 	Node string         `json:"node"`
 	From netip.AddrPort `json:"from"`
+	// Source is the node whose model server From is: empty for the head, the node before
+	// this one in a copy chain (weights.Chain). The agent checks it against the signed
+	// spec: a node before this one, From at its pinned address.
+	Source string `json:"source,omitempty"`
 	// Key is this node's key (PrepareModelCopy): the agent presents the secret it keeps.
 	Key string `json:"key"`
 	// Addr is this node's planned address; the copy dials from it (the server accepts
@@ -137,8 +145,10 @@ type SyncModelRequest struct {
 
 // SyncProgress is SyncModel's heartbeat.
 type SyncProgress struct {
-	// Node is the node receiving the copy.
+	// Node is the node receiving the copy, From the node it receives from (a chain's
+	// predecessor; empty for the head or the hub).
 	Node string `json:"node,omitempty"`
+	From string `json:"from,omitempty"`
 	// Done is the bytes in place of Total: copied, resumed from partial files, or found.
 	Done  int64 `json:"done"`
 	Total int64 `json:"total"`

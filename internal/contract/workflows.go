@@ -56,3 +56,60 @@ const (
 	// QuerySupervision returns the supervisor's state.
 	QuerySupervision = "supervision"
 )
+
+// NodeStartedWorkflowID is the ID of the run a node agent starts when it starts
+// (NodeStartedWorkflow): one per node, so a restarting agent's new run replaces its last.
+// The ID is what a server's authorizer can hold the agent's credentials to.
+func NodeStartedWorkflowID(node string) string { return "tpdeploy-node-started-" + node }
+
+// NodeStartedWorkflow is the workflow type of that run.
+const NodeStartedWorkflow = "NodeStarted"
+
+// NodeStartRequest is what an agent reports when it starts: its boot ID, and the clusters
+// it holds containers of (read from their labels), which the controller reconciles.
+type NodeStartRequest struct {
+	Node     string   `json:"node"`
+	BootID   string   `json:"boot_id"`
+	Clusters []string `json:"clusters,omitempty"`
+}
+
+// NodeStartResult is what that run did: which workflows it told of the boot, and what the
+// node removed per cluster (or why it left a cluster alone).
+type NodeStartResult struct {
+	Told       []string          `json:"told,omitempty"`
+	Removed    []string          `json:"removed,omitempty"`
+	LeftAlone  map[string]string `json:"left_alone,omitempty"`
+	Reconciled []string          `json:"reconciled,omitempty"`
+}
+
+// WantedRequest asks the controller which of a cluster's containers on a node should
+// exist (ActivityNodeWanted).
+type WantedRequest struct {
+	Node    string `json:"node"`
+	Cluster string `json:"cluster"`
+}
+
+// Wanted is the controller's answer, read from the cluster's runs: Known is false when no
+// run of the cluster exists, Running while a deploy or teardown acts on it (the node then
+// keeps everything); otherwise Keep are the IDs of the containers the serving deployment
+// holds (none when it was torn down or failed), and Intent the operator's signature of
+// the run that says so (the teardown's or the deploy's), which a node with trusted_keys
+// checks before it removes anything (ReconcileRequest).
+type Wanted struct {
+	Known   bool     `json:"known"`
+	Running bool     `json:"running"`
+	Keep    []string `json:"keep,omitempty"`
+	Intent  *Intent  `json:"intent,omitempty"`
+	// Run is the workflow run the answer was read from, for the node's log.
+	Run string `json:"run,omitempty"`
+}
+
+// ReconcileRequest asks a node to remove its containers of Cluster except Keep
+// (ActivityReconcileCluster), on the signature of the run that says so.
+type ReconcileRequest struct {
+	Node    string   `json:"node"`
+	Cluster string   `json:"cluster"`
+	Keep    []string `json:"keep,omitempty"`
+	Intent  *Intent  `json:"intent,omitempty"`
+	Run     string   `json:"run,omitempty"`
+}

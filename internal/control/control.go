@@ -351,7 +351,7 @@ func (c Controller) run(ctx context.Context, cluster, runID string) (Status, err
 		dc = converter.GetDefaultDataConverter()
 	}
 	for _, pa := range desc.GetPendingActivities() {
-		if pa.GetActivityType().GetName() != contract.ActivitySyncModel || pa.GetHeartbeatDetails() == nil {
+		if name := pa.GetActivityType().GetName(); name != contract.ActivitySyncModel && name != contract.ActivityDownloadHubModel || pa.GetHeartbeatDetails() == nil {
 			continue
 		}
 		var p contract.SyncProgress

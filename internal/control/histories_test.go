@@ -5,6 +5,7 @@ package control
 import (
 	"context"
 	"crypto/ed25519"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
 	"github.com/tpdeploy/tpdeploy/internal/intent"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 	"github.com/tpdeploy/tpdeploy/internal/weights"
 	"github.com/tpdeploy/tpdeploy/workflows"
@@ -206,6 +208,35 @@ func TestHistoriesOfEveryWorkflowType(t *testing.T) {
 		t.Fatalf("the model copy: %q, want a key and a copy on the worker", got)
 	}
 	record("deploy-copy.json", run.GetID(), run.GetRunID())
+	terminateRunning(t, ctx, "SuperviseCluster")
+
+	// The same copy to two workers, as a chain (model-copy-chain): the head serves the
+	// first worker, which relays to the second what it receives.
+	ch, chf := cluster(t, "hist-ch", "a", "b", "c")
+	ch.Model.Sync = spec.SyncFromHead
+	ch.Nodes = append(ch.Nodes, spec.Node{Name: "hist-ch-c", Role: spec.RoleWorker, GPUs: 1})
+	ch.Parallel = spec.Parallel{Tensor: 1, Pipeline: 3}
+	third := fakeagents.SeedProbe("hist-ch-c", false)
+	third.Links = append([]netplan.Link(nil), third.Links...)
+	for i := range third.Links {
+		if third.Links[i].Name == "enp1s0f1np1" {
+			third.Links[i].Addrs = []netip.Prefix{netip.MustParsePrefix("192.168.200.14/24")}
+		}
+	}
+	chf.Probes["hist-ch-c"] = third
+	fakeagents.SetManifest(chf, "hist-ch-b", lacks)
+	fakeagents.SetManifest(chf, "hist-ch-c", lacks)
+	run, err = ctl.StartDeploy(ctx, workflows.DeployRequest{Spec: ch, Trigger: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatalf("deploy with a chain copy: %v", Reason(err))
+	}
+	if got := fakeagents.Calls(chf, "OpenModelServer"); len(got) != 2 {
+		t.Fatalf("the chain's servers: %q, want the head's and the first worker's", got)
+	}
+	record("deploy-copy-chain.json", run.GetID(), run.GetRunID())
 	terminateRunning(t, ctx, "SuperviseCluster")
 
 	// A staged deploy: a changed spec (executor mp where Ray serves) deployed onto a

@@ -9,6 +9,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 
@@ -207,19 +208,19 @@ func (c *Checks) ServingDeployment(ctx context.Context, req contract.ClusterRequ
 		return contract.ServingDeployment{}, fmt.Errorf("decode the supervision of %s: %w", req.Cluster, err)
 	}
 	if sv.Serving == nil || !sv.Serving.Serves() {
-		return contract.ServingDeployment{Detail: "the supervisor knows of no serving deploy"}, nil
+		return contract.ServingDeployment{Detail: "the supervisor knows of no serving deploy", Supervised: true}, nil
 	}
 	st, err := c.Controller.run(ctx, req.Cluster, sv.Serving.RunID)
 	if err != nil {
-		return contract.ServingDeployment{Detail: err.Error()}, nil
+		return contract.ServingDeployment{Detail: err.Error(), Supervised: true}, nil
 	}
 	if st.Result == nil {
-		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " ended " + st.Closed}, nil
+		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " ended " + st.Closed, Supervised: true}, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := c.ready(rctx, st, st.Result.Endpoint); err != nil {
-		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " does not serve: " + err.Error()}, nil
+		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " does not serve: " + err.Error(), Supervised: true}, nil
 	}
 	srv := *sv.Serving
 	srv.Executor = spec.ExecutorMP
@@ -289,89 +290,146 @@ func (c *Checks) serves(ctx context.Context, st Status) (string, bool) {
 	return fmt.Sprintf("serving at %s; ray: %d nodes alive", st.Result.Endpoint, len(plan.Nodes)), true
 }
 
-// signedRun checks, when VerifyRemoval is set, that the run of workflow id (a deploy, or
-// with teardown a teardown) was started with a request that carries the operator's
-// signature of a spec of cluster.
-func (c Controller) signedRun(ctx context.Context, cluster, id, runID string, teardown bool) error {
-	if c.VerifyRemoval == nil {
-		return nil
-	}
+// runIntent reads the operator's signature that the run of workflow id (a deploy, or with
+// teardown a teardown) was started with (nil: unsigned), and, when VerifyRemoval is set,
+// checks it is of a spec of cluster.
+func (c Controller) runIntent(ctx context.Context, cluster, id, runID string, teardown bool) (*contract.Intent, error) {
 	var in *contract.Intent
 	if teardown {
 		var req workflows.TeardownRequest
 		if err := c.firstInput(ctx, id, runID, &req); err != nil {
-			return err
+			return nil, err
 		}
 		in = req.Intent
 	} else {
 		req, err := c.deployRequest(ctx, id, runID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		in = req.Intent
 	}
-	if err := c.VerifyRemoval(in, cluster); err != nil {
-		return fmt.Errorf("%s run %s is not an operator's for %s, so its containers are left alone: %w", id, runID, cluster, err)
+	if c.VerifyRemoval != nil {
+		if err := c.VerifyRemoval(in, cluster); err != nil {
+			return nil, fmt.Errorf("%s run %s is not an operator's for %s, so its containers are left alone: %w", id, runID, cluster, err)
+		}
 	}
-	return nil
+	return in, nil
 }
 
 // Wanted is what a node agent reconciles against (activities.Reconcile): which of a
 // cluster's containers its serving deployment holds, or that an operation owns them now,
 // or that nothing is known of the cluster.
 func (c Controller) Wanted(ctx context.Context, cluster string) (keep map[string]bool, running, known bool, err error) {
+	w, err := c.wanted(ctx, cluster)
+	if err != nil {
+		return nil, false, false, err
+	}
+	if !w.Known || w.Running {
+		return nil, w.Running, w.Known, nil
+	}
+	keep = map[string]bool{}
+	for _, id := range w.Keep {
+		keep[id] = true
+	}
+	return keep, false, true, nil
+}
+
+// NodeWanted is Wanted as the controller answers it for a node's start-up reconcile
+// (workflows.NodeStarted): with the signature of the run it read, which the node checks
+// against its own trusted_keys before it removes anything (contract.ReconcileRequest).
+func (c *Checks) NodeWanted(ctx context.Context, req contract.WantedRequest) (contract.Wanted, error) {
+	return c.Controller.wanted(ctx, req.Cluster)
+}
+
+func (c Controller) wanted(ctx context.Context, cluster string) (contract.Wanted, error) {
 	did := contract.DeployWorkflowID(cluster)
 	//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
 	desc, err := c.Client.DescribeWorkflowExecution(ctx, did, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
-		return nil, false, false, nil
+		return contract.Wanted{}, nil
 	}
 	if err != nil {
-		return nil, false, false, fmt.Errorf("describe %s: %w", did, err)
+		return contract.Wanted{}, fmt.Errorf("describe %s: %w", did, err)
 	}
 	deploy := desc.GetWorkflowExecutionInfo()
 	if deploy.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return nil, true, true, nil
+		return contract.Wanted{Known: true, Running: true, Run: deploy.GetExecution().GetRunId()}, nil
 	}
 	//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
 	if td, err := c.Client.DescribeWorkflowExecution(ctx, contract.TeardownWorkflowID(cluster), ""); err == nil {
 		info := td.GetWorkflowExecutionInfo()
 		if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			return nil, true, true, nil
+			return contract.Wanted{Known: true, Running: true, Run: info.GetExecution().GetRunId()}, nil
 		}
 		if info.GetStartTime().AsTime().After(deploy.GetCloseTime().AsTime()) {
 			// Torn down after the latest deploy — by an operator, when the node requires it.
-			if err := c.signedRun(ctx, cluster, contract.TeardownWorkflowID(cluster), info.GetExecution().GetRunId(), true); err != nil {
-				return nil, false, false, err
+			in, err := c.runIntent(ctx, cluster, contract.TeardownWorkflowID(cluster), info.GetExecution().GetRunId(), true)
+			if err != nil {
+				return contract.Wanted{}, err
 			}
-			return map[string]bool{}, false, true, nil
+			return contract.Wanted{Known: true, Intent: in, Run: info.GetExecution().GetRunId()}, nil
 		}
 	}
-	keep = map[string]bool{}
 	serving := deploy.GetExecution().GetRunId()
 	// What the latest deploy says stays (or that nothing does, when it failed) is acted on
 	// only for a deploy an operator signed, when the node requires it. Its result is not
 	// signed: docs/security.md ("what one compromised party can still do") says what that leaves.
-	if err := c.signedRun(ctx, cluster, did, serving, false); err != nil {
-		return nil, false, false, err
+	in, err := c.runIntent(ctx, cluster, did, serving, false)
+	if err != nil {
+		return contract.Wanted{}, err
 	}
+	w := contract.Wanted{Known: true, Intent: in, Run: serving}
 	if deploy.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 		// The latest deploy failed: none of its containers is current — unless it was
 		// staged and refused before the swap, when the deployment it ran beside still
 		// serves, with its containers.
 		refused := c.refusalOf(ctx, cluster, serving)
 		if refused == nil {
-			return keep, false, true, nil
+			return w, nil
 		}
 		serving = refused.Serving.RunID
 	}
 	var res workflows.DeployResult
 	if err := c.Client.GetWorkflow(ctx, did, serving).Get(ctx, &res); err != nil {
-		return nil, false, false, fmt.Errorf("result of %s run %s: %w", did, serving, err)
+		return contract.Wanted{}, fmt.Errorf("result of %s run %s: %w", did, serving, err)
 	}
+	w.Keep = []string{}
 	for _, ref := range res.Containers {
-		keep[ref.ID] = true
+		w.Keep = append(w.Keep, ref.ID)
 	}
-	return keep, false, true, nil
+	return w, nil
+}
+
+// ReportNodeBoot tells every running supervisor and deploy a node's boot ID (the signal
+// SignalNodeBooted): one that knew another ID learns the node rebooted (a supervisor
+// redeploys, a deploy starts over); those of clusters without the node ignore it. It runs
+// on the controller for the agent's start-up (workflows.NodeStarted), so the agent itself
+// neither lists nor signals workflows. It returns the workflow IDs it told.
+func (c *Checks) ReportNodeBoot(ctx context.Context, boot contract.NodeBoot) ([]string, error) {
+	query := "WorkflowType IN ('SuperviseCluster', 'DeployCluster') AND ExecutionStatus = 'Running'"
+	told := []string{}
+	var token []byte
+	for {
+		resp, err := c.Controller.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		if err != nil {
+			return told, fmt.Errorf("list running supervisors and deploys: %w", err)
+		}
+		for _, e := range resp.Executions {
+			id := e.GetExecution().GetWorkflowId()
+			err := c.Controller.Client.SignalWorkflow(ctx, id, "", contract.SignalNodeBooted, boot)
+			var notFound *serviceerror.NotFound
+			switch {
+			case errors.As(err, &notFound):
+				// Ended since the list: nothing to tell.
+			case err != nil:
+				return told, fmt.Errorf("signal %s of %s's boot: %w", id, boot.Node, err)
+			default:
+				told = append(told, id)
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return told, nil
+		}
+	}
 }

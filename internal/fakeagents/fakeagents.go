@@ -739,9 +739,10 @@ func (f *Agents) TeardownRunning(ctx context.Context, req contract.ClusterReques
 	return contract.ClusterBusy{}, nil
 }
 
-// ServingDeployment answers which deployment serves the cluster: Serving.
+// ServingDeployment answers which deployment serves the cluster: Serving. The call
+// records the task queue it was asked on (a keyed spec's goes to its head's agent).
 func (f *Agents) ServingDeployment(ctx context.Context, req contract.ClusterRequest) (contract.ServingDeployment, error) {
-	if err := f.record(ctx, "ServingDeployment", req.Cluster, ""); err != nil {
+	if err := f.record(ctx, "ServingDeployment", req.Cluster, "on "+activity.GetInfo(ctx).TaskQueue); err != nil {
 		return contract.ServingDeployment{}, err
 	}
 	f.mu.Lock()

@@ -20,11 +20,23 @@ import (
 // image and a Debian or NGC one. pip records every installed distribution as a
 // `<name>-<version>.dist-info` directory (the wheel spec's name: PEP 427/PEP 491), so the
 // versions are the directory names; the Python version is the site directory's path.
+// NCCL is read from the library itself, not from its wheel's record: a user who builds a
+// newer NCCL and drops it over the wheel's file changes what runs and not the dist-info
+// (docs/network.md, "The NCCL version"). The library read is the first of the site
+// directories' nvidia/nccl/lib/libnccl.so.2 (where torch's CUDA wheels load NCCL from:
+// the nvidia-nccl-cu* wheel's file) and then the system's (an NGC image's torch links the
+// system NCCL); its version is the string NCCL compiles in (src/init.cc VERSION_STRING,
+// "NCCL version 2.28.9+cuda13.0", kept as 2.28.9), read with grep where the image has one.
 const ReadScript = `for d in /usr/local/lib/python3*/dist-packages /usr/local/lib/python3*/site-packages /usr/lib/python3/dist-packages /usr/lib/python3*/site-packages /opt/*/lib/python3*/site-packages; do
   for m in "$d"/*.dist-info; do [ -d "$m" ] && echo "dist $d ${m##*/}"; done
 done
 for c in vllm ray python3; do command -v "$c" >/dev/null 2>&1 && echo "bin $c"; done
 for l in /usr/lib/*-linux-gnu/libibverbs.so.1 /lib/*-linux-gnu/libibverbs.so.1 /usr/lib64/libibverbs.so.1; do [ -e "$l" ] && echo "lib libibverbs"; done
+for l in /usr/local/lib/python3*/dist-packages/nvidia/nccl/lib/libnccl.so.2 /usr/local/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 /usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so.2 /usr/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 /opt/*/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 /usr/lib/*-linux-gnu/libnccl.so.2 /lib/*-linux-gnu/libnccl.so.2 /usr/lib64/libnccl.so.2; do
+  [ -f "$l" ] || continue; v=""
+  command -v grep >/dev/null 2>&1 && v=$(grep -aoE -m1 'NCCL version [0-9]+\.[0-9]+\.[0-9]+[^[:space:][:cntrl:]]*' "$l" | { read -r _ _ x; echo "${x%%+*}"; })
+  echo "nccllib $l $v"
+done
 [ -n "${VLLM_GPU_NIC_PCIE_MAPPING:+x}" ] && echo "env VLLM_GPU_NIC_PCIE_MAPPING"
 [ -n "${VLLM_NIC_SELECTION_VARS:+x}" ] && echo "env VLLM_NIC_SELECTION_VARS"
 echo "end"
@@ -46,11 +58,14 @@ type Image struct {
 	Ref string `json:"ref"`
 	ID  string `json:"id"`
 	// Versions of the distributions that decide behaviour; empty when absent.
-	VLLM   string `json:"vllm,omitempty"`
-	Ray    string `json:"ray,omitempty"`
-	Torch  string `json:"torch,omitempty"`
-	NCCL   string `json:"nccl,omitempty"`
-	Python string `json:"python,omitempty"`
+	VLLM  string `json:"vllm,omitempty"`
+	Ray   string `json:"ray,omitempty"`
+	Torch string `json:"torch,omitempty"`
+	// NCCL is the version of the NCCL library the engine loads (NCCLLib), or of the NCCL
+	// wheel when the library's version cannot be read.
+	NCCL    string `json:"nccl,omitempty"`
+	NCCLLib string `json:"nccl_lib,omitempty"`
+	Python  string `json:"python,omitempty"`
 	// RayBin and VLLMBin say the executables are on the image's PATH: a container whose
 	// entrypoint is `ray` starts only when RayBin.
 	RayBin  bool `json:"ray_bin"`
@@ -95,6 +110,7 @@ var pythonDir = regexp.MustCompile(`/python(\d+\.\d+)/`)
 func ParseRead(out string) (Image, error) {
 	var img Image
 	ended := false
+	libNCCL := ""
 	// The first site directory holding each distribution wins, as on Python's sys.path
 	// (/usr/local before /usr).
 	for _, line := range strings.Split(out, "\n") {
@@ -141,6 +157,15 @@ func ParseRead(out string) (Image, error) {
 			if len(f) == 2 && slices.Contains(NICSelectionEnv, f[1]) && !slices.Contains(img.NICSelection, f[1]) {
 				img.NICSelection = append(img.NICSelection, f[1])
 			}
+		case "nccllib":
+			// The first library found is the one loaded; its version, when read, wins over
+			// the wheel's record.
+			if (len(f) == 2 || len(f) == 3) && img.NCCLLib == "" {
+				img.NCCLLib = f[1]
+				if len(f) == 3 {
+					libNCCL = f[2]
+				}
+			}
 		case "end":
 			ended = true
 		default:
@@ -149,6 +174,9 @@ func ParseRead(out string) (Image, error) {
 	}
 	if !ended {
 		return Image{}, fmt.Errorf("image read: output ended early (no \"end\" line)")
+	}
+	if libNCCL != "" {
+		img.NCCL = libNCCL
 	}
 	if img.VLLM == "" {
 		return Image{}, fmt.Errorf("image holds no vLLM installation (no vllm-*.dist-info in any Python site directory)")

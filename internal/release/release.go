@@ -65,6 +65,11 @@ var (
 	// #41421, vllm/envs.py, v0.21.0).
 	RayV2Since        = Version{0, 20, 0}
 	RayV2DefaultSince = Version{0, 21, 0}
+	// NCCLSubnetRoutingSince: NCCL's IB plugin can pick, per peer, the local HCA on the
+	// peer's subnet (NCCL_IB_SUBNET_AWARE_ROUTING, default 0, and NCCL_IB_SUBNET_PREFIX_LEN,
+	// default 24: src/transport/net_ib/connect.cc at v2.30.7-1, ncclIbFindDevBySubnet);
+	// absent from v2.30.4-1, v2.30.3-1, v2.29.7-1 and v2.28.9-1.
+	NCCLSubnetRoutingSince = Version{2, 30, 7}
 )
 
 // EnvRayV2 is vLLM's switch between the two Ray executors, read in the driver's process.
@@ -81,6 +86,9 @@ func (e *Error) Error() string { return e.Msg }
 // Model is how the cluster's vLLM release will behave, decided before anything starts.
 type Model struct {
 	VLLM string `json:"vllm"`
+	// NCCL is the version of the NCCL library the head's image loads (Image.NCCL): the
+	// data plane plans only what that version has (netplan, docs/network.md).
+	NCCL string `json:"nccl,omitempty"`
 	// Executor is what runs: ray or mp; Why says why it was picked.
 	Executor string `json:"executor"`
 	Why      string `json:"why"`
@@ -119,7 +127,7 @@ func Decide(l Layout, head Image) (Model, error) {
 	}
 	nnodes := v.AtLeast(NnodesSince)
 	mpFits := l.Nodes <= 1 || (l.World%l.Nodes == 0)
-	m := Model{VLLM: head.VLLM}
+	m := Model{VLLM: head.VLLM, NCCL: head.NCCL}
 	switch l.Executor {
 	case ExecutorRay:
 		if !head.HasRay() {

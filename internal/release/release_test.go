@@ -351,3 +351,64 @@ func TestImageSettingNICSelectionIsRefused(t *testing.T) {
 		t.Errorf("names the node whose image is fine: %s", re.Msg)
 	}
 }
+
+// The NCCL the engine loads is read from the library's own version string, which wins
+// over the wheel's record: here the wheel says 2.29.7 and a 2.30.7 build was copied over
+// its libnccl.so.2. The system's copy comes after the wheel's (torch loads the wheel's).
+func TestReadScriptReadsTheNCCLLibrarysVersion(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal("no sh on this machine: ", err)
+	}
+	grep, err := exec.LookPath("grep")
+	if err != nil {
+		t.Skip("no grep on this machine")
+	}
+	root := t.TempDir()
+	site := "usr/local/lib/python3.12/dist-packages"
+	for _, d := range []string{site + "/vllm-0.32.0.dist-info", site + "/nvidia_nccl_cu13-2.29.7.dist-info", site + "/nvidia/nccl/lib", "usr/lib/x86_64-linux-gnu"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lib := "\x7fELF\x02\x01\x01\x00\x00\x00NCCL version %s\x00\x00NCCL version 2.30.7+cuda13.0\x00NCCL version 2.99.0\x00"
+	for path, body := range map[string]string{site + "/nvidia/nccl/lib/libnccl.so.2": lib, "usr/lib/x86_64-linux-gnu/libnccl.so.2": "NCCL version 2.21.5+cuda12.4\x00"} {
+		if err := os.WriteFile(filepath.Join(root, path), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := strings.NewReplacer(" /usr/", " "+root+"/usr/", " /lib/", " "+root+"/lib/", " /opt/", " "+root+"/opt/").Replace(ReadScript)
+	cmd := exec.Command(sh, "-c", script)
+	cmd.Env = []string{"PATH=" + filepath.Dir(grep)}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("script failed: %v\n%s", err, out)
+	}
+	img, err := ParseRead(strings.ReplaceAll(string(out), root, ""))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if img.NCCL != "2.30.7" || img.NCCLLib != "/"+site+"/nvidia/nccl/lib/libnccl.so.2" {
+		t.Fatalf("got nccl %q from %q, want 2.30.7 from the wheel's library\n%s", img.NCCL, img.NCCLLib, out)
+	}
+	m, err := Decide(Layout{Executor: ExecutorMP, World: 2, Nodes: 2}, img)
+	if err != nil || m.NCCL != "2.30.7" {
+		t.Fatalf("Decide: %+v, %v: the model carries the library's NCCL", m, err)
+	}
+}
+
+// Without a readable library version (no grep in the image, or a stripped library) the
+// wheel's record stands, and the library's path is still said.
+func TestParseReadNCCLFallsBackToTheWheel(t *testing.T) {
+	out := "dist /usr/local/lib/python3.12/dist-packages vllm-0.22.1.dist-info\n" +
+		"dist /usr/local/lib/python3.12/dist-packages nvidia_nccl_cu13-2.28.9.dist-info\n" +
+		"nccllib /usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2\n" +
+		"nccllib /usr/lib/x86_64-linux-gnu/libnccl.so.2 2.21.5\nend\n"
+	img, err := ParseRead(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.NCCL != "2.28.9" || img.NCCLLib != "/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2" {
+		t.Fatalf("got %+v", img)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -710,10 +711,17 @@ func PlannedEnv(name string) bool { return plannedEnv[name] != "" }
 // env does not set it (where the node's env sets it, that value stands): NCCL_ALGO=Ring on a
 // switchless ring, where NCCL's tree would connect uncabled pairs, and NCCL_IB_DISABLE=1 on
 // a fabric whose cables NCCL cannot use (netplan's fabric, channelNICs: with NCCL_IB_HCA
-// unset NCCL's IB plugin would open every HCA). Only the restrictions themselves: any other
-// value is the operator's to sign.
+// unset NCCL's IB plugin would open every HCA), and NCCL ≥ 2.30.7's subnet-aware routing
+// on such a fabric (NCCL_IB_SUBNET_AWARE_ROUTING=1 and NCCL_IB_SUBNET_PREFIX_LEN 1-32: it
+// only chooses among the HCAs NCCL_IB_HCA lists). Only the restrictions themselves: any
+// other value is the operator's to sign.
 func PlanDefaultEnv(name, value string) bool {
-	return (name == "NCCL_ALGO" && value == "Ring") || (name == "NCCL_IB_DISABLE" && value == "1")
+	switch name {
+	case "NCCL_IB_SUBNET_PREFIX_LEN":
+		n, err := strconv.Atoi(value)
+		return err == nil && n >= 1 && n <= 32 && strconv.Itoa(n) == value
+	}
+	return (name == "NCCL_ALGO" && value == "Ring") || (name == "NCCL_IB_DISABLE" && value == "1") || (name == "NCCL_IB_SUBNET_AWARE_ROUTING" && value == "1")
 }
 
 func ParseCIDRs(cidrs []string) []netip.Prefix {

@@ -312,10 +312,11 @@ func TestManagedArgsInVLLMSpelling(t *testing.T) {
 // The plan may restrict NCCL to its ring, or turn its IB plugin off, where the node's env
 // says nothing; no other value or variable passes as the plan's own.
 func TestPlanDefaultEnvIsOnlyTheRestrictions(t *testing.T) {
-	if !PlanDefaultEnv("NCCL_ALGO", "Ring") || !PlanDefaultEnv("NCCL_IB_DISABLE", "1") {
-		t.Error("NCCL_ALGO=Ring and NCCL_IB_DISABLE=1 are the plan's")
+	if !PlanDefaultEnv("NCCL_ALGO", "Ring") || !PlanDefaultEnv("NCCL_IB_DISABLE", "1") || !PlanDefaultEnv("NCCL_IB_SUBNET_AWARE_ROUTING", "1") ||
+		!PlanDefaultEnv("NCCL_IB_SUBNET_PREFIX_LEN", "24") || !PlanDefaultEnv("NCCL_IB_SUBNET_PREFIX_LEN", "30") {
+		t.Error("NCCL_ALGO=Ring, NCCL_IB_DISABLE=1 and NCCL's subnet-aware routing are the plan's")
 	}
-	for _, kv := range [][2]string{{"NCCL_ALGO", "Tree"}, {"NCCL_ALGO", "ring,tree"}, {"NCCL_COMM_ID", "Ring"}, {"NCCL_RUNTIME_CONNECT", "0"}, {"NCCL_IB_DISABLE", "0"}, {"NCCL_NET", "Socket"}} {
+	for _, kv := range [][2]string{{"NCCL_IB_SUBNET_AWARE_ROUTING", "0"}, {"NCCL_IB_SUBNET_PREFIX_LEN", "0"}, {"NCCL_IB_SUBNET_PREFIX_LEN", "33"}, {"NCCL_IB_SUBNET_PREFIX_LEN", "024"}, {"NCCL_ALGO", "Tree"}, {"NCCL_ALGO", "ring,tree"}, {"NCCL_COMM_ID", "Ring"}, {"NCCL_RUNTIME_CONNECT", "0"}, {"NCCL_IB_DISABLE", "0"}, {"NCCL_NET", "Socket"}} {
 		if PlanDefaultEnv(kv[0], kv[1]) {
 			t.Errorf("%s=%s passes as the plan's", kv[0], kv[1])
 		}
