@@ -73,7 +73,8 @@ echo "$h" >"$d/hash"
 pid=$!
 echo "$pid $(cut -d' ' -f22 "/proc/$pid/stat")" >"$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
 wait "$pid"
-echo "$?" >"$d/exit"
+# Written whole (a reader never sees an empty code) before the lock is freed.
+echo "$?" >"$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 rmdir "$d/lock"
 `
 
@@ -96,6 +97,12 @@ while alive; do
   if [ "$i" -gt "$1" ]; then kill -KILL "$pid" 2>/dev/null; sleep 1; break; fi
   sleep 1
 done
+# The wrapper records the exit and frees the lock just after vLLM ends. A launch that
+# followed at once would start while the old wrapper still writes, and the old one's exit
+# code would land over the new launch's state: wait for it (bounded: a wrapper killed
+# with its container never frees the lock).
+i=0
+while [ -d "$d/lock" ] && [ "$i" -lt 50 ]; do i=$((i + 1)); sleep 0.1; done
 exit 0
 `
 
