@@ -154,7 +154,9 @@ func TestAgentOnlyServesItsNodeQueue(t *testing.T) {
 			if err := converter.GetDefaultDataConverter().FromPayload(a.GetInput().GetPayloads()[0], &boot); err != nil {
 				t.Fatal(err)
 			}
-			told = boot.Node == node && boot.BootID != ""
+			// Other tests' agents boot against the same server and the controller tells every
+			// running supervisor, so this one's signal may not be the last.
+			told = told || (boot.Node == node && boot.BootID != "")
 			t.Logf("the supervisor was told %+v, by %s", boot, a.GetIdentity())
 		}
 	}
