@@ -65,8 +65,9 @@ func newCanary(req contract.CanaryRequest) *canary {
 	}
 	req.Timeout = max(req.Timeout, 100*time.Millisecond)
 	req.Failures = max(req.Failures, 1)
-	// No redirect is followed: the key would go on to wherever the answer points.
-	return &canary{req: req, results: make(chan canaryResult), client: &http.Client{CheckRedirect: readiness.NoRedirects}}
+	// No redirect is followed: the key would go on to wherever the answer points. No
+	// connection is kept between completions (readiness.Transport says why).
+	return &canary{req: req, results: make(chan canaryResult), client: &http.Client{Transport: readiness.Transport, CheckRedirect: readiness.NoRedirects}}
 }
 
 // aim points the canary at a serving endpoint, or (nil) holds it while nothing serves.

@@ -43,8 +43,19 @@ type modelEntry struct {
 // redirect (a 3xx is answered as it is, not 200), so a check, and the API key it may
 // carry, stays on the endpoint it was given.
 func Client(timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, CheckRedirect: NoRedirects}
+	return &http.Client{Timeout: timeout, Transport: Transport, CheckRedirect: NoRedirects}
 }
+
+// Transport is the checks' transport: a new connection for every check. vLLM's API server
+// closes a connection idle for 5 s (uvicorn's timeout_keep_alive, VLLM_HTTP_TIMEOUT_KEEP_ALIVE
+// in vllm/envs.py), and checks come seconds apart, so a kept connection would often be one
+// the server is closing; a POST sent on it (a smoke test's or a canary's completion) fails
+// without reaching vLLM and Go does not resend it, a false alarm on a healthy engine.
+var Transport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableKeepAlives = true
+	return t
+}()
 
 // NoRedirects is an http.Client's CheckRedirect that follows none.
 func NoRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

@@ -63,15 +63,23 @@ func (o *Options) defaults() {
 	}
 }
 
+// IdleConnTimeout is how long the router keeps an idle connection to an engine: less than
+// the 5 s vLLM's API server keeps one (uvicorn's timeout_keep_alive, from
+// VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vllm/envs.py), so the router closes it first. A request
+// sent on a connection the server is closing fails before it reaches vLLM, and Go's
+// transport retries only idempotent requests: a completion POST would come back a 502 and
+// its healthy replica be taken out.
+const IdleConnTimeout = 4 * time.Second
+
 // NewTransport is the engines' transport: keep-alive connections enough for a router's
 // concurrency (the default keeps 2 per host, so every third concurrent request would dial),
-// no response header timeout (a non-streaming completion answers only at its end), no
-// compression added.
+// closed while idle before vLLM closes them (IdleConnTimeout), no response header timeout
+// (a non-streaming completion answers only at its end), no compression added.
 func NewTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 4096
 	t.MaxIdleConnsPerHost = 1024
-	t.IdleConnTimeout = 90 * time.Second
+	t.IdleConnTimeout = IdleConnTimeout
 	t.DisableCompression = true
 	t.ForceAttemptHTTP2 = false
 	return t

@@ -577,3 +577,50 @@ func TestCutStreamIsCountedAndReleased(t *testing.T) {
 	// The router's request to the engine ended with the client's, as vLLM then aborts it.
 	waitFor(t, func() bool { return slow.aborted.Load() == 1 })
 }
+
+// vllmKeepAlive is how long vLLM's API server keeps an idle connection by default
+// (VLLM_HTTP_TIMEOUT_KEEP_ALIVE "5", vllm/envs.py, handed to uvicorn as
+// timeout_keep_alive).
+const vllmKeepAlive = 5 * time.Second
+
+// The router closes an idle connection to an engine itself, and sooner than vLLM would: an
+// engine that never closes one still sees it closed, IdleConnTimeout after its request.
+func TestIdleEngineConnectionsCloseBeforeVLLMsKeepAlive(t *testing.T) {
+	if IdleConnTimeout >= vllmKeepAlive {
+		t.Fatalf("IdleConnTimeout %s, not below vLLM's keep-alive %s", IdleConnTimeout, vllmKeepAlive)
+	}
+	type change struct {
+		state http.ConnState
+		at    time.Time
+	}
+	changes := make(chan change, 16)
+	e := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"replica": "a"})
+	}))
+	e.Config.ConnState = func(_ net.Conn, s http.ConnState) { changes <- change{s, time.Now()} }
+	e.Start()
+	t.Cleanup(e.Close)
+	f := newRouter(t, Options{}, routes(Model{ID: "qwen", Replicas: []Replica{{Name: "a", URL: e.URL}}}))
+	if code, _, body := post(t, f.router.URL+"/v1/completions", "", `{"model": "qwen", "prompt": "x"}`); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	var idleAt time.Time
+	timeout := time.After(IdleConnTimeout + 10*time.Second)
+	for {
+		select {
+		case c := <-changes:
+			switch c.state {
+			case http.StateIdle:
+				idleAt = c.at
+			case http.StateClosed:
+				if idleAt.IsZero() {
+					t.Fatal("the connection closed before it was idle")
+				}
+				t.Logf("the router closed the idle engine connection %s after its request", c.at.Sub(idleAt).Round(time.Millisecond))
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the idle engine connection was still open %s after its request", IdleConnTimeout+10*time.Second)
+		}
+	}
+}

@@ -290,3 +290,15 @@ func TestTheRustPathEndsWhenTheEngineProcessEnds(t *testing.T) {
 		t.Errorf("ended after %s: the engine's exit ends it at once, not at a watchdog tick", d)
 	}
 }
+
+// The API server keeps an idle connection as uvicorn does under vLLM: 5 s unless
+// VLLM_HTTP_TIMEOUT_KEEP_ALIVE says otherwise (vllm/envs.py; api_server.py passes it as
+// timeout_keep_alive).
+func TestTheAPIServersKeepAliveIsVLLMs(t *testing.T) {
+	for env, want := range map[string]time.Duration{"": 5 * time.Second, "300": 300 * time.Second, "2": 2 * time.Second} {
+		t.Setenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", env)
+		if got := keepAlive(); got != want {
+			t.Errorf("VLLM_HTTP_TIMEOUT_KEEP_ALIVE=%q: keep-alive %s, want %s", env, got, want)
+		}
+	}
+}

@@ -825,7 +825,7 @@ func (a *apiServer) serve(ctx context.Context) error {
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Started server process [%d]", os.Getpid(), os.Getpid()))
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Waiting for application startup.", os.Getpid()))
 	emit(fmt.Sprintf("(APIServer pid=%d) INFO:     Application startup complete.", os.Getpid()))
-	srv := &http.Server{Handler: authenticate(a.api(), apiTokens(f))}
+	srv := &http.Server{Handler: authenticate(a.api(), apiTokens(f)), IdleTimeout: keepAlive()}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	exited := make(chan struct{})
 	go a.watchdog(ctx, func() {
@@ -1108,3 +1108,10 @@ func apiError(w http.ResponseWriter, code int, typ, msg string) {
 // worker-specific, never copied.
 var registeredNonVLLM = []string{"MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_TYPE", "VERBOSE", "CUDA_HOME", "LD_LIBRARY_PATH",
 	"S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "S3_ENDPOINT_URL"}
+
+// keepAlive is how long the API server keeps an idle client connection open: uvicorn's
+// timeout_keep_alive, which api_server.py sets from VLLM_HTTP_TIMEOUT_KEEP_ALIVE (default
+// "5" seconds, vllm/envs.py).
+func keepAlive() time.Duration {
+	return time.Duration(envInt("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", 5)) * time.Second
+}
