@@ -44,13 +44,22 @@ alive() {
   [ -s "$d/pid" ] || return 1
   read -r pid start <"$d/pid" || return 1
   # The process may exit between any two reads: a vanished stat is "not alive", not output.
-  [ "$(cut -d' ' -f22 "/proc/$pid/stat" 2>/dev/null)" = "$start" ]
+  # A zombie has ended too; only its wrapper has not reaped it yet.
+  stat=$(cut -d' ' -f3,22 "/proc/$pid/stat" 2>/dev/null)
+  [ "${stat#* }" = "$start" ] && [ "${stat%% *}" != Z ]
 }
 status() {
   if alive; then echo "running $pid $(cat "$d/hash" 2>/dev/null)"
-  elif [ -f "$d/exit" ]; then echo "exited $(cat "$d/exit")"
+  # Read once: a launch may remove the file between a test and a read.
+  elif code=$(cat "$d/exit" 2>/dev/null); then echo "exited $code"
   elif [ -f "$d/pid" ]; then echo gone
   else echo none; fi
+}
+# wrapper_alive says whether the wrapper that holds the lock still runs (its pid and start
+# time in lock/owner, as vLLM's in pid).
+wrapper_alive() {
+  read -r wpid wstart <"$d/lock/owner" 2>/dev/null || return 1
+  [ "$(cut -d' ' -f22 "/proc/$wpid/stat" 2>/dev/null)" = "$wstart" ]
 }
 `
 
@@ -59,12 +68,21 @@ status() {
 // can tell whether the running vLLM is the one it wants.
 const vllmLaunchScript = vllmPrelude + `h=$1
 shift
+me="$$ $(cut -d' ' -f22 "/proc/$$/stat")"
 mkdir -p "$d" || exit 1
 if ! mkdir "$d/lock" 2>/dev/null; then
+  # The lock's wrapper may be one whose vLLM just ended, still recording the exit: wait
+  # for it to free the lock, else its exit code lands over this launch's state (bounded:
+  # a wrapper frozen, or killed with its container, never frees it).
+  i=0
+  while ! alive && wrapper_alive && [ "$i" -lt 50 ]; do i=$((i + 1)); sleep 0.1; done
   if alive; then exit 0; fi
-  rm -rf "$d/lock"
-  mkdir "$d/lock" 2>/dev/null || exit 0
+  if ! mkdir "$d/lock" 2>/dev/null; then
+    rm -rf "$d/lock"
+    mkdir "$d/lock" 2>/dev/null || exit 0
+  fi
 fi
+echo "$me" >"$d/lock/owner"
 rm -f "$d/exit" "$d/pid"
 echo "$h" >"$d/hash"
 [ -f "$d/log" ] && mv "$d/log" "$d/log.prev"
@@ -73,9 +91,14 @@ echo "$h" >"$d/hash"
 pid=$!
 echo "$pid $(cut -d' ' -f22 "/proc/$pid/stat")" >"$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
 wait "$pid"
-# Written whole (a reader never sees an empty code) before the lock is freed.
-echo "$?" >"$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
-rmdir "$d/lock"
+code=$?
+# Only while the lock is still this wrapper's (a launch that waited past the bound took it
+# over); the code written whole, so a reader never sees an empty one, before the lock is
+# freed.
+if [ "$(cat "$d/lock/owner" 2>/dev/null)" = "$me" ]; then
+  echo "$code" >"$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
+  rm -rf "$d/lock"
+fi
 `
 
 // vllmStatusScript prints vLLM's status.
@@ -97,12 +120,10 @@ while alive; do
   if [ "$i" -gt "$1" ]; then kill -KILL "$pid" 2>/dev/null; sleep 1; break; fi
   sleep 1
 done
-# The wrapper records the exit and frees the lock just after vLLM ends. A launch that
-# followed at once would start while the old wrapper still writes, and the old one's exit
-# code would land over the new launch's state: wait for it (bounded: a wrapper killed
-# with its container never frees the lock).
+# The wrapper records the exit just after vLLM ends: a stop returns once it has, so the
+# status a caller reads next is the exit (bounded, as a launch's wait).
 i=0
-while [ -d "$d/lock" ] && [ "$i" -lt 50 ]; do i=$((i + 1)); sleep 0.1; done
+while wrapper_alive && [ "$i" -lt 50 ]; do i=$((i + 1)); sleep 0.1; done
 exit 0
 `
 
