@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,10 +155,11 @@ func TestTriangleServesOverIBWithNCCL230AndRefusesTheStockNCCL(t *testing.T) {
 // Sparks in a ring. On the image with NCCL 2.30.7, tensor 4 serves under mp over IB on the
 // four cables, NCCL kept to its ring (its tree would cross the uncabled diagonal). With Ray
 // added, RayExecutorV2, auto's pick, ranks by a random Ray node ID, which the ring cannot
-// carry: refused naming that and the ways out, nothing started. (vLLM's legacy Ray
-// executor, which the plan accepts here because it ranks by IP, is not deployed: the
-// simulator's legacy executor ranks its workers in placement-group order, not by vLLM's
-// sort_by_driver_then_worker_ip.) Tensor 3 (over Ray: vLLM's own mode needs the GPUs to
+// carry: refused naming that and the ways out, nothing started. vLLM's legacy Ray executor
+// (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0), which ranks by IP as a string
+// (sort_by_driver_then_worker_ip), serves, the lab's management addresses following the
+// cables; the placement groups' bundles come in the order the nodes joined Ray, which is
+// not the cables'. Tensor 3 (over Ray: vLLM's own mode needs the GPUs to
 // divide over the nodes) needs three nodes all cabled to each other, which a ring of four
 // has nowhere, whatever the NCCL: refused naming the pairs, nothing started on any node.
 func TestRing4ServesOverIBWithNCCL230AndRefusesWhatTheCablesCannotCarry(t *testing.T) {
@@ -169,6 +172,13 @@ func TestRing4ServesOverIBWithNCCL230AndRefusesWhatTheCablesCannotCarry(t *testi
 	v2 := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-v2", lab.NCCL230RayRelease.Image())
 	v2.DataPlane = ""
 	refusedNamingNCCL(t, starterAt, v2, "RayExecutorV2 ranks the nodes after the driver's by Ray node ID", "VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0")
+
+	legacy := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-legacy", lab.NCCL230RayRelease.Image())
+	legacy.DataPlane = ""
+	legacy.Nodes = slices.Clone(legacy.Nodes)
+	legacy.Nodes[0].Env = maps.Clone(legacy.Nodes[0].Env)
+	legacy.Nodes[0].Env["VLLM_USE_RAY_V2_EXECUTOR_BACKEND"] = "0"
+	deployServes(t, starterAt, legacy, "executor ray", "data plane: IB on 4 links (ring node-a-node-b-node-c-node-d)")
 
 	withRay, _ := lab.ReleaseNamed("vllm-0.22.1-ray")
 	tp3 := fabricSpec(t, "lab-ring4.yaml", "e2e-ring-tp3", withRay.Image())

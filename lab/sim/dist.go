@@ -273,8 +273,17 @@ func remoteRank(ctx context.Context, gc *gcsClient, rs rankSpec, env map[string]
 			o.raw(getIPWarning)
 		}
 	}
-	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "ip", "value": ip}, nil); err != nil {
+	if err := gc.call(ctx, "POST", "/v1/results", map[string]any{"job": rs.Job, "key": "ip", "value": workerIP{Created: rs.Rank, IP: ip}}, nil); err != nil {
 		return err
+	}
+	// adjust_rank: the rank the driver's sort gives this worker (vllm.go rerank) is the one
+	// it joins the group with.
+	var mapping map[int]int
+	if err := result(ctx, gc, rs.Job, "rerank", &mapping); err != nil {
+		return err
+	}
+	if r, ok := mapping[rs.Rank]; ok {
+		rs.Rank = r
 	}
 	var copied map[string]string
 	if err := result(ctx, gc, rs.Job, "env", &copied); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -302,5 +303,22 @@ func TestSubnetAwareRoutingConnectsEachPeerOverItsPort(t *testing.T) {
 	lines, err := connect("2.30.7", 3, map[string]string{"NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_IB_SUBNET_PREFIX_LEN": "40"})
 	if err == nil || !strings.Contains(strings.Join(lines, "\n"), "NCCL WARN NET/IB: NCCL_IB_SUBNET_PREFIX_LEN=40 is out of range [1,32]") {
 		t.Errorf("prefix 40: %v %q", err, lines)
+	}
+}
+
+// vLLM's legacy executor ranks the driver first, then the other workers by how many share
+// their node, then by IP as a string: "10.0.0.10" before "10.0.0.9", whatever the order
+// the placement group's bundles were created in.
+func TestLegacyRayRanksAreSortByDriverThenWorkerIP(t *testing.T) {
+	got := rerank("10.0.0.5", []workerIP{{Created: 1, IP: "10.0.0.9"}, {Created: 2, IP: "10.0.0.10"}, {Created: 3, IP: "10.0.0.7"}})
+	want := map[int]int{0: 0, 2: 1, 3: 2, 1: 3}
+	if !maps.Equal(got, want) {
+		t.Errorf("rerank %v, want %v", got, want)
+	}
+	// A node with two workers comes after nodes with one; the driver's own node first.
+	got = rerank("10.0.0.5", []workerIP{{Created: 1, IP: "10.0.0.6"}, {Created: 2, IP: "10.0.0.6"}, {Created: 3, IP: "10.0.0.8"}, {Created: 4, IP: "10.0.0.5"}})
+	want = map[int]int{0: 0, 4: 1, 3: 2, 1: 3, 2: 4}
+	if !maps.Equal(got, want) {
+		t.Errorf("rerank %v, want %v", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -296,12 +297,19 @@ func (e *engine) start(ctx context.Context) error {
 		return err
 	}
 	go e.watchNodes(ctx)
-	workerIPs, err := e.startWorkers(ctx)
+	workers, err := e.startWorkers(ctx)
 	if err != nil {
 		return err
 	}
+	workerIPs := make([]string, len(workers))
+	for i, w := range workers {
+		workerIPs[i] = w.IP
+	}
 	if err := e.uniqueIPs(ip, workerIPs); err != nil {
 		return err
+	}
+	if err := e.gc.call(ctx, "POST", "/v1/results", map[string]any{"job": e.job, "key": "rerank", "value": rerank(ip, workers)}, nil); err != nil {
+		return fmt.Errorf("RuntimeError: adjust_rank: %v", err)
 	}
 	if err := e.copyEnv(ctx); err != nil {
 		return err
@@ -384,9 +392,48 @@ func (e *engine) lostErr() error {
 	return nil
 }
 
+// workerIP is a worker's answer to get_node_ip: the rank it was created with (its bundle)
+// and its get_ip().
+type workerIP struct {
+	Created int    `json:"created"`
+	IP      string `json:"ip"`
+}
+
+// rerank is the legacy executor's rerank_mapping, created rank to adjusted rank: the
+// workers sorted by sort_by_driver_then_worker_ip, key (0 if ip == driver_ip else 1,
+// ip_counts[ip], ip), the IP compared as a string (vllm/v1/executor/ray_executor.py
+// _init_workers_ray, then collective_rpc("adjust_rank", rerank_mapping)). The driver is
+// rank 0 and holds the first place its key gives it (its IP is driver_ip, its count that
+// of its node).
+func rerank(driverIP string, workers []workerIP) map[int]int {
+	counts := map[string]int{driverIP: 1}
+	for _, w := range workers {
+		counts[w.IP]++
+	}
+	all := append([]workerIP{{Created: 0, IP: driverIP}}, workers...)
+	key := func(w workerIP) (int, int, string) {
+		first := 1
+		if w.IP == driverIP {
+			first = 0
+		}
+		return first, counts[w.IP], w.IP
+	}
+	slices.SortStableFunc(all, func(a, b workerIP) int {
+		a1, a2, a3 := key(a)
+		b1, b2, b3 := key(b)
+		return cmp.Or(cmp.Compare(a1, b1), cmp.Compare(a2, b2), strings.Compare(a3, b3))
+	})
+	// The driver stays rank 0: its place is first among those on its node (stable sort).
+	m := make(map[int]int, len(all))
+	for i, w := range all {
+		m[w.Created] = i
+	}
+	return m
+}
+
 // startWorkers creates a RayWorkerWrapper on every other bundle's node and asks each for
 // its get_ip(), as vLLM's executor does before anything else.
-func (e *engine) startWorkers(ctx context.Context) ([]string, error) {
+func (e *engine) startWorkers(ctx context.Context) ([]workerIP, error) {
 	go e.relayWorkerLogs(ctx)
 	for rank := 1; rank < e.world; rank++ {
 		spec, _ := json.Marshal(rankSpec{Job: e.job, Rank: rank, World: e.world, TP: e.flags.tp, LoadFor: e.loadFor(), Model: e.flags.model,
@@ -395,7 +442,7 @@ func (e *engine) startWorkers(ctx context.Context) ([]string, error) {
 			return nil, fmt.Errorf("RuntimeError: start RayWorkerWrapper rank %d: %v", rank, err)
 		}
 	}
-	var ips []string
+	var ips []workerIP
 	for len(ips) < e.world-1 {
 		if err := e.lostErr(); err != nil {
 			return nil, err
@@ -409,11 +456,13 @@ func (e *engine) startWorkers(ctx context.Context) ([]string, error) {
 		}
 		ips = ips[:0]
 		for _, v := range vals {
-			var ip string
-			_ = json.Unmarshal(v, &ip)
-			ips = append(ips, ip)
+			var w workerIP
+			_ = json.Unmarshal(v, &w)
+			ips = append(ips, w)
 		}
 	}
+	// In the order the workers were created, as ray.get of their get_node_ip returns them.
+	slices.SortFunc(ips, func(a, b workerIP) int { return cmp.Compare(a.Created, b.Created) })
 	return ips, nil
 }
 
