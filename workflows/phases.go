@@ -22,6 +22,7 @@ const (
 	PhaseMaster              = "checking the master address"
 	PhaseDataPlane           = "proving the data plane"
 	PhaseRanks               = "starting headless ranks"
+	PhaseAllRanks            = "starting ranks"
 	PhaseLaunch              = "launching vllm"
 	PhaseLaunchMP            = "launching rank 0"
 	PhaseWaitingUntilServing = "waiting until serving"
@@ -55,9 +56,10 @@ var DeployPhases = []DeployPhase{
 	{PhasePlacement, "executor ray: Ray's node table is read from the GCS and must match the plan before vLLM starts"},
 	{PhaseMaster, "executor mp: every node must reach the head's master address and port"},
 	{PhaseDataPlane, "one NCCL all_reduce across the nodes proves the data path the plan expects (RDMA or sockets)"},
-	{PhaseRanks, "executor mp: the headless ranks start on the nodes other than the head"},
+	{PhaseAllRanks, "executor mp: `vllm serve` starts on every node at once, rank 0 on the head and a headless rank on each other node (runs begun before this release take the next two steps instead)"},
+	{PhaseRanks, "executor mp, runs begun before ranks started at once: the headless ranks start on the nodes other than the head"},
 	{PhaseLaunch, "executor ray: `vllm serve` starts in the Ray head's container"},
-	{PhaseLaunchMP, "executor mp: `vllm serve` rank 0 starts on the head"},
+	{PhaseLaunchMP, "executor mp, runs begun before ranks started at once: `vllm serve` rank 0 starts on the head"},
 	{PhaseWaitingUntilServing, "vLLM's output is followed (placement, rendezvous, weight loading) until the endpoint answers"},
 	{PhaseServed, "the deploy reached serving; the cluster's supervisor watches it from here"},
 	{PhaseCompensating, "a step failed (or a node rebooted): what the deploy made is being removed, last first"},
