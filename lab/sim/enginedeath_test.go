@@ -302,3 +302,25 @@ func TestTheAPIServersKeepAliveIsVLLMs(t *testing.T) {
 		}
 	}
 }
+
+// An unknown model is 404 NotFoundError; from 0.32 (the front end read at 00bd149) the
+// error names the field, param "model", and before it param is null.
+func TestUnknownModelIs404NamingTheFieldFrom032(t *testing.T) {
+	for vllm, want := range map[string]string{
+		"0.32.0": `{"error":{"message":"The model ` + "`other`" + ` does not exist.","type":"NotFoundError","param":"model","code":404}}`,
+		"0.22.1": `{"error":{"message":"The model ` + "`other`" + ` does not exist.","type":"NotFoundError","param":null,"code":404}}`,
+	} {
+		a := &apiServer{flags: serveFlags{served: "tiny", model: "/models/tiny", rel: release{vllm: vllm}}, wait: map[uint64]chan engineMsg{}}
+		srv := httptest.NewServer(a.api())
+		resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"other","prompt":"hi","max_tokens":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != http.StatusNotFound || string(raw) != want {
+			t.Errorf("vLLM %s: %d %s, want 404 %s", vllm, resp.StatusCode, raw, want)
+		}
+	}
+}

@@ -1006,7 +1006,12 @@ func (a *apiServer) readRequest(w http.ResponseWriter, r *http.Request, req any,
 	// (net/http watches the connection only then), as vLLM aborts it.
 	_, _ = io.Copy(io.Discard, r.Body)
 	if *model != a.flags.served {
-		apiError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", *model))
+		body := errorBody{errorInfo{Message: fmt.Sprintf("The model `%s` does not exist.", *model), Type: "NotFoundError", Code: http.StatusNotFound}}
+		if modelParamOn404(a.flags.rel) {
+			param := "model"
+			body.Error.Param = &param
+		}
+		writeError(w, http.StatusNotFound, body)
 		return false
 	}
 	return true
@@ -1164,3 +1169,11 @@ var registeredNonVLLM = []string{"MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_TYPE",
 func keepAlive() time.Duration {
 	return time.Duration(envInt("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", 5)) * time.Second
 }
+
+// modelParamOn404 says whether the release's 404 for an unknown model names the field:
+// _check_model passes param="model" to create_error_response at vllm-project/vllm
+// 00bd1493b3e82d6c13c68ee8a0e1c5a96707e190 (vllm/entrypoints/openai/engine/serving.py), the
+// front end the lab's 0.32 is read from; users' pastes from older releases show
+// "param":null (vllm#3485, 2024). When it changed between them was not found, so the
+// releases before 0.32 keep null.
+func modelParamOn404(r release) bool { return atLeast(r.vllm, "0.32") }
