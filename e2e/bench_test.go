@@ -186,7 +186,7 @@ func BenchmarkDeployVsScript(b *testing.B) {
 		b.ReportMetric(ms.Seconds(), "s-script-"+ex.executor)
 		b.ReportMetric(mw.Seconds()/ms.Seconds(), "ratio-"+ex.executor)
 		b.ReportMetric(float64(events), "history-events-"+ex.executor)
-		fmt.Printf("executor %s: deploy vs %s, %d interleaved pairs: workflow median %.2fs %v, script median %.2fs %v, ratio %.2f (target <= 1.10); %d history events per 2-node deploy\n",
+		fmt.Printf("executor %s: deploy vs %s, %d interleaved pairs: workflow median %.2fs %v, script median %.2fs %v, ratio %.2f (#34: mp within 1.05); %d history events per 2-node deploy\n",
 			ex.executor, ex.script, len(wf), mw.Seconds(), rounded(wf), ms.Seconds(), rounded(script), mw.Seconds()/ms.Seconds(), events)
 		// The agents cache an image's read by its ID: the first deploy of a run reads, the
 		// others answer from the cache (the image read step includes the workflow's own
