@@ -85,6 +85,20 @@ func payload(t string) string {
 	return t
 }
 
+// ipythonHeader is the first line of a traceback as IPython and Jupyter print it: the
+// exception's class name, padding, then "Traceback (most recent call last)"
+// (IPython/core/ultratb.py, the verbose header). The exception's own line, which says what
+// failed, comes after the frames and is read there; the header repeats only its class.
+var ipythonHeader = regexp.MustCompile(`^\s*[\w.]+\s{2,}Traceback \(most recent call last\)\s*$`)
+
+// caughtUpstream says a line is an error a program logs and carries on from, so the error
+// it quotes stopped nothing: gpustack's vLLM backend logs "Failed to derive max model length:
+// {e}" from an except clause and goes on with no max length (later with a default,
+// "…, continuing with default"; gpustack/worker/backends/vllm.py _derive_max_model_len).
+func caughtUpstream(p string) bool {
+	return strings.Contains(p, "Failed to derive max model length: ")
+}
+
 // isFrame says a line is a traceback's `File "...", line N, in f`.
 func isFrame(p string) bool { return frameLine.MatchString(p) }
 
@@ -222,7 +236,7 @@ func Classify(l Line) *Finding {
 		l.Text = l.Text[:maxClassify]
 	}
 	p := payload(l.Text)
-	if isFrame(p) || looksLikeCode(p) {
+	if isFrame(p) || looksLikeCode(p) || ipythonHeader.MatchString(p) || caughtUpstream(p) {
 		return nil
 	}
 	c := ctx{l: l, t: l.Text, node: l.Node()}

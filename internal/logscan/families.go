@@ -349,6 +349,23 @@ var (
 	//   fmt.Errorf("failed to inject CDI devices: %v", err)
 	// Read for NVIDIA's devices only (nvidia.com/gpu=…, management.nvidia.com/gpu=…), and the toolkit's own
 	// wrapper (cut before the device name in heldout15): no CDI spec names the GPU, so the container gets none.
+	// pytorch/pytorch torch/csrc/distributed/c10d/socket.cpp SocketListenOp::run: C10D_ERROR
+	// "The server socket has failed to listen on any local network address." and the
+	// SocketError raised with it, followed by each bind's "The server socket has failed to bind
+	// to {} (errno: {} - {})." (torch 1.13–2.3), or "port: {}, useIpv6: {}, code: {}, name:
+	// {}, message: {}" (2.4+, from the error's errno). The per-address bind warnings alone
+	// ([W socket.cpp]) are not it: another address may still have bound.
+	c10dListen     = regexp.MustCompile(`[Tt]he server socket has failed to listen on any local network address`)
+	c10dListenPort = regexp.MustCompile(`\bport: (\d+)|failed to bind to (?:\[::\]|0\.0\.0\.0):(\d+)`)
+	// docker/cli (and moby's client package) client/errors.go ErrorConnectionFailed:
+	// fmt.Errorf("Cannot connect to the Docker daemon at %s. Is the docker daemon running?", host),
+	// and the same package's "permission denied while trying to connect to the Docker daemon
+	// socket at %v: %v".
+	dockerDaemonDown   = regexp.MustCompile(`Cannot connect to the Docker daemon at (\S+)\.? Is the docker daemon running\?`)
+	dockerSocketDenied = regexp.MustCompile(`permission denied while trying to connect to the Docker daemon socket at ([^\s:]+(?::[^\s:]+)?):`)
+	// moby/moby distribution/errors.go (translatePullError / errRepositoryNotFound):
+	// "pull access denied for %s, repository does not exist or may require 'docker login'".
+	pullDenied    = regexp.MustCompile(`pull access denied for ([^\s,]+), repository does not exist or may require 'docker login'`)
 	cdiUnresolved = regexp.MustCompile(`unresolvable CDI devices ([\w.-]*nvidia\.com/[\w.-]+=[^\s,]+)|failed to inject CDI devices: `)
 	// NVML's nvmlReturn_t NVML_ERROR_UNKNOWN = 999 ("An internal driver error occurred", nvml.h as in
 	// NVIDIA/go-nvml pkg/nvml/nvml.h), as nvidia-smi prints it: "Failed to initialize NVML: Unknown Error".
@@ -423,6 +440,7 @@ var familyWords = []string{
 	"CDI devices", "Failed to initialize NVML", "unsatisfied condition", "ncclUniqueId", "Socket Timeout", "wait timeout after",
 	"Failed to execute operation", "Message truncated", "actor died unexpectedly", "Waiting for creating a placement group",
 	"attention heads must be",
+	"listen on any local network address", "Cannot connect to the Docker daemon", "connect to the Docker daemon socket", "pull access denied for",
 }
 
 // families classifies the lines whose upstream format strings are listed above.
@@ -711,6 +729,36 @@ func heldout15Families(c ctx) *Finding {
 	if headsBare.MatchString(t) {
 		return c.find(failure.InvalidParallelLayout, "the model's attention heads are not divisible by the tensor-parallel size",
 			"use a tensor-parallel size that divides the model's num_attention_heads (config.json) and make up the GPU count with pipeline parallelism", true)
+	}
+	return heldout16Families(c)
+}
+
+// heldout16Families reads the formats heldout16 showed missed (the sources are at their regexps).
+func heldout16Families(c ctx) *Finding {
+	t := c.t
+	if c10dListen.MatchString(t) {
+		port := ""
+		if m := c10dListenPort.FindStringSubmatch(t); m != nil {
+			port = " " + m[1] + m[2]
+		}
+		if strings.Contains(t, "EADDRINUSE") || strings.Contains(t, "errno: 98") || strings.Contains(t, "Address already in use") {
+			return c.find(failure.ResourcesBusy, "torch's c10d store (rank 0's rendezvous) cannot listen on port"+port+" on "+c.onNode()+": another process holds it (a rank 0 left from an earlier run, another job, or a second engine in the same process)",
+				"free the port on that node (find its holder with `ss -ltnp`; remove a leftover engine container), or give the deploy a master port nothing else uses (ports.master)", true)
+		}
+		return c.find(failure.ResourcesBusy, "torch's c10d store (rank 0's rendezvous) cannot listen on port"+port+" on "+c.onNode()+": the port is held by another process, or the master address is not one of this node's addresses",
+			"check that nothing holds the master port on that node (`ss -ltnp`) and that the master address is the head's own address on the planned subnet, or choose another ports.master", true)
+	}
+	if m := dockerDaemonDown.FindStringSubmatch(t); m != nil {
+		return c.find(failure.DockerUnreachable, "the Docker client on "+c.onNode()+" cannot reach the Docker daemon at "+strings.TrimSuffix(m[1], ".")+": the daemon is not running (or failed to start), or the client points at another socket (DOCKER_HOST, the context)",
+			"start the Docker daemon on that node (`systemctl status docker`, its journal for why it did not start) and check DOCKER_HOST / `docker context ls`", true)
+	}
+	if m := dockerSocketDenied.FindStringSubmatch(t); m != nil {
+		return c.find(failure.DockerUnreachable, "the Docker client on "+c.onNode()+" may not open the daemon's socket "+m[1]+" (permission denied): the user is not in the docker group, or the socket's owner is wrong",
+			"run it as a user in the socket's group (add it to `docker` and log in again) or as root; for the node agent, give it the socket with the group it runs as", true)
+	}
+	if m := pullDenied.FindStringSubmatch(t); m != nil {
+		return c.find(failure.ImageMissing, "the image "+m[1]+" is not on "+c.onNode()+" and the registry refused to pull it (no such repository under that name, or it needs a login): a locally built or misspelled image name",
+			"build or load the image on every node under that exact name (`docker images` on each), or log in to the registry that holds it (`docker login`) and pull it there", true)
 	}
 	return nil
 }

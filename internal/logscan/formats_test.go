@@ -513,6 +513,46 @@ var formatFamilies = []formatFamily{
 		`ModelConfig.verify_with_parallel_config: f"Total number of attention heads ({total_num_attention_heads})" " must be divisible by tensor parallel size " f"({tensor_parallel_size})."  (vllm/config/model.py, 18ec662925, from 0.11)  // the placeholders dropped`,
 		[]string{"Error: Total number of attention heads must be divisible by tensor parallel size"},
 		failure.InvalidParallelLayout},
+	// heldout16's misses (session 17), from the code that prints them:
+	{"pytorch/pytorch torch/csrc/distributed/c10d/socket.cpp",
+		`SocketListenOp::run: C10D_ERROR("The server socket has failed to listen on any local network address."), the SocketError after it with each bind's "The server socket has failed to bind to {} (errno: {} - {})." (1.13–2.3) or "port: {}, useIpv6: {}, code: {}, name: {}, message: {}" (2.4+)`,
+		[]string{
+			"torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29501, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+			"RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use). The server socket has failed to bind to 0.0.0.0:29500 (errno: 98 - Address already in use).",
+			"[E socket.cpp:500] [c10d] The server socket has failed to listen on any local network address.",
+		}, failure.ResourcesBusy},
+	{"docker/cli client/errors.go (moby's client package too)",
+		`ErrorConnectionFailed: fmt.Errorf("Cannot connect to the Docker daemon at %s. Is the docker daemon running?", host); "permission denied while trying to connect to the Docker daemon socket at %v: %v"`,
+		[]string{
+			"docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?.",
+			"Cannot connect to the Docker daemon at tcp://192.0.2.7:2375. Is the docker daemon running?",
+			"Got permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock: Get \"http://%2Fvar%2Frun%2Fdocker.sock/v1.24/containers/json\": dial unix /var/run/docker.sock: connect: permission denied",
+		}, failure.DockerUnreachable},
+	{"moby/moby distribution/errors.go",
+		`"pull access denied for %s, repository does not exist or may require 'docker login'" (errRepositoryNotFound, translatePullError)`,
+		[]string{"docker: Error response from daemon: pull access denied for tpdeploy/sim, repository does not exist or may require 'docker login': denied: requested access to the resource is denied."},
+		failure.ImageMissing},
+}
+
+// TestNotFailuresOfTheirOwn: a traceback's IPython header (the exception's class alone; its
+// message follows the frames and is read there), per-address bind warnings (another
+// address may still bind), and an error a program logs and carries on from (gpustack's
+// "Failed to derive max model length") classify as nothing.
+func TestNotFailuresOfTheirOwn(t *testing.T) {
+	for _, line := range []string{
+		"RepositoryNotFoundError                   Traceback (most recent call last)",
+		"OutOfMemoryError                          Traceback (most recent call last)",
+		"[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+		"gpustack.worker.backends.vllm - ERROR - Failed to derive max model length: The checkpoint you are trying to load has model type `x` but Transformers does not recognize this architecture.",
+	} {
+		if f := Classify(Parse(line)); f != nil {
+			t.Errorf("%s fatal=%v for %q, want nothing", f.Type, f.Fatal, line)
+		}
+	}
+	// The exception's own line, after the frames, is still read.
+	if f := Classify(Parse("RepositoryNotFoundError: 404 Client Error. Repository Not Found for url: https://huggingface.co/api/models/org/none/revision/main.")); f == nil {
+		t.Errorf("the exception's own line is not read")
+	}
 }
 
 // TestFormatFamilies checks that every instance of every upstream format string above is
