@@ -149,8 +149,8 @@ func measureRows(t *testing.T, file string, rows []realLine, floor, minFailures,
 	if right < floor {
 		t.Errorf("%s: %d/%d right, below the floor %d", file, right, failures, floor)
 	}
-	if alarms != 0 {
-		t.Errorf("%s: %d false alarms, want 0", file, alarms)
+	if alarms > knownAlarms[file] {
+		t.Errorf("%s: %d false alarms, want at most %d", file, alarms, knownAlarms[file])
 	}
 }
 
@@ -415,4 +415,28 @@ const (
 // TestHeldOut16: the sixteenth held-out set, measured by thread and by date like TestHeldOut3.
 func TestHeldOut16(t *testing.T) {
 	measureHeldOutSet(t, 16, heldOut16Floor, 60, 200, heldOut16NewestFloor, 20, 40)
+}
+
+// heldOut17Floor and heldOut17NewestFloor are testdata/heldout17_lines.json's figures, a
+// fresh set gathered after heldout16's fixes (session 17: 288 rows from 99 threads, 80
+// fatal), committed (4a918d5) before the classifier ran on it and measured once, with no
+// rule written from it: 56 of 80 fatal lines right, 21 of the 30 dated from newestSince on,
+// 1 false alarm on 208 ordinary lines (knownAlarms).
+const (
+	heldOut17Floor       = 56
+	heldOut17NewestFloor = 21
+)
+
+// knownAlarms are the false alarms a set had when first measured and that no rule was
+// written against; every other set must have none. heldout17's: open-webui's "Cannot
+// determine model snapshot path: … outgoing traffic has been disabled", labelled ordinary
+// (open-webui logs it with log.exception and returns the name), read as ModelOffline; some
+// open-webui releases re-raise it in offline mode (`if OFFLINE_MODE: raise`,
+// open_webui/retrieval/utils.py get_model_path), so the line alone cannot tell which, and
+// the measured label stands.
+var knownAlarms = map[string]int{"testdata/heldout17_lines.json": 1}
+
+// TestHeldOut17: the seventeenth held-out set, measured by thread and by date like TestHeldOut3.
+func TestHeldOut17(t *testing.T) {
+	measureHeldOutSet(t, 17, heldOut17Floor, 70, 180, heldOut17NewestFloor, 25, 40)
 }
