@@ -94,9 +94,11 @@ var ipythonHeader = regexp.MustCompile(`^\s*[\w.]+\s{2,}Traceback \(most recent 
 // caughtUpstream says a line is an error a program logs and carries on from, so the error
 // it quotes stopped nothing: gpustack's vLLM backend logs "Failed to derive max model length:
 // {e}" from an except clause and goes on with no max length (later with a default,
-// "…, continuing with default"; gpustack/worker/backends/vllm.py _derive_max_model_len).
+// "…, continuing with default"; gpustack/worker/backends/vllm.py _derive_max_model_len), and
+// vLLM's in_the_same_node_as logs "Error ignored in is_in_the_same_node: %s" from its except
+// clause (vllm/distributed/parallel_state.py) and goes on.
 func caughtUpstream(p string) bool {
-	return strings.Contains(p, "Failed to derive max model length: ")
+	return strings.Contains(p, "Failed to derive max model length: ") || strings.Contains(p, "Error ignored in is_in_the_same_node: ")
 }
 
 // isFrame says a line is a traceback's `File "...", line N, in f`.

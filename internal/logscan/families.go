@@ -247,7 +247,8 @@ var (
 	// on memory."): "Memory on the node (IP: " << ip << ", ID: " << node_id << ") where the " (lease|task) " (" …
 	// ") was running was " << used << "GB / " << total << "GB (" << fraction << "), which exceeds the memory usage
 	// threshold of " << threshold. Ray's memory monitor killed a worker because the node's host memory ran out.
-	rayOOMKill   = regexp.MustCompile(`(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\), \d+ Workers crashed due to other reasons at node \(ID: \w+, IP: ([^)\s]+)\)`)
+	// The node part may be cut off a pasted line (heldout17): the count still says it.
+	rayOOMKill   = regexp.MustCompile(`(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\), \d+ Workers crashed due to other reasons(?: at node \(ID: \w+, IP: ([^)\s]+)\))?`)
 	rayOOMDetail = regexp.MustCompile(`Memory on the node \(IP: ([^,\s]+), ID: \w+\) where the .* was running was ([\d.]+)GB / ([\d.]+)GB \([\d.e+-]+\), which exceeds the memory usage threshold of ([\d.]+)`)
 	// NVIDIA/cuda-samples Samples/5_Domain_Specific/nbody/nbody.cpp, main (the sample GPU containers are checked with):
 	//   printf("Error: only %d Devices available, %d requested.  Exiting.\n", numDevsAvailable, numDevsRequested);
@@ -365,8 +366,17 @@ var (
 	dockerSocketDenied = regexp.MustCompile(`permission denied while trying to connect to the Docker daemon socket at ([^\s:]+(?::[^\s:]+)?):`)
 	// moby/moby distribution/errors.go (translatePullError / errRepositoryNotFound):
 	// "pull access denied for %s, repository does not exist or may require 'docker login'".
-	pullDenied    = regexp.MustCompile(`pull access denied for ([^\s,]+), repository does not exist or may require 'docker login'`)
-	cdiUnresolved = regexp.MustCompile(`unresolvable CDI devices ([\w.-]*nvidia\.com/[\w.-]+=[^\s,]+)|failed to inject CDI devices: `)
+	// kubernetes/kubernetes pkg/scheduler/framework/plugins/noderesources/fit.go:
+	// fmt.Sprintf("Insufficient %v", r.ResourceName), counted in the FailedScheduling event's
+	// "0/%v nodes are available: %v Insufficient nvidia.com/gpu".
+	k8sInsufficient = regexp.MustCompile(`nodes are available: (\d+) Insufficient (nvidia\.com/gpu|amd\.com/gpu)`)
+	// NVIDIA/KAI-Scheduler's unschedulable event: "didn't have enough resources: GPUs".
+	kaiNoGPUs = regexp.MustCompile(`didn't have enough resources: GPUs`)
+	// facebookincubator/gloo gloo/transport/tcp/unbound_buffer.cc UnboundBuffer::waitRecv:
+	// "Timed out waiting ", timeout, "ms for recv operation to complete" (and send's).
+	glooRecvTimeout = regexp.MustCompile(`Timed out waiting \d+ms for (?:recv|send) operation to complete`)
+	pullDenied      = regexp.MustCompile(`pull access denied for ([^\s,]+), repository does not exist or may require 'docker login'`)
+	cdiUnresolved   = regexp.MustCompile(`unresolvable CDI devices ([\w.-]*nvidia\.com/[\w.-]+=[^\s,]+)|failed to inject CDI devices: `)
 	// NVML's nvmlReturn_t NVML_ERROR_UNKNOWN = 999 ("An internal driver error occurred", nvml.h as in
 	// NVIDIA/go-nvml pkg/nvml/nvml.h), as nvidia-smi prints it: "Failed to initialize NVML: Unknown Error".
 	// In a container it is the device cgroup lost after the host's systemd reloads its units (NVIDIA's
@@ -441,6 +451,7 @@ var familyWords = []string{
 	"Failed to execute operation", "Message truncated", "actor died unexpectedly", "Waiting for creating a placement group",
 	"attention heads must be",
 	"listen on any local network address", "Cannot connect to the Docker daemon", "connect to the Docker daemon socket", "pull access denied for",
+	"Insufficient nvidia.com/gpu", "Insufficient amd.com/gpu", "enough resources: GPUs", "operation to complete",
 }
 
 // families classifies the lines whose upstream format strings are listed above.
@@ -605,7 +616,11 @@ func families(c ctx) *Finding {
 		return c.find(failure.ModelOffline, c.onNode()+" cannot reach "+m[1]+" (no network or DNS to it) and the model is not in its Hugging Face cache", fixOffline, true)
 	}
 	if m := rayOOMKill.FindStringSubmatch(t); m != nil {
-		return c.find(failure.HostMemoryPressure, "Ray's memory monitor killed "+m[1]+" worker(s) on the node at "+m[2]+": its host memory use passed Ray's kill threshold (RAY_memory_usage_threshold, default 0.95)", fixRayOOM, true)
+		at := "on " + c.onNode()
+		if m[2] != "" {
+			at = "on the node at " + m[2]
+		}
+		return c.find(failure.HostMemoryPressure, "Ray's memory monitor killed "+m[1]+" worker(s) "+at+": its host memory use passed Ray's kill threshold (RAY_memory_usage_threshold, default 0.95)", fixRayOOM, true)
 	}
 	if m := rayOOMDetail.FindStringSubmatch(t); m != nil {
 		return c.find(failure.HostMemoryPressure, "Ray's memory monitor killed a worker on the node at "+m[1]+": "+m[2]+" of "+m[3]+" GB of host memory in use, above Ray's kill threshold "+m[4], fixRayOOM, true)
@@ -755,6 +770,18 @@ func heldout16Families(c ctx) *Finding {
 	if m := dockerSocketDenied.FindStringSubmatch(t); m != nil {
 		return c.find(failure.DockerUnreachable, "the Docker client on "+c.onNode()+" may not open the daemon's socket "+m[1]+" (permission denied): the user is not in the docker group, or the socket's owner is wrong",
 			"run it as a user in the socket's group (add it to `docker` and log in again) or as root; for the node agent, give it the socket with the group it runs as", true)
+	}
+	if m := k8sInsufficient.FindStringSubmatch(t); m != nil {
+		return c.find(failure.InsufficientGPUs, "Kubernetes cannot schedule the pod: "+m[1]+" node(s) lack free "+m[2]+" (the GPUs are held by other pods, or the device plugin advertises none)",
+			"free GPUs on a node (other pods' requests: `kubectl describe node`), check that the NVIDIA device plugin advertises them (the node's Allocatable), or request fewer GPUs per pod", true)
+	}
+	if kaiNoGPUs.MatchString(t) {
+		return c.find(failure.InsufficientGPUs, "the KAI scheduler finds no node with enough free GPUs for the pod",
+			"free GPUs on a node or request fewer per pod; check the queue's GPU quota and that the device plugin advertises the GPUs", true)
+	}
+	if glooRecvTimeout.MatchString(t) {
+		return c.find(failure.CollectiveTimeout, "a Gloo receive on "+c.onNode()+" timed out: the peer rank stopped taking part (it died, hangs, or is stuck in a collective of another order)",
+			"find the rank that failed first (its node's lines before the timeout) and check the link between the nodes and GLOO_SOCKET_IFNAME", true)
 	}
 	if m := pullDenied.FindStringSubmatch(t); m != nil {
 		return c.find(failure.ImageMissing, "the image "+m[1]+" is not on "+c.onNode()+" and the registry refused to pull it (no such repository under that name, or it needs a login): a locally built or misspelled image name",

@@ -419,9 +419,11 @@ func TestHeldOut16(t *testing.T) {
 
 // heldOut17Floor and heldOut17NewestFloor are testdata/heldout17_lines.json's figures, a
 // fresh set gathered after heldout16's fixes (session 17: 288 rows from 99 threads, 80
-// fatal), committed (4a918d5) before the classifier ran on it and measured once, with no
-// rule written from it: 56 of 80 fatal lines right, 21 of the 30 dated from newestSince on,
-// 1 false alarm on 208 ordinary lines (knownAlarms).
+// fatal), committed (4a918d5) before the classifier ran on it and measured once: 56 of 80
+// fatal lines right, 21 of the 30 dated from newestSince on, 1 false alarm on 208 ordinary
+// lines (knownAlarms). Rules written after (Kubernetes' and KAI's unschedulable GPU events,
+// Gloo's recv timeout, Ray's OOM summary cut before its node) bring it to 62/80 and 24/30;
+// those no longer count as measured here.
 const (
 	heldOut17Floor       = 56
 	heldOut17NewestFloor = 21
