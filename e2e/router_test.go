@@ -113,6 +113,7 @@ func TestRouterFrontsTwoModelsAndASwapFailsNoRequest(t *testing.T) {
 	// model-a's only engine is replaced by a staged redeploy on another image (another
 	// compilation key: the new engine compiles again, as it would on real nodes). The router
 	// holds the requests sent while no engine serves; none fails.
+	routerAtSwap := routerContainer(t)
 	l := startLoad(router, "model-a", theLab.APIKey, loadClients)
 	a2 := a
 	a2.Image = "tpdeploy/sim:vllm-0.17.1"
@@ -138,6 +139,9 @@ func TestRouterFrontsTwoModelsAndASwapFailsNoRequest(t *testing.T) {
 		down.Go(func() { teardown(t, name) })
 	}
 	down.Wait()
+	if after := routerContainer(t); after != routerAtSwap {
+		t.Logf("the router's container changed during the swap or the teardowns: %s before, %s after", routerAtSwap, after)
+	}
 
 	replicasBehindTheRouter(t, router, l.ran)
 }
@@ -171,6 +175,17 @@ func replicasBehindTheRouter(t *testing.T, router string, loaded time.Duration) 
 	for _, m := range members {
 		t.Cleanup(func() { finishCluster(t, m.Name, since) })
 	}
+	// The router outlives these clusters: remove it before their checks for containers of
+	// no cluster run (cleanups run last first). It is the same container as before they
+	// began unless something replaced it; if so, say when (CI saw a router created after
+	// this point once, cause not found).
+	removeRouter(t)
+	routerBefore := routerContainer(t)
+	defer func() {
+		if after := routerContainer(t); after != routerBefore {
+			t.Logf("the router's container changed during the replicas' part: %s before, %s after", routerBefore, after)
+		}
+	}()
 	defer func() {
 		var down sync.WaitGroup
 		for _, m := range members {
@@ -480,4 +495,14 @@ func routerOutstanding(t *testing.T, model, replica string) int {
 		}
 	}
 	return -1
+}
+
+// routerContainer is the router's container on node-a, its ID and when it was created.
+func routerContainer(t *testing.T) string {
+	t.Helper()
+	info, err := eng.ContainerInspect(context.Background(), labRouter(), client.ContainerInspectOptions{})
+	if err != nil {
+		return "none (" + err.Error() + ")"
+	}
+	return info.Container.ID[:12] + " created " + info.Container.Created
 }
