@@ -110,13 +110,19 @@ func (d *deployment) startRanks(ctx workflow.Context, adopted bool) error {
 	}
 	head, _ := d.state.Plan.Node(d.spec.Head().Name)
 	return d.step(ctx, PhaseRanks, fmt.Sprintf("starting %d headless ranks joining %s:%d", len(workers), head.Address, d.spec.Ports.MasterPort()), func() error {
-		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
-		return forEachNode(ctx, "start headless rank", workers, func(node string) workflow.Future {
-			d.removeOnNode(node, contract.RoleVLLM)
-			return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("vllm rank %d on %s", d.state.Plan.NodeRank(d.spec, node), node), o),
-				contract.ActivityStartVLLMRank, d.rankRequest(node, d.req.Replace || !adopted))
-		}, func(_ string, ref contract.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
+		return d.startRanksOn(ctx, "start headless rank", workers, adopted)
 	})
+}
+
+// startRanksOn starts each node's rank at once (StartVLLMRank), the removal of each
+// registered first, and records their containers.
+func (d *deployment) startRanksOn(ctx workflow.Context, what string, nodes []string, adopted bool) error {
+	o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
+	return forEachNode(ctx, what, nodes, func(node string) workflow.Future {
+		d.removeOnNode(node, contract.RoleVLLM)
+		return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("vllm rank %d on %s", d.state.Plan.NodeRank(d.spec, node), node), o),
+			contract.ActivityStartVLLMRank, d.rankRequest(node, d.req.Replace || !adopted))
+	}, func(_ string, ref contract.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
 }
 
 // startAllRanks starts every node's rank at once: rank 0 on the head (the store, the
@@ -131,12 +137,7 @@ func (d *deployment) startAllRanks(ctx workflow.Context, adopted bool) error {
 	nodes := append([]string{head}, d.workers()...)
 	return d.step(ctx, PhaseAllRanks, fmt.Sprintf("starting rank 0 on %s and %d headless ranks joining %s:%d, at once (vllm serve %s, tp=%d, pp=%d)",
 		head, len(nodes)-1, hp.Address, d.spec.Ports.MasterPort(), d.spec.Model.Path, d.spec.Parallel.Tensor, d.spec.Parallel.Pipeline), func() error {
-		o := deployStep(d.spec.Timeouts.Launch.D(), stepAttempts)
-		return forEachNode(ctx, "start vllm rank", nodes, func(node string) workflow.Future {
-			d.removeOnNode(node, contract.RoleVLLM)
-			return workflow.ExecuteActivity(d.onNode(ctx, node, fmt.Sprintf("vllm rank %d on %s", d.state.Plan.NodeRank(d.spec, node), node), o),
-				contract.ActivityStartVLLMRank, d.rankRequest(node, d.req.Replace || !adopted))
-		}, func(_ string, ref contract.ContainerRef) { d.state.Containers = append(d.state.Containers, ref) })
+		return d.startRanksOn(ctx, "start vllm rank", nodes, adopted)
 	})
 }
 
