@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,23 @@ func historyHolds(t *testing.T, id, s string) bool {
 		t.Fatalf("%s has no history", id)
 	}
 	return false
+}
+
+// scheduledActivities lists the activities the latest run of id scheduled, as "TYPE on QUEUE".
+func scheduledActivities(t *testing.T, id string) []string {
+	t.Helper()
+	var out []string
+	it := tc.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatalf("history of %s: %v", id, err)
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			out = append(out, a.GetActivityType().GetName()+" on "+a.GetTaskQueue().GetName())
+		}
+	}
+	return out
 }
 
 // A spec with secrets.api_key: vLLM gets the key on the head (from the head agent's
@@ -91,6 +109,19 @@ func TestDeployServesWithAnAPIKey(t *testing.T) {
 		st, err := ctl.Status(context.Background(), s.Name)
 		return err == nil && st.Supervision != nil && st.Supervision.Healthy && strings.HasPrefix(st.Supervision.Detail, "serving at")
 	})
+	// The head checks what the controller read: the controller says which run to watch
+	// (DeployTarget, on the workflow queue), the head's agent watches it (WatchTarget),
+	// and nothing the head runs reads Temporal (WatchCluster is never scheduled).
+	scheduled := scheduledActivities(t, contract.SuperviseWorkflowID(s.Name))
+	head := contract.NodeQueue(s.Head().Name)
+	for _, want := range []string{contract.ActivityDeployTarget + " on " + contract.WorkflowQueue, contract.ActivityWatchTarget + " on " + head} {
+		if !slices.Contains(scheduled, want) {
+			t.Errorf("the supervisor scheduled %q, none of them %s", scheduled, want)
+		}
+	}
+	if slices.ContainsFunc(scheduled, func(a string) bool { return strings.HasPrefix(a, contract.ActivityWatchCluster+" ") }) {
+		t.Errorf("the supervisor scheduled %q: WatchCluster reads Temporal on the head", scheduled)
+	}
 	for _, id := range []string{contract.DeployWorkflowID(s.Name), contract.SuperviseWorkflowID(s.Name)} {
 		if historyHolds(t, id, theLab.APIKey) {
 			t.Errorf("the history of %s holds the API key", id)

@@ -244,7 +244,9 @@ func run(ctx context.Context, args []string) error {
 	agent := activities.New(activities.Config{Name: *node, Log: z, NetNS: *netNS, BootIDFile: *bootIDFile, SysRoot: *sysRoot, CgroupDir: cgroupDir, Containers: ctr, Policy: &nodePolicy})
 	nodeWorker := worker.New(c, contract.NodeQueue(*node), registration.NodeOptions(workerOpts, agent))
 	// The checks of a cluster with vLLM's API key run on its head's agent, which holds the
-	// key (contract.HeadChecks); they read the deploy's runs with this client.
+	// key (contract.HeadChecks): CheckTarget and WatchTarget check what the controller read
+	// and make no Temporal call; the older three read the deploy's runs with this client,
+	// for runs begun before the split.
 	checks := &control.Checks{Controller: control.Controller{Client: c, DataConverter: copts.DataConverter},
 		APIKey: activities.EndpointKey(agent.VLLM)}
 	registration.Node(nodeWorker, agent, checks)

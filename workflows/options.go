@@ -129,6 +129,19 @@ func checksQueue(c spec.Cluster) string {
 	return contract.WorkflowQueue
 }
 
+// headChecksSplitVersion: from here on the readiness checks of a spec with vLLM's API key
+// read what to check on the controller (DeployTarget; ServingDeployment unchecked) and check
+// it on the head's agent (CheckTarget, WatchTarget), which then makes no Temporal call, so
+// an agent's credentials need no read of any workflow (docs/security.md, "the calls an
+// agent makes"). Runs from before had the head's agent read the deploy's runs itself.
+// Asked only for keyed specs, so the histories of specs without a key take no new command.
+const headChecksSplitVersion = "head-checks-split"
+
+// headChecksSplit says whether c's checks run split (headChecksSplitVersion).
+func headChecksSplit(ctx workflow.Context, c spec.Cluster) bool {
+	return c.Secrets.APIKey != nil && workflow.GetVersion(ctx, headChecksSplitVersion, workflow.DefaultVersion, 1) == 1
+}
+
 // onChecksQueue returns ctx set to run a readiness check on checksQueue(c): on the
 // workflow queue the controller answers, with no bound on the wait; on the head's queue the
 // kind's agentWait bounds it (zero: none either; the watch waits for the head's agent).

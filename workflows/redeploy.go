@@ -35,6 +35,29 @@ type RedeployResult struct {
 	DeployRunID string `json:"deploy_run_id,omitempty"`
 }
 
+// checkLatest is the trigger's look at the cluster's latest deploy and its endpoint: one
+// check on the controller, or, for a keyed spec, the controller's read of the run and the
+// head's check of it (headChecksSplit).
+func checkLatest(ctx workflow.Context, s spec.Cluster) (contract.DeploymentCheck, error) {
+	var chk contract.DeploymentCheck
+	if !headChecksSplit(ctx, s) {
+		actx := onChecksQueue(ctx, s, "check the latest deploy of "+s.Name, deploymentCheck(s))
+		err := workflow.ExecuteActivity(actx, contract.ActivityCheckDeployment, contract.CheckDeploymentRequest{Cluster: s.Name}).Get(ctx, &chk)
+		return chk, err
+	}
+	var t contract.CheckTarget
+	rctx := onWorkflowQueue(ctx, "read the latest deploy of "+s.Name, deploymentCheck(s))
+	if err := workflow.ExecuteActivity(rctx, contract.ActivityDeployTarget, contract.TargetRequest{Cluster: s.Name}).Get(ctx, &t); err != nil {
+		return chk, err
+	}
+	if !t.Exists || t.Running || t.Plan == nil {
+		return t.DeploymentCheck, nil
+	}
+	actx := onChecksQueue(ctx, s, "check the latest deploy of "+s.Name, deploymentCheck(s))
+	err := workflow.ExecuteActivity(actx, contract.ActivityCheckTarget, t).Get(ctx, &chk)
+	return chk, err
+}
+
 // RedeployCluster is what schedules (and recovery) start: it converges on the cluster's
 // one deploy workflow ID, so it can never run a second deploy beside one started from the
 // UI or the CLI. A deploy that serves the same spec and answers is left alone (a no-op,
@@ -49,10 +72,8 @@ func RedeployCluster(ctx workflow.Context, req RedeployRequest) (RedeployResult,
 	if err := workflow.UpsertTypedSearchAttributes(ctx, searchattr.ClusterName.ValueSet(s.Name)); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
-	actx := onChecksQueue(ctx, s, "check the latest deploy of "+s.Name, deploymentCheck(s))
-	var chk contract.DeploymentCheck
-	if err := workflow.ExecuteActivity(actx, contract.ActivityCheckDeployment,
-		contract.CheckDeploymentRequest{Cluster: s.Name}).Get(ctx, &chk); err != nil {
+	chk, err := checkLatest(ctx, s)
+	if err != nil {
 		return res, err
 	}
 	done := func(action, reason string) (RedeployResult, error) {

@@ -46,18 +46,7 @@ const servingCheckOnHeadVersion = "serving-check-on-head"
 // endpoint answers). One of another spec makes this deploy a staged one. Not knowing is
 // not a failure: the deploy then runs as on a cluster that does not serve.
 func (d *deployment) findServing(ctx workflow.Context) {
-	var srv contract.ServingDeployment
-	actx := onWorkflowQueue(ctx, "what serves "+d.spec.Name, deployStep(30*time.Second, 3))
-	if d.spec.Secrets.APIKey != nil && workflow.GetVersion(ctx, servingCheckOnHeadVersion, workflow.DefaultVersion, 1) == 1 {
-		// Its readiness check sends vLLM's API key, which only the head's agent resolves
-		// for its own endpoint (checksQueue); any other agent refuses it (PolicyDenied),
-		// and the deploy then replaced the serving engine unstaged: a coin toss with two
-		// agents (#37: the router test's swap failed thousands of requests).
-		o := deployStep(30*time.Second, 3)
-		o.agentWait = d.spec.Timeouts.NodeAgent.D()
-		actx = onChecksQueue(ctx, d.spec, "what serves "+d.spec.Name, o)
-	}
-	err := workflow.ExecuteActivity(actx, contract.ActivityServingDeployment, contract.ClusterRequest{Cluster: d.spec.Name}).Get(ctx, &srv)
+	srv, err := d.serving(ctx)
 	if err != nil {
 		d.state.Warnings = append(d.state.Warnings, "could not tell which deployment serves (not staged): "+message(err))
 		return
@@ -72,6 +61,47 @@ func (d *deployment) findServing(ctx workflow.Context) {
 	}
 	d.state.Staged = &Staging{Serving: srv, began: workflow.Now(ctx)}
 	workflow.GetLogger(ctx).Info("staged beside the serving deployment", "cluster", d.spec.Name, "serving", srv.RunID, "spec", srv.SpecHash)
+}
+
+// serving asks which deployment serves: the controller, or, for a keyed spec, the
+// controller what serves and the head's agent whether it answers (headChecksSplit; before
+// it, the head's agent alone, servingCheckOnHeadVersion).
+func (d *deployment) serving(ctx workflow.Context) (contract.ServingDeployment, error) {
+	var srv contract.ServingDeployment
+	o := deployStep(30*time.Second, 3)
+	req := contract.ServingRequest{Cluster: d.spec.Name}
+	switch {
+	case headChecksSplit(ctx, d.spec):
+		req.Unchecked = true
+		if err := workflow.ExecuteActivity(onWorkflowQueue(ctx, "what serves "+d.spec.Name, o), contract.ActivityServingDeployment, req).Get(ctx, &srv); err != nil {
+			return srv, err
+		}
+		t := srv.Target
+		srv.Target = nil
+		if t == nil {
+			return srv, nil
+		}
+		// Its readiness check sends vLLM's API key, which only the head's agent resolves,
+		// for its own endpoint (checksQueue).
+		o.agentWait = d.spec.Timeouts.NodeAgent.D()
+		var chk contract.DeploymentCheck
+		if err := workflow.ExecuteActivity(onChecksQueue(ctx, d.spec, "check what serves "+d.spec.Name, o), contract.ActivityCheckTarget, *t).Get(ctx, &chk); err != nil {
+			return contract.ServingDeployment{}, err
+		}
+		if !chk.Healthy {
+			return contract.ServingDeployment{Detail: "deploy run " + srv.RunID + " does not serve: " + chk.Detail, Supervised: true}, nil
+		}
+		return srv, nil
+	case d.spec.Secrets.APIKey != nil && workflow.GetVersion(ctx, servingCheckOnHeadVersion, workflow.DefaultVersion, 1) == 1:
+		// Any other agent refuses the key (PolicyDenied), and the deploy then replaced the
+		// serving engine unstaged: a coin toss with two agents (#37: the router test's
+		// swap failed thousands of requests).
+		o.agentWait = d.spec.Timeouts.NodeAgent.D()
+		err := workflow.ExecuteActivity(onChecksQueue(ctx, d.spec, "what serves "+d.spec.Name, o), contract.ActivityServingDeployment, req).Get(ctx, &srv)
+		return srv, err
+	}
+	err := workflow.ExecuteActivity(onWorkflowQueue(ctx, "what serves "+d.spec.Name, o), contract.ActivityServingDeployment, req).Get(ctx, &srv)
+	return srv, err
 }
 
 // swap ends the steps that stop nothing. On a staged deploy it removes what the serving

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -54,19 +55,21 @@ func TestStagedDeploySwapsAfterEveryStepThatStopsNothing(t *testing.T) {
 	}
 }
 
-// A spec with vLLM's API key asks which deployment serves on its head's agent, the one
-// that resolves the key for the head's endpoint (checksQueue); any other agent would refuse
-// it, and the deploy would replace the serving engine unstaged. A spec without a key asks
-// any agent.
+// A spec with vLLM's API key asks the controller which deployment serves, unchecked, and
+// has its head's agent check it: the head resolves the key for its own endpoint
+// (checksQueue), and any other agent would refuse it, so the deploy would replace the
+// serving engine unstaged; the head reads nothing from Temporal (headChecksSplit). A spec
+// without a key asks the controller alone.
 func TestServingCheckOfAKeyedSpecRunsOnTheHeadsAgent(t *testing.T) {
 	for _, keyed := range []bool{true, false} {
 		f := fakeagents.New()
 		f.Serving = servingOther
 		s := fakeagents.SeedSpec()
-		want := "ServingDeployment " + s.Name + " on " + contract.WorkflowQueue
+		want := []string{"ServingDeployment " + s.Name + " on " + contract.WorkflowQueue}
 		if keyed {
 			s.Secrets.APIKey = &spec.SecretRef{Env: "VLLM_API_KEY"}
-			want = "ServingDeployment " + s.Name + " on " + contract.NodeQueue(s.Head().Name)
+			want = []string{"ServingDeployment " + s.Name + " on " + contract.WorkflowQueue + " unchecked",
+				"CheckTarget " + servingOther.RunID + " on " + contract.NodeQueue(s.Head().Name)}
 		}
 		env := newEnv(t, f)
 		executeDeploy(env, DeployRequest{Spec: s})
@@ -74,12 +77,39 @@ func TestServingCheckOfAKeyedSpecRunsOnTheHeadsAgent(t *testing.T) {
 		if err := env.GetWorkflowResult(&res); err != nil {
 			t.Fatalf("keyed %v: %v", keyed, err)
 		}
-		if calls := fakeagents.Calls(f, "ServingDeployment"); len(calls) != 1 || calls[0] != want {
+		if calls := fakeagents.Calls(f, "ServingDeployment", "CheckTarget"); !slices.Equal(calls, want) {
 			t.Errorf("keyed %v: %q, want %q", keyed, calls, want)
 		}
 		if res.Staged == nil {
 			t.Errorf("keyed %v: not staged", keyed)
 		}
+		if res.Staged != nil && res.Staged.Serving.Target != nil {
+			t.Errorf("keyed %v: the staging records the unchecked target %+v", keyed, res.Staged.Serving.Target)
+		}
+	}
+}
+
+// A keyed spec whose serving run does not answer its head's check is not staged beside
+// it, and says why.
+func TestKeyedServingRunThatFailsTheHeadsCheckIsNotStaged(t *testing.T) {
+	f := fakeagents.New()
+	f.Serving = servingOther
+	s := fakeagents.SeedSpec()
+	s.Secrets.APIKey = &spec.SecretRef{Env: "VLLM_API_KEY"}
+	env := newEnv(t, f)
+	env.OnActivity(contract.ActivityCheckTarget, mock.Anything, mock.Anything).Return(contract.DeploymentCheck{Exists: true, RunID: servingOther.RunID, Detail: "GET /health: 503"}, nil)
+	executeDeploy(env, DeployRequest{Spec: s})
+	var res DeployResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Staged != nil {
+		t.Errorf("staged beside %+v, which its head says does not serve", res.Staged.Serving)
+	}
+	if !slices.ContainsFunc(res.Warnings, func(w string) bool {
+		return strings.Contains(w, "not staged: deploy run "+servingOther.RunID+" does not serve: GET /health: 503")
+	}) {
+		t.Errorf("warnings %q do not say why it was not staged", res.Warnings)
 	}
 }
 

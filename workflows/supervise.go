@@ -239,10 +239,7 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 				incident = sv.newIncident(ctx, CauseUnhealthy, "", fmt.Sprintf("cool-down of %s passed; degraded since: %s", wait, sv.state.LastCause))
 			})
 		} else {
-			actx := onChecksQueue(wctx, sv.spec, "watch "+sv.spec.Name, healthWatch(sv.watchFor))
-			f := workflow.ExecuteActivity(actx, contract.ActivityWatchCluster, contract.WatchClusterRequest{
-				Cluster: sv.spec.Name, Every: sv.every, Unhealthy: sv.unhealthy, For: sv.watchFor, Canary: canaryRequest(sv.spec)})
-			sel.AddFuture(f, func(f workflow.Future) {
+			sel.AddFuture(sv.startWatch(wctx), func(f workflow.Future) {
 				var h contract.ClusterHealth
 				if err := f.Get(ctx, &h); err != nil {
 					if wctx.Err() == nil {
@@ -285,6 +282,58 @@ func (sv *supervisor) watch(ctx workflow.Context) error {
 			sv.recover(ctx, incident)
 		}
 	}
+}
+
+// startWatch starts one watch of the cluster's health: WatchCluster, or, for a keyed spec,
+// watchOnHead (headChecksSplit). Its future is the watch's ClusterHealth.
+func (sv *supervisor) startWatch(ctx workflow.Context) workflow.Future {
+	req := contract.WatchClusterRequest{Cluster: sv.spec.Name, Every: sv.every, Unhealthy: sv.unhealthy, For: sv.watchFor, Canary: canaryRequest(sv.spec)}
+	if !headChecksSplit(ctx, sv.spec) {
+		actx := onChecksQueue(ctx, sv.spec, "watch "+sv.spec.Name, healthWatch(sv.watchFor))
+		return workflow.ExecuteActivity(actx, contract.ActivityWatchCluster, req)
+	}
+	f, settle := workflow.NewFuture(ctx)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		h, err := sv.watchOnHead(ctx, req)
+		settle.Set(h, err)
+	})
+	return f
+}
+
+// watchOnHead is a keyed cluster's watch: the controller says which run to watch, waiting
+// out a running deploy (DeployTarget); the head's agent watches that run's endpoint
+// (WatchTarget); and an unhealthy verdict is an incident only if the controller then says
+// the run is still the one to watch (not replaced, and no deploy running), since the head
+// cannot see a deploy begin.
+func (sv *supervisor) watchOnHead(ctx workflow.Context, req contract.WatchClusterRequest) (contract.ClusterHealth, error) {
+	name := sv.spec.Name
+	var t contract.CheckTarget
+	rctx := onWorkflowQueue(ctx, "what to watch of "+name, healthWatch(sv.watchFor))
+	treq := contract.TargetRequest{Cluster: name, WaitDeploy: sv.watchFor, Every: sv.every, MustExist: true}
+	if err := workflow.ExecuteActivity(rctx, contract.ActivityDeployTarget, treq).Get(ctx, &t); err != nil {
+		return contract.ClusterHealth{}, err
+	}
+	if t.Running {
+		return contract.ClusterHealth{Healthy: true, Deploying: true, Detail: "a deploy is running", LastCheck: workflow.Now(ctx)}, nil
+	}
+	var h contract.ClusterHealth
+	actx := onChecksQueue(ctx, sv.spec, "watch "+name, healthWatch(sv.watchFor))
+	if err := workflow.ExecuteActivity(actx, contract.ActivityWatchTarget, contract.WatchTargetRequest{WatchClusterRequest: req, Target: t}).Get(ctx, &h); err != nil || h.Healthy {
+		return h, err
+	}
+	var now contract.CheckTarget
+	lctx := onWorkflowQueue(ctx, "what to watch of "+name, supervisorLook(30*time.Second, 3))
+	if err := workflow.ExecuteActivity(lctx, contract.ActivityDeployTarget, contract.TargetRequest{Cluster: name, MustExist: true}).Get(ctx, &now); err != nil {
+		return h, nil // the watch's verdict stands
+	}
+	switch {
+	case now.Running:
+		return contract.ClusterHealth{Healthy: true, Deploying: true, Detail: "a deploy is running", Checks: h.Checks, LastCheck: h.LastCheck}, nil
+	case now.RunID != t.RunID:
+		return contract.ClusterHealth{Healthy: true, Checks: h.Checks, LastCheck: h.LastCheck,
+			Detail: fmt.Sprintf("deploy run %s replaced %s while it was watched (%s)", now.RunID, t.RunID, h.Detail)}, nil
+	}
+	return h, nil
 }
 
 // pending handles one signal already received, without blocking: the incident it makes,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/fakeagents"
+	"github.com/tpdeploy/tpdeploy/internal/netplan"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
 )
 
@@ -363,6 +365,78 @@ func TestSupervisorBoundsRedeploysAfterAMemoryGuardStop(t *testing.T) {
 			}
 			if inc.Outcome != OutcomeFailed || inc.Attempts != 5 || !got.Degraded || !strings.Contains(got.LastCause, contract.ErrHostMemory) || len(launches) != 0 {
 				t.Errorf("outcome %q after %d attempts, degraded %v (%q), launches %q: want degraded after 5 refused", inc.OutcomeText(), inc.Attempts, got.Degraded, got.LastCause, launches)
+			}
+		})
+	}
+}
+
+// A keyed cluster's watch: the controller reads which run to watch (DeployTarget, on the
+// workflow queue) and the head's agent watches it (WatchTarget, on its node's queue), so the
+// head makes no Temporal call; WatchCluster, which reads the deploy's runs itself, is never
+// asked. An unhealthy run is an incident only while the controller still says it is the
+// one to watch: one a deploy replaced meanwhile is not.
+func TestKeyedSupervisorWatchesOnTheHeadWhatTheControllerRead(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		now       string // the run the controller names after the unhealthy watch
+		running   bool
+		incidents int
+	}{
+		{name: "still the watched run", now: "run-1", incidents: 1},
+		{name: "replaced meanwhile", now: "run-2"},
+		{name: "a deploy running", now: "run-3", running: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := fakeagents.New()
+			w := &fakeWatch{answers: []string{"healthy"}}
+			env := watchEnv(t, f, w)
+			s := fakeagents.SeedSpec()
+			s.Secrets.APIKey = &spec.SecretRef{Env: "VLLM_API_KEY"}
+			var mu sync.Mutex
+			var calls []string
+			record := func(ctx context.Context, call string) {
+				mu.Lock()
+				defer mu.Unlock()
+				calls = append(calls, call+" on "+activity.GetInfo(ctx).TaskQueue)
+			}
+			watched := 0
+			env.RegisterActivityWithOptions(func(ctx context.Context, req contract.TargetRequest) (contract.CheckTarget, error) {
+				record(ctx, "DeployTarget")
+				run, running := "run-1", false
+				if req.WaitDeploy == 0 {
+					run, running = tc.now, tc.running
+				}
+				return contract.CheckTarget{DeploymentCheck: contract.DeploymentCheck{Exists: true, RunID: run, Running: running, Closed: "Completed", Plan: &netplan.Plan{}},
+					Spec: &s}, nil
+			}, activity.RegisterOptions{Name: contract.ActivityDeployTarget})
+			env.RegisterActivityWithOptions(func(ctx context.Context, req contract.WatchTargetRequest) (contract.ClusterHealth, error) {
+				record(ctx, "WatchTarget "+req.Target.RunID)
+				mu.Lock()
+				watched++
+				first := watched == 1
+				mu.Unlock()
+				if first {
+					return contract.ClusterHealth{Detail: "not serving for 3 checks: GET http://192.168.200.12:8000/health: 503", Checks: 3}, nil
+				}
+				return contract.ClusterHealth{Healthy: true, Detail: "serving at http://192.168.200.12:8000", Checks: 720}, nil
+			}, activity.RegisterOptions{Name: contract.ActivityWatchTarget})
+			env.ExecuteWorkflow(SuperviseCluster, SuperviseRequest{Spec: s, MaxLoops: 3})
+			next := carried(t, env)
+			if len(next.Incidents) != tc.incidents {
+				t.Fatalf("incidents = %+v, want %d", next.Incidents, tc.incidents)
+			}
+			if w.calls != 0 {
+				t.Errorf("WatchCluster, which reads Temporal on the head, was asked %d times", w.calls)
+			}
+			head := contract.NodeQueue(s.Head().Name)
+			want := []string{"DeployTarget on " + contract.WorkflowQueue, "WatchTarget run-1 on " + head, "DeployTarget on " + contract.WorkflowQueue}
+			if len(calls) < len(want) || !slices.Equal(calls[:len(want)], want) {
+				t.Errorf("calls %q, want them to begin %q", calls, want)
+			}
+			for _, c := range calls {
+				if strings.HasPrefix(c, "DeployTarget") != strings.HasSuffix(c, " on "+contract.WorkflowQueue) {
+					t.Errorf("%q: the controller reads, the head watches", c)
+				}
 			}
 		})
 	}

@@ -18,9 +18,9 @@ import (
 // /temporal.api.workflowservice.v1.WorkflowService/NAME, or NAME) with req; otherwise an
 // error naming the call and why. Allowed: the SDK's handshake (GetSystemInfo,
 // DescribeNamespace); polls of the node's own queue and the answers and heartbeats of its
-// tasks; the one start of its NodeStarted run; the worker's shutdown; and the reads of a
-// cluster's deploy runs that a keyed cluster's checks make on its head's agent
-// (contract.HeadChecks: describe, history, the state query).
+// tasks; the one start of its NodeStarted run; and the worker's shutdown. No read of any
+// workflow: a keyed cluster's checks on its head's agent check what the controller read
+// (contract.CheckTarget).
 func AgentCall(node, method string, req any) error {
 	name := method[strings.LastIndex(method, "/")+1:]
 	deny := func(why string) error { return fmt.Errorf("node %s's agent may not call %s: %s", node, name, why) }
@@ -42,23 +42,9 @@ func AgentCall(node, method string, req any) error {
 				r.GetTaskQueue().GetName(), contract.NodeStartedWorkflow, contract.NodeStartedWorkflowID(node), contract.WorkflowQueue))
 		}
 		return nil
-	case *workflowservice.DescribeWorkflowExecutionRequest:
-		return deployRun(r.GetExecution().GetWorkflowId(), deny)
-	case *workflowservice.GetWorkflowExecutionHistoryRequest:
-		return deployRun(r.GetExecution().GetWorkflowId(), deny)
-	case *workflowservice.QueryWorkflowRequest:
-		if q := r.GetQuery().GetQueryType(); q != contract.QueryState {
-			return deny("query " + q + "; the checks ask only " + contract.QueryState)
-		}
-		return deployRun(r.GetExecution().GetWorkflowId(), deny)
+	case *workflowservice.DescribeWorkflowExecutionRequest, *workflowservice.GetWorkflowExecutionHistoryRequest, *workflowservice.QueryWorkflowRequest:
+		// A keyed cluster's head checks what the controller read (contract.CheckTarget).
+		return deny("an agent reads no workflow; the controller reads what its checks check")
 	}
 	return deny("not a call an agent makes")
-}
-
-// deployRun allows a read of a cluster's deploy runs only.
-func deployRun(id string, deny func(string) error) error {
-	if !strings.HasPrefix(id, contract.DeployWorkflowID("")) {
-		return deny("workflow " + id + " is not a cluster's deploy")
-	}
-	return nil
 }

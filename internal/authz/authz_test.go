@@ -21,9 +21,10 @@ func start(typ, id, q string) *workflowservice.StartWorkflowExecutionRequest {
 
 func run(id string) *commonpb.WorkflowExecution { return &commonpb.WorkflowExecution{WorkflowId: id} }
 
-// TestAgentCall: node-b's agent may poll only its queue, start only its NodeStarted run,
-// and read only deploy runs; it may not poll workflow tasks, signal, list, terminate,
-// or start anything else.
+// TestAgentCall: node-b's agent may poll only its queue and start only its NodeStarted
+// run; it may not poll workflow tasks, signal, list, terminate, read any workflow (a keyed
+// cluster's head checks what the controller read: contract.CheckTarget), or start
+// anything else.
 func TestAgentCall(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -48,11 +49,11 @@ func TestAgentCall(t *testing.T) {
 		{"signal with start", "SignalWithStartWorkflowExecution", &workflowservice.SignalWithStartWorkflowExecutionRequest{}, false},
 		{"list", "ListWorkflowExecutions", &workflowservice.ListWorkflowExecutionsRequest{}, false},
 		{"terminate", "TerminateWorkflowExecution", &workflowservice.TerminateWorkflowExecutionRequest{}, false},
-		{"describe a deploy", "DescribeWorkflowExecution", &workflowservice.DescribeWorkflowExecutionRequest{Execution: run(contract.DeployWorkflowID("c"))}, true},
+		{"describe a deploy", "DescribeWorkflowExecution", &workflowservice.DescribeWorkflowExecutionRequest{Execution: run(contract.DeployWorkflowID("c"))}, false},
 		{"describe a supervisor", "DescribeWorkflowExecution", &workflowservice.DescribeWorkflowExecutionRequest{Execution: run(contract.SuperviseWorkflowID("c"))}, false},
-		{"a deploy's history", "GetWorkflowExecutionHistory", &workflowservice.GetWorkflowExecutionHistoryRequest{Execution: run(contract.DeployWorkflowID("c"))}, true},
+		{"a deploy's history", "GetWorkflowExecutionHistory", &workflowservice.GetWorkflowExecutionHistoryRequest{Execution: run(contract.DeployWorkflowID("c"))}, false},
 		{"a teardown's history", "GetWorkflowExecutionHistory", &workflowservice.GetWorkflowExecutionHistoryRequest{Execution: run(contract.TeardownWorkflowID("c"))}, false},
-		{"a deploy's state", "QueryWorkflow", &workflowservice.QueryWorkflowRequest{Execution: run(contract.DeployWorkflowID("c")), Query: &querypb.WorkflowQuery{QueryType: contract.QueryState}}, true},
+		{"a deploy's state", "QueryWorkflow", &workflowservice.QueryWorkflowRequest{Execution: run(contract.DeployWorkflowID("c")), Query: &querypb.WorkflowQuery{QueryType: contract.QueryState}}, false},
 		{"a supervisor's state", "QueryWorkflow", &workflowservice.QueryWorkflowRequest{Execution: run(contract.SuperviseWorkflowID("c")), Query: &querypb.WorkflowQuery{QueryType: contract.QuerySupervision}}, false},
 		{"shutdown", "ShutdownWorker", &workflowservice.ShutdownWorkerRequest{}, true},
 	} {

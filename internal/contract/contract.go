@@ -486,10 +486,65 @@ const (
 	ActivityReconcileCluster = "ReconcileCluster"
 )
 
+// ActivityDeployTarget reads, on the controller, what a readiness check of a cluster
+// checks (contract.CheckTarget); ActivityCheckTarget and ActivityWatchTarget check it on
+// the head's agent, which resolves vLLM's API key and reads nothing from Temporal.
+const (
+	ActivityDeployTarget = "DeployTarget"
+	ActivityCheckTarget  = "CheckTarget"
+	ActivityWatchTarget  = "WatchTarget"
+)
+
 // HeadChecks are the operations activities every agent also serves on its own node's
 // queue: a cluster with vLLM's API key (secrets.api_key) has its readiness checks run by
-// the head's agent, which resolves the key, rather than by any agent.
-var HeadChecks = []string{ActivityCheckDeployment, ActivityWatchCluster, ActivityServingDeployment}
+// the head's agent, which resolves the key, rather than by any agent. The controller reads
+// what to check (ActivityDeployTarget) and hands it to the head: CheckTarget and
+// WatchTarget make no Temporal call. The first three are the checks that read the
+// deploy's runs themselves, served for runs begun before the split
+// (workflows' headChecksSplitVersion); no run begun since asks for them.
+var HeadChecks = []string{ActivityCheckDeployment, ActivityWatchCluster, ActivityServingDeployment, ActivityCheckTarget, ActivityWatchTarget}
+
+// TargetRequest asks the controller what a readiness check of Cluster checks: its latest
+// deploy, or, while a deploy of another spec is staged beside the serving one, the serving
+// one. With WaitDeploy, a running deploy is waited for (polled every Every) up to that
+// long; with MustExist, a cluster with no deploy to read is an error (retried) rather
+// than an answer.
+type TargetRequest struct {
+	Cluster    string        `json:"cluster"`
+	WaitDeploy time.Duration `json:"wait_deploy,omitempty"`
+	Every      time.Duration `json:"every,omitempty"`
+	MustExist  bool          `json:"must_exist,omitempty"`
+}
+
+// CheckTarget is a deploy run as a readiness check needs it, read from Temporal by the
+// controller: the check's own fields (DeploymentCheck, Healthy false), the spec and the
+// intent it was started with, and, when Beside is set, that it is the serving run a staged
+// deploy runs beside. Plan (with Endpoint) is the run's result: nil, it has none. The head
+// trusts none of it for what it dials: the endpoint is derived again from the spec and
+// plan, and the API key goes only to its own address, for a spec signed as its policy
+// requires.
+type CheckTarget struct {
+	DeploymentCheck
+	Spec   *spec.Cluster `json:"spec,omitempty"`
+	Intent *Intent       `json:"intent,omitempty"`
+	Beside string        `json:"beside,omitempty"`
+}
+
+// WatchTargetRequest is a watch (WatchClusterRequest) of one CheckTarget: the head's
+// agent checks that run's endpoint (and Ray's GCS, and the canary) without asking
+// Temporal which run is the latest; the supervisor asks the controller before and after.
+type WatchTargetRequest struct {
+	WatchClusterRequest
+	Target CheckTarget `json:"target"`
+}
+
+// ServingRequest asks which deployment serves Cluster (ActivityServingDeployment). With
+// Unchecked, the controller answers without the readiness check and hands the serving
+// run in ServingDeployment.Target, for the head's agent to check (a keyed spec).
+type ServingRequest struct {
+	Cluster   string `json:"cluster"`
+	Unchecked bool   `json:"unchecked,omitempty"`
+}
 
 // WatchClusterRequest asks for a cluster's health to be watched until something happens:
 // Unhealthy failed checks in a row (every Every), or For of health.
@@ -568,6 +623,8 @@ type ServingDeployment struct {
 	// Supervised: the cluster's supervisor runs (a deploy served, no teardown since), so
 	// none serving is news to the deploy asking (it is not staged, and says why).
 	Supervised bool `json:"supervised,omitempty"`
+	// Target is the serving run, not yet checked (ServingRequest.Unchecked).
+	Target *CheckTarget `json:"target,omitempty"`
 }
 
 // ServingNode is one node of a serving deployment.

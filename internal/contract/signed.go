@@ -105,4 +105,6 @@ var Unsigned = map[string]string{
 	ActivityCheckDeployment:     "reads the cluster's latest deploy and its endpoint (the API key only for a signed spec, EndpointKey)",
 	ActivityWatchCluster:        "reads the cluster's health",
 	ActivityServingDeployment:   "reads which deploy serves the cluster and its endpoint (the API key only for a signed spec, EndpointKey)",
+	ActivityCheckTarget:         "checks the endpoint of a deploy the controller read, derived from its spec and plan (the API key only to the node's own address, for a signed spec, EndpointKey)",
+	ActivityWatchTarget:         "watches the health of a deploy the controller read, as CheckTarget checks it",
 }

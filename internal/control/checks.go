@@ -7,9 +7,12 @@ import (
 	"net/netip"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 	"github.com/tpdeploy/tpdeploy/internal/readiness"
 	"github.com/tpdeploy/tpdeploy/internal/spec"
+	"github.com/tpdeploy/tpdeploy/workflows"
 )
 
 // Checks are the operations activities the node agents serve on the workflow queue (they
@@ -33,27 +36,115 @@ func (c *Checks) CheckDeployment(ctx context.Context, req contract.CheckDeployme
 		// Never deployed is an answer, not a failure.
 		return contract.DeploymentCheck{Detail: err.Error()}, nil
 	}
+	return c.check(ctx, st), nil
+}
+
+// CheckTarget is CheckDeployment of a run the controller read (DeployTarget): on the
+// head's agent of a keyed cluster, with no Temporal call.
+func (c *Checks) CheckTarget(ctx context.Context, t contract.CheckTarget) (contract.DeploymentCheck, error) {
+	if !t.Exists {
+		return t.DeploymentCheck, nil
+	}
+	return c.check(ctx, targetStatus(t)), nil
+}
+
+// DeployTarget reads what a readiness check of the cluster checks (contract.TargetRequest),
+// for the head's agent to check (CheckTarget, WatchTarget): the agent then needs no
+// Temporal call to know which run serves.
+func (c *Checks) DeployTarget(ctx context.Context, req contract.TargetRequest) (contract.CheckTarget, error) {
+	end := time.Now().Add(req.WaitDeploy)
+	var cache struct {
+		runID   string
+		st      Status
+		serving Status
+	}
+	for {
+		st, beside, err := c.watched(ctx, req.Cluster, &cache.runID, &cache.st, &cache.serving)
+		if err != nil {
+			if req.MustExist {
+				return contract.CheckTarget{}, err
+			}
+			return contract.CheckTarget{DeploymentCheck: contract.DeploymentCheck{Detail: err.Error()}}, nil
+		}
+		if !st.Running || !time.Now().Before(end) {
+			return checkTarget(st, beside), nil
+		}
+		activity.RecordHeartbeat(ctx, "deploy "+st.RunID+" is running")
+		select {
+		case <-ctx.Done():
+			return contract.CheckTarget{}, ctx.Err()
+		case <-time.After(max(req.Every, time.Second)):
+		}
+	}
+}
+
+// watched is the run a watch checks: the latest deploy, or, while a deploy staged beside
+// the serving one has not swapped, the serving one (beside then says so); cached by run.
+func (c *Checks) watched(ctx context.Context, cluster string, runID *string, cached, serving *Status) (Status, string, error) {
+	st, err := c.Controller.latestCached(ctx, cluster, runID, cached)
+	if err != nil || !st.Running {
+		return st, "", err
+	}
+	// A deploy staged beside the serving one: that one still serves until the swap, and
+	// is watched (and canaried) as before.
+	if srv, ok := c.stagedBeside(ctx, cluster, st, serving); ok {
+		return srv, " (a deploy of another spec is staged beside it)", nil
+	}
+	return st, "", nil
+}
+
+// checkTarget is st as a CheckTarget (the check not made yet).
+func checkTarget(st Status, beside string) contract.CheckTarget {
+	t := contract.CheckTarget{DeploymentCheck: contract.DeploymentCheck{Exists: true, Running: st.Running, RunID: st.RunID, Closed: st.Closed},
+		Spec: st.Spec, Intent: st.Intent, Beside: beside}
+	if st.Spec != nil {
+		t.SpecHash = st.Spec.Hash()
+	}
+	if st.Result != nil {
+		plan := st.Result.Plan
+		t.Endpoint, t.Plan = st.Result.Endpoint, &plan
+	} else if st.Err != nil {
+		t.Detail = st.Err.Error()
+	}
+	return t
+}
+
+// targetStatus is the Status a CheckTarget describes: what check, serves and
+// servingEndpoint read of it.
+func targetStatus(t contract.CheckTarget) Status {
+	st := Status{WorkflowID: contract.DeployWorkflowID(""), RunID: t.RunID, Running: t.Running, Closed: t.Closed, Spec: t.Spec, Intent: t.Intent}
+	if t.Spec != nil {
+		st.WorkflowID = contract.DeployWorkflowID(t.Spec.Name)
+	}
+	if t.Plan != nil {
+		st.Result = &workflows.DeployResult{Endpoint: t.Endpoint, Plan: *t.Plan}
+	}
+	return st
+}
+
+// check is CheckDeployment's answer for the deploy run st.
+func (c *Checks) check(ctx context.Context, st Status) contract.DeploymentCheck {
 	chk := contract.DeploymentCheck{Exists: true, Running: st.Running, RunID: st.RunID, Closed: st.Closed}
 	if st.Spec != nil {
 		chk.SpecHash = st.Spec.Hash()
 	}
 	if st.Result == nil {
 		chk.Detail = fmt.Sprintf("latest deploy %s", map[bool]string{true: "is running", false: "ended " + st.Closed}[st.Running])
-		return chk, nil
+		return chk
 	}
 	chk.Endpoint = st.Result.Endpoint
 	chk.Plan = &st.Result.Plan
 	endpoint, err := servingEndpoint(st)
 	if err != nil {
 		chk.Detail = err.Error()
-		return chk, nil
+		return chk
 	}
 	if err := c.ready(ctx, st, endpoint); err != nil {
 		chk.Detail = err.Error()
-		return chk, nil
+		return chk
 	}
 	chk.Healthy = true
-	return chk, nil
+	return chk
 }
 
 // ready is the readiness check of a deploy's endpoint from this agent, with vLLM's API key

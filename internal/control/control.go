@@ -257,7 +257,7 @@ func (c Controller) freshHealth(ctx context.Context, sv *workflows.Supervision) 
 		dc = converter.GetDefaultDataConverter()
 	}
 	for _, pa := range desc.GetPendingActivities() {
-		if pa.GetActivityType().GetName() != contract.ActivityWatchCluster || pa.GetHeartbeatDetails() == nil {
+		if name := pa.GetActivityType().GetName(); name != contract.ActivityWatchCluster && name != contract.ActivityWatchTarget || pa.GetHeartbeatDetails() == nil {
 			continue
 		}
 		var h contract.ClusterHealth

@@ -86,7 +86,7 @@ type testChecks struct {
 // servingSaid maps a cluster to the deployment a test says serves it.
 var servingSaid sync.Map
 
-func (c *testChecks) ServingDeployment(ctx context.Context, req contract.ClusterRequest) (contract.ServingDeployment, error) {
+func (c *testChecks) ServingDeployment(ctx context.Context, req contract.ServingRequest) (contract.ServingDeployment, error) {
 	if srv, ok := servingSaid.Load(req.Cluster); ok {
 		return srv.(contract.ServingDeployment), nil
 	}

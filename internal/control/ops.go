@@ -85,15 +85,35 @@ func (c *Checks) WaitClosed(ctx context.Context, req contract.WaitRequest) (stri
 // events per For, not per check. A check that cannot be made (Temporal or Ray's GCS not
 // answering) counts as neither.
 func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequest) (contract.ClusterHealth, error) {
-	every := max(req.Every, time.Second)
-	end := time.Now().Add(req.For)
-	var h contract.ClusterHealth
-	failures := 0
 	var cache struct {
 		runID   string
 		st      Status
 		serving Status
 	}
+	return c.watch(ctx, req, func(ctx context.Context) (Status, string, error) {
+		return c.watched(ctx, req.Cluster, &cache.runID, &cache.st, &cache.serving)
+	})
+}
+
+// WatchTarget is WatchCluster of one run the controller read (DeployTarget): on the head's
+// agent of a keyed cluster, with no Temporal call. That a deploy began meanwhile is the
+// supervisor's to learn from the controller when this returns.
+func (c *Checks) WatchTarget(ctx context.Context, req contract.WatchTargetRequest) (contract.ClusterHealth, error) {
+	if !req.Target.Exists {
+		return contract.ClusterHealth{}, fmt.Errorf("cluster %s: no deploy to watch: %s", req.Cluster, req.Target.Detail)
+	}
+	st := targetStatus(req.Target)
+	return c.watch(ctx, req.WatchClusterRequest, func(context.Context) (Status, string, error) {
+		return st, req.Target.Beside, nil
+	})
+}
+
+// watch is WatchCluster's loop over the run next says is watched at each check.
+func (c *Checks) watch(ctx context.Context, req contract.WatchClusterRequest, next func(context.Context) (Status, string, error)) (contract.ClusterHealth, error) {
+	every := max(req.Every, time.Second)
+	end := time.Now().Add(req.For)
+	var h contract.ClusterHealth
+	failures := 0
 	cn := newCanary(req.Canary)
 	var results <-chan canaryResult
 	if cn != nil {
@@ -106,15 +126,7 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 	for {
 		h.Checks++
 		h.LastCheck = time.Now()
-		st, err := c.Controller.latestCached(ctx, req.Cluster, &cache.runID, &cache.st)
-		beside := ""
-		if err == nil && st.Running {
-			// A deploy staged beside the serving one: that one still serves until the swap,
-			// and is watched (and canaried) as before.
-			if srv, ok := c.stagedBeside(ctx, req.Cluster, st, &cache.serving); ok {
-				st, beside = srv, " (a deploy of another spec is staged beside it)"
-			}
-		}
+		st, beside, err := next(ctx)
 		switch {
 		case err != nil:
 			h.Detail = "check not made: " + err.Error()
@@ -185,7 +197,7 @@ func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequ
 // endpoint answers the readiness check. A deploy of another spec stages beside it
 // (workflows/stage.go). The supervisor is asked by query, which a running workflow answers
 // consistently; visibility, which lags, is not used.
-func (c *Checks) ServingDeployment(ctx context.Context, req contract.ClusterRequest) (contract.ServingDeployment, error) {
+func (c *Checks) ServingDeployment(ctx context.Context, req contract.ServingRequest) (contract.ServingDeployment, error) {
 	sid := contract.SuperviseWorkflowID(req.Cluster)
 	//lint:ignore SA1019 DescribeWorkflow goes through the client interceptors and answers nil on error where these callers use nil-safe getters: its own change, not this no-behaviour-change one
 	desc, err := c.Controller.Client.DescribeWorkflowExecution(ctx, sid, "")
@@ -217,12 +229,17 @@ func (c *Checks) ServingDeployment(ctx context.Context, req contract.ClusterRequ
 	if st.Result == nil {
 		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " ended " + st.Closed, Supervised: true}, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := c.ready(rctx, st, st.Result.Endpoint); err != nil {
-		return contract.ServingDeployment{Detail: "deploy run " + sv.Serving.RunID + " does not serve: " + err.Error(), Supervised: true}, nil
-	}
 	srv := *sv.Serving
+	if req.Unchecked {
+		t := checkTarget(st, "")
+		srv.Target = &t
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := c.ready(rctx, st, st.Result.Endpoint); err != nil {
+			return NotServing(sv.Serving.RunID, err.Error()), nil
+		}
+	}
 	srv.Executor = spec.ExecutorMP
 	if st.Result.Plan.RayAddress != "" {
 		srv.Executor = spec.ExecutorRay
@@ -233,6 +250,12 @@ func (c *Checks) ServingDeployment(ctx context.Context, req contract.ClusterRequ
 		}
 	}
 	return srv, nil
+}
+
+// NotServing is ServingDeployment's answer for a supervised serving run whose endpoint
+// does not answer the readiness check.
+func NotServing(runID, why string) contract.ServingDeployment {
+	return contract.ServingDeployment{Detail: "deploy run " + runID + " does not serve: " + why, Supervised: true}
 }
 
 // stagedBeside is the serving run's status while the running deploy st is staged beside

@@ -740,14 +740,36 @@ func (f *Agents) TeardownRunning(ctx context.Context, req contract.ClusterReques
 }
 
 // ServingDeployment answers which deployment serves the cluster: Serving. The call
-// records the task queue it was asked on (a keyed spec's goes to its head's agent).
-func (f *Agents) ServingDeployment(ctx context.Context, req contract.ClusterRequest) (contract.ServingDeployment, error) {
-	if err := f.record(ctx, "ServingDeployment", req.Cluster, "on "+activity.GetInfo(ctx).TaskQueue); err != nil {
+// records the task queue it was asked on (a keyed spec's went to its head's agent before
+// the checks were split) and, when asked unchecked, hands the serving run on as a Target
+// (a keyed spec's, for the head's CheckTarget).
+func (f *Agents) ServingDeployment(ctx context.Context, req contract.ServingRequest) (contract.ServingDeployment, error) {
+	detail := "on " + activity.GetInfo(ctx).TaskQueue
+	if req.Unchecked {
+		detail += " unchecked"
+	}
+	if err := f.record(ctx, "ServingDeployment", req.Cluster, detail); err != nil {
 		return contract.ServingDeployment{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.Serving, nil
+	srv := f.Serving
+	if req.Unchecked && srv.Serves() {
+		srv.Target = &contract.CheckTarget{DeploymentCheck: contract.DeploymentCheck{Exists: true, RunID: srv.RunID, Closed: "Completed",
+			SpecHash: srv.SpecHash, Endpoint: srv.Endpoint, Plan: &netplan.Plan{}}}
+	}
+	return srv, nil
+}
+
+// CheckTarget checks a run the controller read: healthy, unless a test fails
+// "CheckTarget RUN"; the call records the queue it was asked on.
+func (f *Agents) CheckTarget(ctx context.Context, t contract.CheckTarget) (contract.DeploymentCheck, error) {
+	if err := f.record(ctx, "CheckTarget", t.RunID, "on "+activity.GetInfo(ctx).TaskQueue); err != nil {
+		return contract.DeploymentCheck{}, err
+	}
+	chk := t.DeploymentCheck
+	chk.Healthy = t.Exists && !t.Running && t.Plan != nil
+	return chk, nil
 }
 
 func (f *Agents) PauseSchedule(ctx context.Context, req contract.PauseRequest) (string, error) {

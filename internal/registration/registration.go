@@ -38,7 +38,8 @@ func Node(nodeQueue worker.ActivityRegistry, node *activities.Agent, checks *con
 	for _, concern := range node.Activities() {
 		nodeQueue.RegisterActivity(concern)
 	}
-	for name, fn := range map[string]any{contract.ActivityCheckDeployment: checks.CheckDeployment, contract.ActivityWatchCluster: checks.WatchCluster, contract.ActivityServingDeployment: checks.ServingDeployment} {
+	for name, fn := range map[string]any{contract.ActivityCheckDeployment: checks.CheckDeployment, contract.ActivityWatchCluster: checks.WatchCluster, contract.ActivityServingDeployment: checks.ServingDeployment,
+		contract.ActivityCheckTarget: checks.CheckTarget, contract.ActivityWatchTarget: checks.WatchTarget} {
 		nodeQueue.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
 	}
 }
