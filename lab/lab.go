@@ -25,6 +25,7 @@ import (
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
+	"github.com/tpdeploy/tpdeploy/internal/agentgate"
 	"github.com/tpdeploy/tpdeploy/internal/barrier"
 	"github.com/tpdeploy/tpdeploy/internal/images"
 	"github.com/tpdeploy/tpdeploy/internal/searchattr"
@@ -57,7 +58,7 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 	}
 	defer os.RemoveAll(dir)
 	bins := map[string]string{}
-	for _, pkg := range []string{"./lab/sim", "./lab/nodeinit", "./worker", "./router"} {
+	for _, pkg := range []string{"./lab/sim", "./lab/nodeinit", "./worker", "./router", "./gate"} {
 		var tags []string
 		if pkg == "./worker" {
 			// The lab's agent is a lab build: only it has the barriers the fault matrix
@@ -84,8 +85,8 @@ func BuildImages(ctx context.Context, eng images.Engine, temporalBin string) err
 		all = append(all, img)
 	}
 	all = append(all, []images.Image{
-		{Tag: NodeImage, Files: map[string]string{"init": bins["nodeinit"], "worker": bins["worker"]}, Dirs: []string{"tmp", "run"},
-			Dockerfile: "FROM scratch\nCOPY init worker /\nCOPY tmp /tmp\nCOPY run /run\nENTRYPOINT [\"/init\", \"/worker\"]\n"},
+		{Tag: NodeImage, Files: map[string]string{"init": bins["nodeinit"], "worker": bins["worker"], "gate": bins["gate"]}, Dirs: []string{"tmp", "run"},
+			Dockerfile: "FROM scratch\nCOPY init worker gate /\nCOPY tmp /tmp\nCOPY run /run\nENTRYPOINT [\"/init\", \"/worker\"]\n"},
 		RouterImageOf(bins["router"]),
 	}...)
 	if temporalBin != "" {
@@ -163,6 +164,10 @@ type Lab struct {
 	// Temporal is the dev server's frontend address, reachable from this host and the
 	// nodes; UI is its Web UI.
 	Temporal, UI string
+	// Gate is where the nodes' agents dial Temporal: the gate (package agentgate) that
+	// holds each node's API key to the calls an agent makes (docs/security.md), as a fleet
+	// whose frontend the nodes reach only through it.
+	Gate string
 	// Controller is the controller's container (startController): the workflows run
 	// there, the nodes' agents serve only their node queues.
 	Controller string
@@ -396,6 +401,10 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 	if err := l.startHub(ctx); err != nil {
 		return err
 	}
+	nodeKeys, err := l.startGate(ctx, cfg.Nodes, state)
+	if err != nil {
+		return err
+	}
 	if err := l.startController(ctx); err != nil {
 		return err
 	}
@@ -409,7 +418,10 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		n.Mgmt, n.Ext, n.Fast, n.Fast2 = n.Addrs["mgmt"], n.Addrs["ext"], n.Addrs["fast"], n.Addrs["fast2"]
 		nets := n.Addrs
 		env := []string{
-			"TPDEPLOY_NODE=" + n.Name, "TEMPORAL_ADDRESS=" + l.Temporal,
+			"TPDEPLOY_NODE=" + n.Name,
+			// Temporal through the gate, with the node's own key (plaintext on the lab's
+			// management network; a fleet's gate serves TLS).
+			"TEMPORAL_ADDRESS=" + l.Gate, "TEMPORAL_API_KEY=" + nodeKeys[n.Name], "TEMPORAL_TLS=false",
 			// Node agents only: the workflows run on the lab's controller (startController),
 			// so no node holds credentials that run workflow tasks (docs/security.md).
 			"TPDEPLOY_ROLE=agent",
@@ -501,6 +513,33 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 		return nil
 	}
 	return waitTCP(ctx, l.Temporal, 60*time.Second)
+}
+
+// gateHost is the last byte of the gate's management address.
+const gateHost = 251
+
+// startGate starts the gate the nodes' agents dial Temporal through (cmd gate, in the node
+// image): one random API key per node, known to the gate by its SHA-256 only, and handed
+// to that node's agent. The controller, the tests and the UI use the frontend directly.
+func (l *Lab) startGate(ctx context.Context, nodes int, state string) (map[string]string, error) {
+	keys := map[string]string{}
+	var file strings.Builder
+	file.WriteString("# node and the SHA-256 of its agent's API key (lab.startGate)\n")
+	for i := range nodes {
+		name := NodeName(i)
+		keys[name] = "tpd-node-key-" + randomHex(16)
+		fmt.Fprintf(&file, "%s %s\n", name, agentgate.KeyHash(keys[name]))
+	}
+	if err := os.WriteFile(filepath.Join(state, "gate-keys"), []byte(file.String()), 0o644); err != nil {
+		return nil, fmt.Errorf("gate keys: %w", err)
+	}
+	addr := host(l.Mgmt, gateHost)
+	l.Gate = net.JoinHostPort(addr.String(), "7233")
+	err := l.run(ctx, l.Prefix+"-gate", &container.Config{
+		Image: NodeImage, Hostname: "gate", Labels: map[string]string{LabelLab: l.Prefix}, Entrypoint: []string{"/gate"},
+		Cmd: []string{"--listen", l.Gate, "--upstream", l.Temporal, "--keys", "/data/gate-keys", "--log-level", "warn"},
+	}, map[string]netip.Addr{"mgmt": addr}, nil, state+":/data:ro")
+	return keys, err
 }
 
 // ControllerHost is the last byte of the controller's address on each network it joins.

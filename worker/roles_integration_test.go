@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"slices"
 	"sort"
@@ -20,9 +21,12 @@ import (
 	"go.temporal.io/sdk/converter"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/tpdeploy/tpdeploy/internal/agentgate"
 	"github.com/tpdeploy/tpdeploy/internal/authz"
 	"github.com/tpdeploy/tpdeploy/internal/contract"
 )
@@ -111,8 +115,13 @@ func TestAgentOnlyServesItsNodeQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.TerminateWorkflow(context.Background(), sup.GetID(), sup.GetRunID(), "test over") }()
+	// The agent reaches Temporal only through the gate (package agentgate), which holds its
+	// node's key to authz.AgentCall at the server's side: a call outside the table fails
+	// there, so the agent's start and its task below show the table is all it needs.
+	gate := startGate(t, node, "key-of-"+node)
+	t.Setenv("TEMPORAL_TLS", "false") // the test's gate is plaintext, as the lab's
 	go func() {
-		done <- run(ctx, []string{"--role", "agent", "--node", node, "--address", devAddress, "--log-level", "error",
+		done <- run(ctx, []string{"--role", "agent", "--node", node, "--address", gate, "--api-key", "key-of-" + node, "--log-level", "error",
 			"--policy-file", writePolicy(t, "allowed_ports: ['8000-9000']\n")})
 	}()
 
@@ -267,6 +276,24 @@ func TestAgentOnlyServesItsNodeQueue(t *testing.T) {
 	if rec[roleAgent].seen["RespondActivityTaskCompleted"] == 0 {
 		t.Error("the agent never answered a task")
 	}
+}
+
+// startGate runs a gate in front of the dev server that knows node's key.
+func startGate(t *testing.T, node, key string) string {
+	t.Helper()
+	up, err := grpc.NewClient(devAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = up.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := (&agentgate.Gate{Upstream: up, Nodes: map[string]string{agentgate.KeyHash(key): node}, Log: zap.NewNop()}).Server()
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	return ln.Addr().String()
 }
 
 // updateHistory is read before TestMain clears the TPDEPLOY_ environment.
