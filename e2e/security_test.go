@@ -156,3 +156,21 @@ func TestUnsignedDeployIsRefusedByTheLabsAgents(t *testing.T) {
 		})
 	}
 }
+
+// Issue #36, item 9: a node's agent, through the gate, can make only an agent's calls; a
+// node that could reach Temporal's frontend directly would go around it. The lab's
+// frontend is on its control network, which no node joins: every node reaches the gate
+// and not the frontend, as a fleet with the frontend's port firewalled to the gate.
+func TestNodesReachTemporalOnlyThroughTheGate(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range theLab.Nodes {
+		if err := theLab.DialFrom(ctx, n.Container, theLab.Gate, 5*time.Second); err != nil {
+			t.Errorf("%s cannot reach the gate %s: %v", n.Name, theLab.Gate, err)
+		}
+		if err := theLab.DialFrom(ctx, n.Container, theLab.Temporal, 2*time.Second); err == nil {
+			t.Errorf("%s reaches Temporal's frontend %s directly, around the gate", n.Name, theLab.Temporal)
+		} else {
+			t.Logf("%s → frontend %s: %v", n.Name, theLab.Temporal, err)
+		}
+	}
+}

@@ -154,6 +154,9 @@ type Lab struct {
 	Release         Release
 	Image           string
 	Mgmt, Ext, Fast netip.Prefix
+	// Ctl is the control plane's subnet (Temporal, the gate's upstream side, the
+	// controller), which no node joins.
+	Ctl netip.Prefix
 	// Fast2 is the second rail's subnet (TopologySpark only).
 	Fast2    netip.Prefix
 	Topology string
@@ -342,6 +345,8 @@ func (l *Lab) networks(ctx context.Context, topo topology, nodes, index int) err
 				l.Fast = n.Subnet
 			case "fast2":
 				l.Fast2 = n.Subnet
+			case "ctl":
+				l.Ctl = n.Subnet
 			}
 		}
 		if err = l.createNetworks(ctx); err == nil {
@@ -379,7 +384,7 @@ func (l *Lab) removeNetworks(ctx context.Context) {
 }
 
 func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
-	tAddr := host(l.Mgmt, 254)
+	tAddr := host(l.Ctl, 254)
 	l.Temporal, l.UI = net.JoinHostPort(tAddr.String(), "7233"), "http://"+net.JoinHostPort(tAddr.String(), "8233")
 	state := stateDir(l.Prefix)
 	if err := os.MkdirAll(state, 0o755); err != nil {
@@ -393,7 +398,7 @@ func (l *Lab) start(ctx context.Context, cfg Config, withTemporal bool) error {
 			Image: TemporalImage, Labels: map[string]string{LabelLab: l.Prefix},
 			Cmd: append([]string{"server", "start-dev", "--ip", "0.0.0.0", "--ui-ip", "0.0.0.0", "--log-level", "error",
 				"--db-filename", "/data/temporal.db"}, searchattr.DevServerFlags()...),
-		}, map[string]netip.Addr{"mgmt": tAddr}, nil, state+":/data")
+		}, map[string]netip.Addr{"ctl": tAddr}, nil, state+":/data")
 		if err != nil {
 			return err
 		}
@@ -538,7 +543,7 @@ func (l *Lab) startGate(ctx context.Context, nodes int, state string) (map[strin
 	err := l.run(ctx, l.Prefix+"-gate", &container.Config{
 		Image: NodeImage, Hostname: "gate", Labels: map[string]string{LabelLab: l.Prefix}, Entrypoint: []string{"/gate"},
 		Cmd: []string{"--listen", l.Gate, "--upstream", l.Temporal, "--keys", "/data/gate-keys", "--log-level", "warn"},
-	}, map[string]netip.Addr{"mgmt": addr}, nil, state+":/data:ro")
+	}, map[string]netip.Addr{"mgmt": addr, "ctl": host(l.Ctl, gateHost)}, nil, state+":/data:ro")
 	return keys, err
 }
 
@@ -560,6 +565,7 @@ func (l *Lab) startController(ctx context.Context) error {
 			nets[n.Name] = host(n.Subnet, ControllerHost)
 		}
 	}
+	nets["ctl"] = host(l.Ctl, ControllerHost)
 	l.ControllerMgmt = nets["mgmt"]
 	env := []string{"TPDEPLOY_ROLE=controller", "TEMPORAL_ADDRESS=" + l.Temporal,
 		// The workflows' metrics (deploys, steps, time to serving) are the controller's now.
@@ -591,19 +597,29 @@ func (l *Lab) run(ctx context.Context, name string, cfg *container.Config, nets 
 	ep := func(n string) *network.EndpointSettings {
 		return &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: nets[n]}}
 	}
+	// The first network it joins (mgmt, or ctl for Temporal) is the one it is created on.
+	first := ""
+	for _, n := range order {
+		if _, ok := nets[n]; ok && first == "" {
+			first = n
+		}
+	}
+	if first == "" {
+		return fmt.Errorf("create %s: no lab network", name)
+	}
 	created, err := l.eng.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: name, Config: cfg,
-		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(l.Prefix + "-mgmt"), Binds: binds, CapAdd: caps,
+		HostConfig: &container.HostConfig{NetworkMode: container.NetworkMode(l.Prefix + "-" + first), Binds: binds, CapAdd: caps,
 			Resources: container.Resources{Memory: l.memory}},
 		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
-			l.Prefix + "-mgmt": ep("mgmt"),
+			l.Prefix + "-" + first: ep(first),
 		}},
 	})
 	if err != nil {
 		return fmt.Errorf("create %s: %w", name, err)
 	}
-	for _, n := range order[1:] {
-		if _, ok := nets[n]; !ok {
+	for _, n := range order {
+		if _, ok := nets[n]; !ok || n == first {
 			continue
 		}
 		if _, err := l.eng.NetworkConnect(ctx, l.Prefix+"-"+n, client.NetworkConnectOptions{Container: created.ID, EndpointConfig: ep(n)}); err != nil {

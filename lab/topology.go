@@ -108,12 +108,16 @@ func (t topology) build(nodes, i int) ([]Net, []Cable) {
 		{Name: "mgmt", Subnet: subnet(231, i), Internal: true, host: offset(10)},
 		{Name: "ext", Subnet: subnet(230, i), Members: []int{0}, host: func(int) int { return 180 }},
 	}
+	// ctl is the control plane's own network, which no node joins: Temporal's frontend,
+	// the gate's upstream side and the controller (nodes reach Temporal only through the
+	// gate on mgmt). Last, so the nodes' interfaces keep their order.
+	ctl := Net{Name: "ctl", Subnet: subnet(232, i), Internal: true, Members: []int{}, host: offset(10)}
 	if !t.ring {
 		nets = append(nets, Net{Name: "fast", Subnet: subnet(200, i), Internal: true, MTU: 9000, host: offset(12)})
 		if t.name == TopologySpark {
 			nets = append(nets, Net{Name: "fast2", Subnet: subnet(201, i), Internal: true, MTU: 9000, host: offset(12)})
 		}
-		return nets, nil
+		return append(nets, ctl), nil
 	}
 	var cables []Cable
 	for k := range nodes {
@@ -122,7 +126,7 @@ func (t topology) build(nodes, i int) ([]Net, []Cable) {
 		cables = append(cables, c)
 		nets = append(nets, Net{Name: c.Net, Subnet: c.Subnet, Internal: true, MTU: 9000, Members: []int{a, b}, host: offset(12)})
 	}
-	return nets, cables
+	return append(nets, ctl), cables
 }
 
 // cableNet names the cable between nodes a and b: link-ab.

@@ -13,10 +13,10 @@ func TestTopologiesLayOutTheirCables(t *testing.T) {
 		nets   []string
 		cables [][2]string
 	}{
-		{TopologyPair, []string{"mgmt", "ext", "fast"}, nil},
-		{TopologySpark, []string{"mgmt", "ext", "fast", "fast2"}, nil},
-		{TopologyTriangle, []string{"mgmt", "ext", "link-ab", "link-bc", "link-ca"}, [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-a"}}},
-		{TopologyRing4, []string{"mgmt", "ext", "link-ab", "link-bc", "link-cd", "link-da"}, [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-d"}, {"node-d", "node-a"}}},
+		{TopologyPair, []string{"mgmt", "ext", "fast", "ctl"}, nil},
+		{TopologySpark, []string{"mgmt", "ext", "fast", "fast2", "ctl"}, nil},
+		{TopologyTriangle, []string{"mgmt", "ext", "link-ab", "link-bc", "link-ca", "ctl"}, [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-a"}}},
+		{TopologyRing4, []string{"mgmt", "ext", "link-ab", "link-bc", "link-cd", "link-da", "ctl"}, [][2]string{{"node-a", "node-b"}, {"node-b", "node-c"}, {"node-c", "node-d"}, {"node-d", "node-a"}}},
 	} {
 		topo, err := topologyOf(tc.topo)
 		if err != nil {
