@@ -64,6 +64,7 @@ func run(args []string) error {
 		fmt.Printf("# topology %s, up in %s\n", *topology, time.Since(start).Round(100*time.Millisecond))
 		fmt.Printf("# hub %s (HF_ENDPOINT): %s, and gated %s (secrets.hf_token {env: LAB_HF_TOKEN})\n", l.Hub, lab.HubRepo, lab.HubGatedRepo)
 		fmt.Printf("# controller: container %s (worker --role controller: the workflows; the nodes' agents run --role agent)\n", l.Controller)
+		fmt.Printf("# gate: %s, the nodes' only way to Temporal (each agent with its own API key; the frontend is on ctl %s)\n", l.Gate, l.Ctl)
 		for _, n := range l.Nodes {
 			var addrs []string
 			for _, net := range l.Nets {
