@@ -375,8 +375,18 @@ var (
 	// facebookincubator/gloo gloo/transport/tcp/unbound_buffer.cc UnboundBuffer::waitRecv:
 	// "Timed out waiting ", timeout, "ms for recv operation to complete" (and send's).
 	glooRecvTimeout = regexp.MustCompile(`Timed out waiting \d+ms for (?:recv|send) operation to complete`)
-	pullDenied      = regexp.MustCompile(`pull access denied for ([^\s,]+), repository does not exist or may require 'docker login'`)
-	cdiUnresolved   = regexp.MustCompile(`unresolvable CDI devices ([\w.-]*nvidia\.com/[\w.-]+=[^\s,]+)|failed to inject CDI devices: `)
+	// CPython Objects/exceptions.c OSError_str: "[Errno %S] %S" (": %R" with a filename);
+	// glibc's strerror(ENOSPC) and strerror(EADDRINUSE), Linux's errno 28 and 98.
+	errnoNoSpace   = regexp.MustCompile(`\[Errno 28\] No space left on device(?:: ('[^']*'))?`)
+	errnoAddrInUse = regexp.MustCompile(`\[Errno 98\] (?:Address already in use|error while attempting to bind)`)
+	// CPython Lib/asyncio/base_events.py create_server: "error while attempting to bind on
+	// address %r: %s" % (sa, err.strerror.lower()), which uvicorn logs as it is.
+	asyncioBindInUse = regexp.MustCompile(`error while attempting to bind on address \(('[^']*'), (\d+)[^)]*\): address already in use`)
+	// NVIDIA/TensorRT-LLM cpp/include/tensorrt_llm/common/cudaUtils.h check():
+	// "[TensorRT-LLM][ERROR] CUDA runtime error in %s: %s" with cudaGetErrorString's text.
+	trtCUDARuntimeOOM = regexp.MustCompile(`CUDA runtime error in \S.*?: out of memory`)
+	pullDenied        = regexp.MustCompile(`pull access denied for ([^\s,]+), repository does not exist or may require 'docker login'`)
+	cdiUnresolved     = regexp.MustCompile(`unresolvable CDI devices ([\w.-]*nvidia\.com/[\w.-]+=[^\s,]+)|failed to inject CDI devices: `)
 	// NVML's nvmlReturn_t NVML_ERROR_UNKNOWN = 999 ("An internal driver error occurred", nvml.h as in
 	// NVIDIA/go-nvml pkg/nvml/nvml.h), as nvidia-smi prints it: "Failed to initialize NVML: Unknown Error".
 	// In a container it is the device cgroup lost after the host's systemd reloads its units (NVIDIA's
@@ -452,6 +462,7 @@ var familyWords = []string{
 	"attention heads must be",
 	"listen on any local network address", "Cannot connect to the Docker daemon", "connect to the Docker daemon socket", "pull access denied for",
 	"Insufficient nvidia.com/gpu", "Insufficient amd.com/gpu", "enough resources: GPUs", "operation to complete",
+	"[Errno 28]", "[Errno 98]", "error while attempting to bind", "CUDA runtime error in",
 }
 
 // families classifies the lines whose upstream format strings are listed above.
@@ -786,6 +797,32 @@ func heldout16Families(c ctx) *Finding {
 	if m := pullDenied.FindStringSubmatch(t); m != nil {
 		return c.find(failure.ImageMissing, "the image "+m[1]+" is not on "+c.onNode()+" and the registry refused to pull it (no such repository under that name, or it needs a login): a locally built or misspelled image name",
 			"build or load the image on every node under that exact name (`docker images` on each), or log in to the registry that holds it (`docker login`) and pull it there", true)
+	}
+	return heldout17Families(c)
+}
+
+// heldout17Families reads the formats heldout17 showed missed (the sources are at their regexps).
+func heldout17Families(c ctx) *Finding {
+	t := c.t
+	if m := errnoNoSpace.FindStringSubmatch(t); m != nil {
+		where := "a filesystem"
+		if m[1] != "" {
+			where = "the filesystem of " + m[1]
+		}
+		return c.find(failure.DiskInsufficient, "a write on "+c.onNode()+" found "+where+" full (ENOSPC): the model download, the HF cache, a compile cache or /tmp ran out of space (or of inodes)",
+			"free space on that node's disk (`df -h` and `df -i` where the cache lives), or point HF_HOME and the caches at a larger disk", true)
+	}
+	if m := asyncioBindInUse.FindStringSubmatch(t); m != nil {
+		return c.find(failure.ResourcesBusy, "the API server on "+c.onNode()+" cannot listen on "+m[1]+" port "+m[2]+": another process holds it (an earlier vLLM, another server)",
+			"free the port on that node (`ss -ltnp` names its holder; remove a leftover engine container), or serve on another port (ports.vllm)", true)
+	}
+	if errnoAddrInUse.MatchString(t) {
+		return c.find(failure.ResourcesBusy, "a socket on "+c.onNode()+" cannot bind: the address and port are held by another process (an earlier engine, another server)",
+			"free the port on that node (`ss -ltnp` names its holder; remove a leftover engine container), or choose other ports in the spec (ports.*)", true)
+	}
+	if trtCUDARuntimeOOM.MatchString(t) {
+		return c.find(failure.CUDAOutOfMemory, "a CUDA allocation on "+c.onNode()+" failed: the GPU is out of memory",
+			"lower gpu_memory_utilization, max_model_len or max_num_seqs, free the GPU of other processes (nvidia-smi), or use more GPUs (tensor or pipeline parallel)", true)
 	}
 	return nil
 }
