@@ -437,9 +437,30 @@ const (
 // open-webui releases re-raise it in offline mode (`if OFFLINE_MODE: raise`,
 // open_webui/retrieval/utils.py get_model_path), so the line alone cannot tell which, and
 // the measured label stands.
-var knownAlarms = map[string]int{"testdata/heldout17_lines.json": 1}
+//
+// heldout18's: the hub client's "Please make sure you specified the correct `repo_id` and
+// `repo_type`. If you are trying to access a private or gated repo, make sure you are
+// authenticated. Invalid username or password.", which the set labels ordinary (the
+// continuation of the exception's message, whose own line carries the verdict) and the
+// classifier reads as ModelGated; the label stands.
+var knownAlarms = map[string]int{"testdata/heldout17_lines.json": 1, "testdata/heldout18_lines.json": 1}
 
 // TestHeldOut17: the seventeenth held-out set, measured by thread and by date like TestHeldOut3.
 func TestHeldOut17(t *testing.T) {
 	measureHeldOutSet(t, 17, heldOut17Floor, 70, 180, heldOut17NewestFloor, 25, 40)
 }
+
+// TestHeldOut18: the eighteenth held-out set, measured by thread and by date like TestHeldOut3.
+func TestHeldOut18(t *testing.T) {
+	measureHeldOutSet(t, 18, heldOut18Floor, 70, 180, heldOut18NewestFloor, 20, 60)
+}
+
+// heldOut18Floor and heldOut18NewestFloor are testdata/heldout18_lines.json's figures, a
+// fresh set gathered in session 18 after heldout17's fixes (258 rows from 104 threads, 72
+// fatal), committed (6b30813) before the classifier ran on it and measured once: 56 of 72
+// fatal lines right, 21 of the 24 dated from newestSince on, 1 false alarm on 186 ordinary
+// lines (knownAlarms). No rule has been written from it.
+const (
+	heldOut18Floor       = 56
+	heldOut18NewestFloor = 21
+)
