@@ -89,7 +89,7 @@ func (d *deployment) serving(ctx workflow.Context) (contract.ServingDeployment, 
 			return contract.ServingDeployment{}, err
 		}
 		if !chk.Healthy {
-			return contract.ServingDeployment{Detail: "deploy run " + srv.RunID + " does not serve: " + chk.Detail, Supervised: true}, nil
+			return contract.NotServing(srv.RunID, chk.Detail), nil
 		}
 		return srv, nil
 	case d.spec.Secrets.APIKey != nil && workflow.GetVersion(ctx, servingCheckOnHeadVersion, workflow.DefaultVersion, 1) == 1:

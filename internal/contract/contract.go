@@ -634,6 +634,12 @@ type ServingNode struct {
 	DockerHost string `json:"docker_host,omitempty"`
 }
 
+// NotServing is the answer for a supervised serving run whose endpoint fails the
+// readiness check (why).
+func NotServing(runID, why string) ServingDeployment {
+	return ServingDeployment{Detail: "deploy run " + runID + " does not serve: " + why, Supervised: true}
+}
+
 // Serves says whether a deployment serves.
 func (s ServingDeployment) Serves() bool { return s.RunID != "" }
 

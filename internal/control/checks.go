@@ -53,13 +53,9 @@ func (c *Checks) CheckTarget(ctx context.Context, t contract.CheckTarget) (contr
 // Temporal call to know which run serves.
 func (c *Checks) DeployTarget(ctx context.Context, req contract.TargetRequest) (contract.CheckTarget, error) {
 	end := time.Now().Add(req.WaitDeploy)
-	var cache struct {
-		runID   string
-		st      Status
-		serving Status
-	}
+	var cache watchCache
 	for {
-		st, beside, err := c.watched(ctx, req.Cluster, &cache.runID, &cache.st, &cache.serving)
+		st, beside, err := c.watched(ctx, req.Cluster, &cache)
 		if err != nil {
 			if req.MustExist {
 				return contract.CheckTarget{}, err
@@ -78,16 +74,24 @@ func (c *Checks) DeployTarget(ctx context.Context, req contract.TargetRequest) (
 	}
 }
 
+// watchCache is what repeated looks at a cluster's runs (watched) keep between looks: a
+// closed run's status, and the serving run's while one is staged beside it.
+type watchCache struct {
+	runID   string
+	st      Status
+	serving Status
+}
+
 // watched is the run a watch checks: the latest deploy, or, while a deploy staged beside
 // the serving one has not swapped, the serving one (beside then says so); cached by run.
-func (c *Checks) watched(ctx context.Context, cluster string, runID *string, cached, serving *Status) (Status, string, error) {
-	st, err := c.Controller.latestCached(ctx, cluster, runID, cached)
+func (c *Checks) watched(ctx context.Context, cluster string, cache *watchCache) (Status, string, error) {
+	st, err := c.Controller.latestCached(ctx, cluster, &cache.runID, &cache.st)
 	if err != nil || !st.Running {
 		return st, "", err
 	}
 	// A deploy staged beside the serving one: that one still serves until the swap, and
 	// is watched (and canaried) as before.
-	if srv, ok := c.stagedBeside(ctx, cluster, st, serving); ok {
+	if srv, ok := c.stagedBeside(ctx, cluster, st, &cache.serving); ok {
 		return srv, " (a deploy of another spec is staged beside it)", nil
 	}
 	return st, "", nil

@@ -85,13 +85,9 @@ func (c *Checks) WaitClosed(ctx context.Context, req contract.WaitRequest) (stri
 // events per For, not per check. A check that cannot be made (Temporal or Ray's GCS not
 // answering) counts as neither.
 func (c *Checks) WatchCluster(ctx context.Context, req contract.WatchClusterRequest) (contract.ClusterHealth, error) {
-	var cache struct {
-		runID   string
-		st      Status
-		serving Status
-	}
+	var cache watchCache
 	return c.watch(ctx, req, func(ctx context.Context) (Status, string, error) {
-		return c.watched(ctx, req.Cluster, &cache.runID, &cache.st, &cache.serving)
+		return c.watched(ctx, req.Cluster, &cache)
 	})
 }
 
@@ -237,7 +233,7 @@ func (c *Checks) ServingDeployment(ctx context.Context, req contract.ServingRequ
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := c.ready(rctx, st, st.Result.Endpoint); err != nil {
-			return NotServing(sv.Serving.RunID, err.Error()), nil
+			return contract.NotServing(sv.Serving.RunID, err.Error()), nil
 		}
 	}
 	srv.Executor = spec.ExecutorMP
@@ -250,12 +246,6 @@ func (c *Checks) ServingDeployment(ctx context.Context, req contract.ServingRequ
 		}
 	}
 	return srv, nil
-}
-
-// NotServing is ServingDeployment's answer for a supervised serving run whose endpoint
-// does not answer the readiness check.
-func NotServing(runID, why string) contract.ServingDeployment {
-	return contract.ServingDeployment{Detail: "deploy run " + runID + " does not serve: " + why, Supervised: true}
 }
 
 // stagedBeside is the serving run's status while the running deploy st is staged beside
