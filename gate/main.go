@@ -11,7 +11,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"regexp"
@@ -21,7 +20,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tpdeploy/tpdeploy/internal/agentgate"
 	"github.com/tpdeploy/tpdeploy/internal/logging"
@@ -58,11 +56,6 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(*upstream, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("upstream %s: %w", *upstream, err)
-	}
-	defer conn.Close()
 	var opts []grpc.ServerOption
 	if *certFile != "" || *keyFile != "" {
 		creds, err := credentials.NewServerTLSFromFile(*certFile, *keyFile)
@@ -71,17 +64,17 @@ func run(ctx context.Context, args []string) error {
 		}
 		opts = append(opts, grpc.Creds(creds))
 	}
-	ln, err := net.Listen("tcp", *listen)
+	gate, err := agentgate.Start(*listen, *upstream, nodes, z, opts...)
 	if err != nil {
 		return err
 	}
-	srv := (&agentgate.Gate{Upstream: conn, Nodes: nodes, Log: z}).Server(opts...)
-	go func() {
-		<-ctx.Done()
-		srv.GracefulStop()
-	}()
-	z.Info("gate serving", zap.String("listen", ln.Addr().String()), zap.String("upstream", *upstream), zap.Int("nodes", len(nodes)))
-	return srv.Serve(ln)
+	z.Info("gate serving", zap.String("listen", gate.Addr), zap.String("upstream", *upstream), zap.Int("nodes", len(nodes)))
+	select {
+	case <-ctx.Done():
+		return gate.Stop()
+	case err := <-gate.Done():
+		return err
+	}
 }
 
 var hexHash = regexp.MustCompile(`^[0-9a-f]{64}$`)

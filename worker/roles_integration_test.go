@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
 	"slices"
 	"sort"
@@ -23,7 +22,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tpdeploy/tpdeploy/internal/agentgate"
@@ -281,19 +279,12 @@ func TestAgentOnlyServesItsNodeQueue(t *testing.T) {
 // startGate runs a gate in front of the dev server that knows node's key.
 func startGate(t *testing.T, node, key string) string {
 	t.Helper()
-	up, err := grpc.NewClient(devAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	g, err := agentgate.Start("127.0.0.1:0", devAddress, map[string]string{agentgate.KeyHash(key): node}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = up.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := (&agentgate.Gate{Upstream: up, Nodes: map[string]string{agentgate.KeyHash(key): node}, Log: zap.NewNop()}).Server()
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	return ln.Addr().String()
+	t.Cleanup(func() { _ = g.Stop() })
+	return g.Addr
 }
 
 // updateHistory is read before TestMain clears the TPDEPLOY_ environment.

@@ -13,11 +13,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"strings"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -47,6 +49,43 @@ func KeyHash(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
 }
+
+// Running is a gate serving on Addr (Start).
+type Running struct {
+	Addr string
+	srv  *grpc.Server
+	up   *grpc.ClientConn
+	done chan error
+}
+
+// Start serves a gate on listen in front of the frontend at upstream (plaintext: run the
+// gate beside it), for nodes (Nodes' form); opts are the server's (its TLS).
+func Start(listen, upstream string, nodes map[string]string, log *zap.Logger, opts ...grpc.ServerOption) (*Running, error) {
+	up, err := grpc.NewClient(upstream, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", upstream, err)
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		_ = up.Close()
+		return nil, err
+	}
+	r := &Running{Addr: ln.Addr().String(), srv: (&Gate{Upstream: up, Nodes: nodes, Log: log}).Server(opts...), up: up, done: make(chan error, 1)}
+	go func() { r.done <- r.srv.Serve(ln) }()
+	return r, nil
+}
+
+// Stop ends the gate, letting the calls in flight finish, and returns why it stopped
+// serving (nil after Stop).
+func (r *Running) Stop() error {
+	r.srv.GracefulStop()
+	err := <-r.done
+	_ = r.up.Close()
+	return err
+}
+
+// Done is closed with the error that stopped the gate serving, if it stops on its own.
+func (r *Running) Done() <-chan error { return r.done }
 
 // Server is a gRPC server that serves every call through the gate (no service of its own).
 func (g *Gate) Server(opts ...grpc.ServerOption) *grpc.Server {

@@ -5,7 +5,6 @@ package agentgate
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -14,9 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/tpdeploy/tpdeploy/internal/contract"
@@ -32,19 +29,12 @@ func startGate(t *testing.T) (gate, direct string) {
 		t.Fatalf("the gate's tests need the Temporal dev server: %v", err)
 	}
 	t.Cleanup(srv.Stop)
-	up, err := grpc.NewClient(srv.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	g, err := Start("127.0.0.1:0", srv.Address, map[string]string{KeyHash("key-of-node-b"): "node-b"}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = up.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := (&Gate{Upstream: up, Nodes: map[string]string{KeyHash("key-of-node-b"): "node-b"}, Log: zap.NewNop()}).Server()
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	return ln.Addr().String(), srv.Address
+	t.Cleanup(func() { _ = g.Stop() })
+	return g.Addr, srv.Address
 }
 
 func dial(t *testing.T, address, key string) (client.Client, error) {
