@@ -813,6 +813,10 @@ func gpus(c ctx) *Finding {
 var engineHeaders = []string{
 	"EngineCore failed to start", "EngineCore hit an exception", "EngineCore encountered a fatal error",
 	"WorkerProc failed to start", "Error executing method", "Exception in worker",
+	// vllm/v1/executor/multiproc_executor.py WorkerProc.worker_busy_loop: logger.exception("WorkerProc hit an
+	// exception."); ray python/ray/exceptions.py RayActorError: "The actor died because of an error raised in
+	// its creation task, " + the creation task's RayTaskError (its traceback, then its exception).
+	"WorkerProc hit an exception", "died because of an error raised in its creation task",
 }
 
 // rpcTimeout is MultiprocExecutor's deadline on a step (vllm/v1/executor/

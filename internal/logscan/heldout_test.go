@@ -459,8 +459,10 @@ func TestHeldOut18(t *testing.T) {
 // fresh set gathered in session 18 after heldout17's fixes (258 rows from 104 threads, 72
 // fatal), committed (6b30813) before the classifier ran on it and measured once: 56 of 72
 // fatal lines right, 21 of the 24 dated from newestSince on, 1 false alarm on 186 ordinary
-// lines (knownAlarms). No rule has been written from it.
+// lines (knownAlarms). The families written from its misses afterwards (session 19,
+// heldout18Families and two engine headers) make it 66 and 23, figures that no longer
+// measure those families.
 const (
-	heldOut18Floor       = 56
-	heldOut18NewestFloor = 21
+	heldOut18Floor       = 66
+	heldOut18NewestFloor = 23
 )
