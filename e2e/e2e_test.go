@@ -184,7 +184,7 @@ func ofOurLabs(network string) bool {
 	return mine
 }
 
-// strays are the containers tpdeploy labelled (any tpdeploy. label) and no cluster label
+// strays are the containers tpdeploy labelled (any tpdeploy. label but the image's) and no cluster label
 // finds, made since since: an image read, or whatever else outlived its activity. The
 // lab's own containers are not strays. A leak check counts them beside its cluster's
 // containers, which a short-lived container need not carry. A read in flight (another
@@ -206,7 +206,10 @@ func strays(t *testing.T, since time.Time) []string {
 				continue
 			}
 			for k := range c.Labels {
-				if strings.HasPrefix(k, "tpdeploy.") {
+				// The source hash is the image's own label, which every container made
+				// from a tpdeploy image inherits (another package's test's too): only a
+				// label set on the container says tpdeploy made it.
+				if strings.HasPrefix(k, "tpdeploy.") && k != images.LabelSourceHash {
 					names = append(names, fmt.Sprintf("%s (%s, node %s)", strings.TrimPrefix(c.Names[0], "/"), c.State, c.Labels[activities.LabelNode]))
 					break
 				}
