@@ -416,7 +416,15 @@ var (
 	// vllm-project/vllm vllm/v1/executor/multiproc_executor.py MultiprocExecutor.collective_rpc: raise
 	// RuntimeError(f"Worker failed with error '{result}', please check the stack trace above for the root
 	// cause") when a worker answers FAILURE: the worker's own traceback came first.
-	workerFailed  = regexp.MustCompile(`Worker failed with error '(.*)', please check the stack trace above for the root cause`)
+	workerFailed = regexp.MustCompile(`Worker failed with error '(.*)', please check the stack trace above for the root cause`)
+	// Written after testdata/heldout19_lines.json showed them missed (session 19; that set no longer measures them):
+	//
+	// vLLM's V0 engine (0.5–0.10): vllm/entrypoints/launcher.py _add_shutdown_handlers, logger.fatal("AsyncLLMEngine
+	// has failed, terminating server process"), "AsyncLLMEngine is already dead, terminating server process" and
+	// "MQLLMEngine is already dead, terminating server process"; vllm/engine/multiprocessing/client.py
+	// run_heartbeat_loop, RuntimeError(f"Engine process (pid {self._engine_process.pid}) died."); and
+	// vllm/engine/multiprocessing/engine.py _health_check, RuntimeError("Engine loop has died").
+	v0EngineDead  = regexp.MustCompile(`(?:AsyncLLMEngine|MQLLMEngine) (?:has failed|is already dead), terminating server process|Engine process \(pid \d+\) died\.|RuntimeError(?:: |\(')Engine loop has died`)
 	pullDenied    = regexp.MustCompile(`pull access denied for ([^\s,]+), repository does not exist or may require 'docker login'`)
 	cdiUnresolved = regexp.MustCompile(`unresolvable CDI devices ([\w.-]*nvidia\.com/[\w.-]+=[^\s,]+)|failed to inject CDI devices: `)
 	// NVML's nvmlReturn_t NVML_ERROR_UNKNOWN = 999 ("An internal driver error occurred", nvml.h as in
@@ -497,6 +505,7 @@ var familyWords = []string{
 	"[Errno 28]", "[Errno 98]", "error while attempting to bind", "CUDA runtime error in",
 	"is not divisible by", "(os error 28)", "connect() timed out", "CUDA runtime error: out of memory", "is configured",
 	"Docker Application Container Engine", "please check the stack trace above",
+	"terminating server process", "Engine process (pid", "Engine loop has died",
 }
 
 // families classifies the lines whose upstream format strings are listed above.
@@ -887,6 +896,10 @@ func heldout18Families(c ctx) *Finding {
 	if m := workerFailed.FindStringSubmatch(t); m != nil {
 		return c.find(failure.EngineDead, "vLLM's engine died: a worker failed ("+clip(m[1], 120)+")",
 			"see the worker's traceback before this line; a lost rank (node down, network cut) is the usual cause", true)
+	}
+	if v0EngineDead.MatchString(t) {
+		return c.find(failure.EngineDead, "vLLM's engine died (its V0 engine process or loop): "+clip(strings.TrimSpace(payload(t)), 160),
+			"see the lines before it for the engine's own error (an OOM, a lost rank); a loop silent past VLLM_RPC_TIMEOUT under load is also reported so", true)
 	}
 	return nil
 }

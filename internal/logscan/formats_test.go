@@ -605,6 +605,17 @@ var formatFamilies = []formatFamily{
 		`"The actor died because of an error raised in its creation task, " f"{cause.__str__()}"`,
 		[]string{"(RayWorkerWrapper pid=4242, ip=198.51.100.7) Exception raised in creation task: The actor died because of an error raised in its creation task, ray::RayWorkerWrapper.__init__() (pid=4242, ip=198.51.100.7, actor_id=ab12, repr=<vllm.executor.ray_utils.RayWorkerWrapper object at 0x7f00>)"},
 		failure.EngineDead},
+	{"vllm-project/vllm vllm/entrypoints/launcher.py _add_shutdown_handlers (V0, 0.5–0.10)",
+		`logger.fatal("AsyncLLMEngine has failed, terminating server process")  // and "AsyncLLMEngine is already dead, …", "MQLLMEngine is already dead, terminating server process"`,
+		[]string{"CRITICAL 07-08 09:10:11 launcher.py:88] AsyncLLMEngine has failed, terminating server process",
+			"CRITICAL 07-08 09:10:11 [launcher.py:116] MQLLMEngine is already dead, terminating server process",
+			"CRITICAL 07-08 09:10:11 launcher.py:90] AsyncLLMEngine is already dead, terminating server process"},
+		failure.EngineDead},
+	{"vllm-project/vllm vllm/engine/multiprocessing/client.py run_heartbeat_loop and engine.py _health_check (V0)",
+		`RuntimeError(f"Engine process (pid {self._engine_process.pid}) died.")  // RuntimeError("Engine loop has died")`,
+		[]string{"ERROR 07-08 09:10:11 client.py:250] RuntimeError('Engine process (pid 4321) died.')",
+			"ERROR 07-08 09:10:11 client.py:250] RuntimeError: Engine loop has died"},
+		failure.EngineDead},
 }
 
 // TestNotFailuresOfTheirOwn: a traceback's IPython header (the exception's class alone; its
@@ -730,6 +741,9 @@ func TestFormatFamiliesLookAlikes(t *testing.T) {
 		"Jan 01 00:00:00 h systemd[1]: Starting docker.service - Docker Application Container Engine...",
 		"(VllmWorker TP0 pid=1) INFO 01-01 00:00:00 [multiproc_executor.py:1] WorkerProc started, rank 0",
 		"    with pytest.raises(ActorDiedError, match=\"an error raised in its creation task\"):",
+		"INFO 01-01 00:00:00 [launcher.py:1] Shutting down FastAPI HTTP server, terminating server process",
+		"DEBUG 01-01 00:00:00 client.py:1] Engine process (pid 9) started.",
+		"            self._send_unhealthy(RuntimeError(\"Engine loop has died\"))",
 	} {
 		if f := Classify(Parse(line)); f != nil {
 			t.Errorf("look-alike classified %s fatal=%v: %q\n  diag: %s", f.Type, f.Fatal, line, f.Diagnosis)
