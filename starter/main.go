@@ -41,10 +41,12 @@ Commands:
                                   public key for the agents' trusted_keys
   sign -f spec.yaml --sign-key-file FILE
                                   print the Start Workflow input (JSON) of a signed deploy, for the UI
+  diagnose [--json] [FILE|-]      read a saved log (vLLM's, Ray's, torch's, NCCL's, Docker's) as a
+                                  deploy's watch does and print the failures in it; needs no Temporal
 
-Every command takes the connection flags --address, --namespace, --api-key, --tls,
---tls-cert-path, --tls-key-path, --tls-ca-path, --tls-server-name, --profile, --config-file
-(or the Temporal CLI's environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
+Every command but keygen, codec-server and diagnose takes the connection flags --address,
+--namespace, --api-key, --tls, --tls-cert-path, --tls-key-path, --tls-ca-path,
+--tls-server-name, --profile, --config-file (or the Temporal CLI's environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
 TEMPORAL_TLS_*, TEMPORAL_PROFILE, TEMPORAL_CONFIG_FILE), --codec-key-file (env
 TEMPORAL_CODEC_KEY_FILE) when the agents encrypt payloads, --sign-key-file (env
 TPDEPLOY_SIGN_KEY_FILE) to sign the spec of deploys, schedules and teardowns with the
@@ -98,6 +100,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdKeygen(rest, stdout, stderr)
 	case "sign":
 		return cmdSign(rest, stdout, stderr)
+	case "diagnose":
+		return cmdDiagnose(rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "starter: unknown command %q\n\n%s", cmd, usage)
 		return errUsage

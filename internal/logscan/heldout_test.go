@@ -467,6 +467,7 @@ const (
 	heldOut18NewestFloor = 23
 )
 
+// TestHeldOut19: the nineteenth held-out set, measured by thread and by date like TestHeldOut3.
 func TestHeldOut19(t *testing.T) {
 	measureHeldOutSet(t, 19, heldOut19Floor, 39, 80, heldOut19NewestFloor, 12, 28)
 }
