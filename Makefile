@@ -88,6 +88,7 @@ bench: deps $(BIN)/temporal
 	$(GO) test -run '^$$' -bench PlanRing ./internal/netplan
 	$(GO) test -run '^$$' -bench FanOut -benchtime 1x ./internal/weights/transfer
 	$(GO) test -run '^$$' -bench Router -benchtime 20000x ./internal/router
+	$(GO) test -run '^$$' -bench . -benchtime 100000x ./internal/logscan
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 1x ./e2e
 
 dev: $(BIN)/temporal
