@@ -205,7 +205,6 @@ var (
 	hub401Repo = regexp.MustCompile(`for url: https://(?:[\w-]+\.)*(?:huggingface\.co|hf\.co)(?:/api/(?:models|datasets|spaces)/\S+|/\S+/resolve/\S+)`)
 	hfURL      = regexp.MustCompile(`(?:for url:? |Unauthorized for url: )(https://huggingface\.co/\S+?)\.?(?:\s|$)`)
 	gpuAtIP    = regexp.MustCompile(`current_ip='([^']+)'`)
-	tpExceeds  = regexp.MustCompile(`Tensor parallel size \((\d+)\) exceeds available GPUs \((\d+)\)`)
 
 	// gpusExceed is vLLM's check of the GPUs a placement group can offer, in three forms that
 	// differ in whether vLLM stops:
@@ -790,9 +789,6 @@ func gpus(c ctx) *Finding {
 			diag = "the Ray node " + m[1] + " running vLLM's engine offers no free GPU (none detected, or all held by another placement group)"
 		}
 		return c.find(failure.InsufficientGPUs, diag, "run vLLM on a node whose Ray registration has free GPUs (check --num-gpus, the GPU device request and stale placement groups)", true)
-	}
-	if m := tpExceeds.FindStringSubmatch(t); m != nil {
-		return c.find(failure.InsufficientGPUs, "the tensor-parallel size "+m[1]+" exceeds the "+m[2]+" GPUs Ray sees", "join every planned node's GPUs to Ray (ray status) before serving, or lower the parallel size", false)
 	}
 	if !strings.Contains(t, "The number of required GPUs exceeds") { // the regexp only on lines that can match
 		return nil

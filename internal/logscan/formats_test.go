@@ -742,6 +742,9 @@ func TestFormatFamiliesLookAlikes(t *testing.T) {
 		"(VllmWorker TP0 pid=1) INFO 01-01 00:00:00 [multiproc_executor.py:1] WorkerProc started, rank 0",
 		"    with pytest.raises(ActorDiedError, match=\"an error raised in its creation task\"):",
 		"INFO 01-01 00:00:00 [launcher.py:1] Shutting down FastAPI HTTP server, terminating server process",
+		// vllm/v1/executor/ray_utils.py initialize_ray_cluster compares the world size with the local node's
+		// GPUs only, before Ray: every multi-node deploy with fewer GPUs per node prints it.
+		"(EngineCore_DP0 pid=7) WARNING 01-01 00:00:00 [ray_utils.py:352] Tensor parallel size (2) exceeds available GPUs (1). This may result in Ray placement group allocation failures. Consider reducing tensor_parallel_size to 1 or less, or ensure your Ray cluster has 2 GPUs available.",
 		"DEBUG 01-01 00:00:00 client.py:1] Engine process (pid 9) started.",
 		"            self._send_unhealthy(RuntimeError(\"Engine loop has died\"))",
 	} {
