@@ -616,6 +616,26 @@ var formatFamilies = []formatFamily{
 		[]string{"ERROR 07-08 09:10:11 client.py:250] RuntimeError('Engine process (pid 4321) died.')",
 			"ERROR 07-08 09:10:11 client.py:250] RuntimeError: Engine loop has died"},
 		failure.EngineDead},
+	{"NVIDIA/gpu-monitoring-tools bindings/go/nvml/bindings.go init_() (logged by NVIDIA/k8s-device-plugin ≤ 0.9)",
+		`errors.New("could not load NVML library")  // log.Printf("Failed to initialize NVML: %v.", err)`,
+		[]string{"2030/01/02 03:04:05 Failed to initialize NVML: could not load NVML library.", "Failed to start nvml with error:  could not load NVML library"},
+		failure.GPUsNotVisible},
+	{"NVIDIA/nvidia-container-toolkit cmd/nvidia-container-runtime-hook/main.go doPrestart",
+		`log.Panicln("invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus flag) is not supported. Please use the NVIDIA Container Runtime (e.g. specify the --runtime=nvidia flag) instead.")`,
+		[]string{"docker: Error response from daemon: failed to create task for container: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: error during container init: error running prestart hook #0: exit status 1, stdout: , stderr: Using requested mode 'cdi' invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus flag) is not supported. Please use the NVIDIA Container Runtime (e.g. specify the --runtime=nvidia flag) instead.: unknown"},
+		failure.GPUsNotVisible},
+	{"NVIDIA/FasterTransformer src/fastertransformer/utils/cuda_utils.h check()",
+		`throw std::runtime_error(std::string("[FT][ERROR] CUDA runtime error: ") + (_cudaGetErrorEnum(result)) + " " + file + ":" + std::to_string(line) + " \n")`,
+		[]string{"terminate called after throwing an instance of 'std::runtime_error'  what():  [FT][ERROR] CUDA runtime error: out of memory /src/ft/allocator.h:181"},
+		failure.CUDAOutOfMemory},
+	{"ray-project/ray python/ray/exceptions.py RaySystemError.__str__ (a gRPC channel's error inside)",
+		`f"System error: {self.client_exc}"  // gRPC: "failed to connect to all addresses; last error: …"`,
+		[]string{"ray.exceptions.RaySystemError: System error: RPC Error message: failed to connect to all addresses; last error: UNAVAILABLE: ipv4:198.51.100.20:6380: Connection refused; RPC Error details: "},
+		failure.GCSUnreachable},
+	{"huggingface/transformers src/transformers/models/auto/auto_factory.py _BaseAutoModelClass",
+		`raise ValueError(f"Unrecognized configuration class {config.__class__} for this kind of AutoModel: {cls.__name__}.\n" f"Model type should be one of …")`,
+		[]string{"ValueError: Unrecognized configuration class <class 'transformers.models.foo.configuration_foo.FooConfig'> for this kind of AutoModel: AutoModelForCausalLM."},
+		failure.ModelUnsupported},
 }
 
 // TestNotFailuresOfTheirOwn: a traceback's IPython header (the exception's class alone; its
@@ -746,6 +766,12 @@ func TestFormatFamiliesLookAlikes(t *testing.T) {
 		// GPUs only, before Ray: every multi-node deploy with fewer GPUs per node prints it.
 		"(EngineCore_DP0 pid=7) WARNING 01-01 00:00:00 [ray_utils.py:352] Tensor parallel size (2) exceeds available GPUs (1). This may result in Ray placement group allocation failures. Consider reducing tensor_parallel_size to 1 or less, or ensure your Ray cluster has 2 GPUs available.",
 		"DEBUG 01-01 00:00:00 client.py:1] Engine process (pid 9) started.",
+		"2030/01/02 03:04:05 Loading NVML",
+		"2030/01/02 03:04:05 If this is a GPU node, did you set the docker default runtime to `nvidia`?",
+		"time=\"2030-01-01T00:00:00Z\" level=info msg=\"Using requested mode 'cdi'\"",
+		"    raise RaySystemError(\"System error: something\")",
+		"E0101 00:00:00.000 grpc_client.cc:1] failed to connect to all addresses, retrying",
+		"    f\"Unrecognized configuration class {config.__class__} for this kind of AutoModel: {cls.__name__}.\\n\"",
 		"            self._send_unhealthy(RuntimeError(\"Engine loop has died\"))",
 	} {
 		if f := Classify(Parse(line)); f != nil {
