@@ -318,10 +318,6 @@ func TestSeedFailure1PlacementGroupPinnedToAnUnregisteredIP(t *testing.T) {
 	}
 }
 
-// The same seed under RayExecutorV2 (0.22.1 with Ray, its default): no node: pin, so the
-// group is placed at once; rank 0's actor then opens the c10d store on its Ray node's
-// registered address, the head's default-route address, which node-b cannot route to: the
-// seed's failure 2, from the worker's RayWorkerProc.
 // remoteRankStoreTimeout is torch's store timeout (seconds, before the lab's time scale) for
 // the tests that read node-b's rank failing to reach rank 0's store. Node-b's rank prints
 // torch's connect failure on its first retry, but its lines reach the driver through Ray's
@@ -330,6 +326,10 @@ func TestSeedFailure1PlacementGroupPinnedToAnUnregisteredIP(t *testing.T) {
 // (4 s lost that race once in CI). The timeout only has to outlast that lag.
 const remoteRankStoreTimeout = "20"
 
+// The same seed under RayExecutorV2 (0.22.1 with Ray, its default): no node: pin, so the
+// group is placed at once; rank 0's actor then opens the c10d store on its Ray node's
+// registered address, the head's default-route address, which node-b cannot route to: the
+// seed's failure 2, from the worker's RayWorkerProc.
 func TestRayV2PlacesTheSeedsGroupAndFailsOnTheHeadsRayAddress(t *testing.T) {
 	l, eng := upLab(t)
 	a, b := l.Nodes[0], l.Nodes[1]
