@@ -521,6 +521,8 @@ const fixOffline = "serve the model's local path (mounted on every node), or fil
 
 const fixRayOOM = "free host memory on that node (other processes, vLLM's --swap-space or --cpu-offload-gb) or give it more; tpdeploy's own memory guard (policy memory_floor) then stops the engine before Ray's monitor or the kernel kills it"
 
+const fixDisk = "free space on that node's disk (`df -h` and `df -i` where the cache lives), or point HF_HOME and the caches at a larger disk"
+
 const fixIB = "check the RDMA link between the nodes (ibstat, cables, the same RoCE GID and MTU on both ends), or set NCCL_IB_DISABLE=1 to fall back to sockets"
 
 // familyWords holds a fixed word of every family above: a line with none of them skips the
@@ -897,7 +899,7 @@ func heldout17Families(c ctx) *Finding {
 			where = "the filesystem of " + m[1]
 		}
 		return c.find(failure.DiskInsufficient, "a write on "+c.onNode()+" found "+where+" full (ENOSPC): the model download, the HF cache, a compile cache or /tmp ran out of space (or of inodes)",
-			"free space on that node's disk (`df -h` and `df -i` where the cache lives), or point HF_HOME and the caches at a larger disk", true)
+			fixDisk, true)
 	}
 	if m := asyncioBindInUse.FindStringSubmatch(t); m != nil {
 		return c.find(failure.ResourcesBusy, "the API server on "+c.onNode()+" cannot listen on "+m[1]+" port "+m[2]+": another process holds it (an earlier vLLM, another server)",
@@ -923,7 +925,7 @@ func heldout18Families(c ctx) *Finding {
 	}
 	if rustNoSpace.MatchString(t) {
 		return c.find(failure.DiskInsufficient, "a write on "+c.onNode()+" found its filesystem full (ENOSPC, from a Rust downloader: hf_xet or hf-hub): the model download or the HF cache ran out of space",
-			"free space on that node's disk (`df -h` and `df -i` where the cache lives), or point HF_HOME and the caches at a larger disk", true)
+			fixDisk, true)
 	}
 	if c10dConnectTimeout.MatchString(t) {
 		return c.find(failure.C10dUnreachable, "a rank on "+c.onNode()+" timed out connecting to torch's c10d store (the master address and port): nothing answered there",
@@ -979,7 +981,7 @@ func heldout18Families(c ctx) *Finding {
 			where = m[2]
 		}
 		return c.find(failure.DiskInsufficient, "a Hugging Face download on "+c.onNode()+" needs "+m[1]+" MB but "+where+" has "+m[3]+" MB free: the download will fail with ENOSPC",
-			"free space on that node's disk (`df -h` where the cache lives), or point HF_HOME at a larger disk", true)
+			fixDisk, true)
 	}
 	if m := hubConnectTimeout.FindStringSubmatch(t); m != nil {
 		return c.find(failure.ModelOffline, "the node "+c.onNode()+" cannot connect to "+m[1]+" (the connection timed out): the hub is unreachable from it (no route, a firewall, or a proxy it needs)", fixOffline, true)
